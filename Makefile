@@ -1,0 +1,38 @@
+# The two Quickstart commands: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Set up and run the main job on the embedded default (LocalCluster + local Zarr store).
+demo: $(STAMP)
+	$(BIN)/mvg-dask demo --out out/demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## Lint, type-check and run the default test suite (what CI runs).
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -m "not slow" -q
+
+## Everything, including the slow tests.
+test-all: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_release
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

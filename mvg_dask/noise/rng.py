@@ -1,0 +1,129 @@
+"""The keyed, counter-based CSPRNG every noise draw comes from (DESIGN.md §4).
+
+A :class:`NoiseKey` holds a 128-bit AES key. Noise is produced on a canonical *tile grid*: tile
+``t`` of a stream is drawn from ``AESCounter(key, counter = t * 2**64)``, so it depends only on the
+key and ``t`` — never on Dask chunking, task order or retries. Independent purposes (the DP-PCA
+step, the release noise) use sub-keys derived with HMAC-SHA256. The key is never printed: its
+``repr`` shows only whether it is seeded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+import numpy as np
+from randomgen import AESCounter
+
+_TILE_STRIDE = 1 << 64
+_KEY_BITS = 128
+
+
+class NoiseKey:
+    """A 128-bit AES-CTR key for noise generation.
+
+    Parameters
+    ----------
+    key : int
+        The key, ``0 <= key < 2**128``. Use :meth:`fresh` in production.
+    seeded : bool, default False
+        True when the key was derived from a user seed (reproducible, *not private*).
+
+    Notes
+    -----
+    The key is deliberately absent from ``repr``/``str`` and from every serialised plan.
+    """
+
+    __slots__ = ("_key", "_seeded")
+
+    def __init__(self, key: int, *, seeded: bool = False) -> None:
+        if not 0 <= int(key) < 1 << _KEY_BITS:
+            raise ValueError("a noise key must be a 128-bit non-negative integer")
+        self._key = int(key)
+        self._seeded = bool(seeded)
+
+    @classmethod
+    def fresh(cls) -> NoiseKey:
+        """A new key from the operating system's CSPRNG (:mod:`secrets`)."""
+        return cls(secrets.randbits(_KEY_BITS))
+
+    @classmethod
+    def from_seed(cls, seed: int) -> NoiseKey:
+        """A reproducible key derived from ``seed``; flagged as not private.
+
+        Parameters
+        ----------
+        seed : int
+            Any integer.
+
+        Returns
+        -------
+        NoiseKey
+            ``seeded=True``.
+        """
+        digest = hashlib.sha256(b"mvg_dask/seed/" + str(int(seed)).encode()).digest()
+        return cls(int.from_bytes(digest[:16], "big"), seeded=True)
+
+    @classmethod
+    def from_hex(cls, text: str, *, seeded: bool = False) -> NoiseKey:
+        """Rebuild a key from :meth:`to_hex` (used only by the ledger's pending entry)."""
+        return cls(int(text, 16), seeded=seeded)
+
+    def to_hex(self) -> str:
+        """The key as 32 hex digits. Only the ledger's 0600 pending entry may store this."""
+        return f"{self._key:032x}"
+
+    @property
+    def seeded(self) -> bool:
+        """True when derived from a user seed (not private)."""
+        return self._seeded
+
+    def derive(self, purpose: str) -> NoiseKey:
+        """An independent sub-key for ``purpose`` (HMAC-SHA256 of the purpose under this key).
+
+        Parameters
+        ----------
+        purpose : str
+            A label such as ``"release"`` or ``"dp-pca"``.
+
+        Returns
+        -------
+        NoiseKey
+            The sub-key, with the same ``seeded`` flag.
+        """
+        mac = hmac.new(self._key.to_bytes(16, "big"), purpose.encode(), hashlib.sha256).digest()
+        return NoiseKey(int.from_bytes(mac[:16], "big"), seeded=self._seeded)
+
+    def generator(self, tile: int = 0) -> np.random.Generator:
+        """A numpy Generator over tile ``tile`` of this key's counter space.
+
+        Parameters
+        ----------
+        tile : int, default 0
+            Tile index, ``0 <= tile < 2**64``; each tile owns ``2**64`` AES blocks.
+
+        Returns
+        -------
+        numpy.random.Generator
+            Backed by ``randomgen.AESCounter`` (AES-128-CTR, AES-NI when available).
+        """
+        if not 0 <= tile < _TILE_STRIDE:
+            raise ValueError(f"tile index out of range: {tile}")
+        return np.random.Generator(AESCounter(key=self._key, counter=tile * _TILE_STRIDE))
+
+    def tile_normals(self, tile: int, shape: tuple[int, ...]) -> np.ndarray:
+        """Standard normal draws of tile ``tile``, always generated whole and in C order."""
+        return self.generator(tile).standard_normal(shape)
+
+    def __repr__(self) -> str:
+        return f"NoiseKey(<hidden>, seeded={self._seeded})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickled only to ship to dask workers of the same release; never written to an output
+        return (NoiseKey, (self._key,), {"_seeded": self._seeded})
+
+    def __setstate__(self, state: dict[str, bool]) -> None:
+        self._seeded = state["_seeded"]

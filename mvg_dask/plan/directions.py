@@ -1,0 +1,182 @@
+"""Noise directions: the standard basis, an explicit orthonormal matrix, or DP-PCA.
+
+DP-PCA is *Analyze Gauss* (Dwork, Talwar, Thakurta, Zhang, STOC 2014): symmetric Gaussian noise on
+the Gram matrix ``X X^T`` of the clipped records (upper triangle iid, mirrored), then an
+eigendecomposition; the top-``k`` eigenvectors are the important directions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.plan.domain import Neighbours, RecordDomain
+
+ORTHONORMAL_TOL = 1e-8
+
+
+def check_orthonormal(W: np.ndarray, m: int, *, tol: float = ORTHONORMAL_TOL) -> np.ndarray:
+    """Validate an ``m x m`` matrix with orthonormal columns.
+
+    Parameters
+    ----------
+    W : array_like
+        Candidate direction matrix (directions are its columns).
+    m : int
+        Expected size.
+    tol : float
+        Largest allowed ``max |W^T W - I|``.
+
+    Returns
+    -------
+    ndarray
+        ``W`` as float64.
+    """
+    arr = np.asarray(W, dtype=np.float64)
+    if arr.shape != (m, m):
+        raise ValueError(f"direction matrix must be {m} x {m}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("direction matrix must be finite")
+    err = float(np.max(np.abs(arr.T @ arr - np.eye(m))))
+    if err > tol:
+        raise ValueError(
+            f"direction matrix is not orthonormal: max |W^T W - I| = {err:.3g} > {tol:g}; "
+            "orthonormalise it (e.g. numpy.linalg.qr) or use method: standard"
+        )
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Directions:
+    """Chosen noise directions.
+
+    Attributes
+    ----------
+    method : str
+        ``"standard"``, ``"matrix"`` or ``"dp-pca"``.
+    matrix : ndarray
+        ``W`` (orthonormal columns).
+    important : tuple of int
+        Indices of the directions flagged important (DP-PCA: the top ``k``).
+    eigenvalues : ndarray or None
+        DP-PCA's noisy eigenvalues of ``X X^T / N`` along each direction (for max-PNR).
+    """
+
+    method: str
+    matrix: np.ndarray
+    important: tuple[int, ...] = ()
+    eigenvalues: np.ndarray | None = field(default=None)
+
+    @classmethod
+    def standard(cls, m: int, important: tuple[int, ...] = ()) -> Directions:
+        """The standard basis."""
+        return cls("standard", np.eye(m), tuple(important))
+
+    @classmethod
+    def from_matrix(cls, W: np.ndarray, important: tuple[int, ...] = ()) -> Directions:
+        """An explicit orthonormal matrix (validated)."""
+        arr = np.asarray(W, dtype=np.float64)
+        return cls("matrix", check_orthonormal(arr, arr.shape[0]), tuple(important))
+
+    @property
+    def is_standard(self) -> bool:
+        """True when ``W`` is the identity."""
+        return bool(np.array_equal(self.matrix, np.eye(self.matrix.shape[0])))
+
+
+def gram_sensitivity(domain: RecordDomain, neighbours: Neighbours) -> float:
+    """L2 sensitivity of the upper triangle of ``X X^T`` (the Analyze Gauss input).
+
+    Replace-one: ``sqrt(2) R``; add/remove: ``R``; ``R = sup ||x||^2``.
+
+    Parameters
+    ----------
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+
+    Returns
+    -------
+    float
+        Sensitivity.
+    """
+    R = domain.sup_norm_sq()
+    return (math.sqrt(2.0) if neighbours == "replace-one" else 1.0) * R
+
+
+def symmetric_noise(key: NoiseKey, m: int, sigma: float) -> np.ndarray:
+    """Symmetric ``m x m`` Gaussian noise: upper triangle iid ``N(0, sigma^2)``, mirrored.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        Keyed generator (tile 0 of this key is used).
+    m : int
+        Size.
+    sigma : float
+        Standard deviation.
+
+    Returns
+    -------
+    ndarray
+        The noise matrix.
+    """
+    iu = np.triu_indices(m)
+    E = np.zeros((m, m))
+    E[iu] = key.tile_normals(0, (iu[0].size,)) * sigma
+    return E + np.triu(E, 1).T
+
+
+def dp_pca(
+    gram: np.ndarray,
+    *,
+    records: int,
+    k: int,
+    mu: float,
+    sensitivity: float,
+    key: NoiseKey,
+) -> Directions:
+    """DP-PCA directions by Analyze Gauss.
+
+    Parameters
+    ----------
+    gram : ndarray
+        ``X X^T`` (a sum, not divided by ``N``) of the clipped records.
+    records : int
+        ``N`` (public), to report eigenvalues of ``X X^T / N``.
+    k : int
+        Number of important directions.
+    mu : float
+        Gaussian-mechanism ratio ``Delta / sigma`` of this step (its privacy).
+    sensitivity : float
+        L2 sensitivity of the Gram upper triangle (:func:`gram_sensitivity`).
+    key : NoiseKey
+        The step's own (derived) key.
+
+    Returns
+    -------
+    Directions
+        All eigenvectors of the noisy Gram, by decreasing eigenvalue; the first ``k`` important.
+
+    References
+    ----------
+    .. [1] C. Dwork, K. Talwar, A. Thakurta, L. Zhang, "Analyze Gauss: Optimal Bounds for
+       Privacy-Preserving Principal Component Analysis", STOC 2014, Algorithm 1.
+    """
+    m = gram.shape[0]
+    if not 1 <= k <= m:
+        raise ValueError(f"dp-pca k must lie in 1..{m}, got {k}")
+    sigma = sensitivity / mu
+    noisy = np.asarray(gram, dtype=np.float64) + symmetric_noise(key, m, sigma)
+    vals, vecs = np.linalg.eigh(noisy)
+    order = np.argsort(vals)[::-1]
+    return Directions(
+        "dp-pca",
+        np.ascontiguousarray(vecs[:, order]),
+        tuple(range(k)),
+        vals[order] / records,
+    )

@@ -1,0 +1,168 @@
+"""The public record domain: declared by the data owner, never computed from the data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from mvg_dask.privacy import sensitivity as sens
+
+Neighbours = Literal["replace-one", "add-remove"]
+NEIGHBOURS: tuple[Neighbours, ...] = ("replace-one", "add-remove")
+
+
+def _as_vector(name: str, value: float | list[float] | np.ndarray, m: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(m, float(arr))
+    if arr.shape != (m,):
+        raise ValueError(f"domain {name} has {arr.size} values but the data has {m} features")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"domain {name} must be finite")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class BoxDomain:
+    """Every record lies in the box ``lower <= x <= upper`` (per feature).
+
+    Parameters
+    ----------
+    lower, upper : ndarray
+        Per-feature bounds, ``lower < upper``.
+    """
+
+    lower: np.ndarray
+    upper: np.ndarray
+    kind: Literal["box"] = field(default="box", init=False)
+
+    @classmethod
+    def create(
+        cls,
+        lower: float | list[float] | np.ndarray,
+        upper: float | list[float] | np.ndarray,
+        m: int,
+    ) -> BoxDomain:
+        """Build a box from scalars (broadcast) or per-feature lists, validating it.
+
+        Parameters
+        ----------
+        lower, upper : float or array_like
+            Bounds; scalars apply to every feature.
+        m : int
+            Number of features.
+
+        Returns
+        -------
+        BoxDomain
+            The validated box.
+        """
+        lo = _as_vector("lower", lower, m)
+        hi = _as_vector("upper", upper, m)
+        bad = np.flatnonzero(lo >= hi)
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"domain lower must be < upper for every feature; feature {i} has "
+                f"lower={lo[i]:g} >= upper={hi[i]:g}"
+            )
+        return cls(lo, hi)
+
+    @property
+    def m(self) -> int:
+        """Number of features."""
+        return int(self.lower.size)
+
+    @property
+    def widths(self) -> np.ndarray:
+        """``upper - lower``: the largest change of one feature between two records."""
+        return self.upper - self.lower
+
+    @property
+    def abs_max(self) -> np.ndarray:
+        """``max(|lower|, |upper|)`` per feature."""
+        return sens.box_abs_max(self.lower, self.upper)
+
+    def sup_norm_sq(self) -> float:
+        """``sup ||x||^2`` over the domain."""
+        a = self.abs_max
+        return float(a @ a)
+
+    def sup_quadratic(self, P: np.ndarray) -> float:
+        """Upper bound of ``sup x^T P x`` over the domain."""
+        return sens.sup_quadratic_box(P, self.abs_max)
+
+    def sup_quadratic_diff(self, P: np.ndarray) -> float:
+        """Upper bound of ``sup (x - x')^T P (x - x')`` over pairs of records."""
+        return sens.sup_quadratic_box(P, self.widths)
+
+    def diff_norm(self) -> float:
+        """``sup ||x - x'||`` over pairs of records."""
+        return float(np.linalg.norm(self.widths))
+
+    def diff_l1(self) -> float:
+        """``sup ||x - x'||_1`` over pairs of records."""
+        return float(np.sum(self.widths))
+
+    def entry_range(self) -> tuple[float, float]:
+        """Range of one entry of a record."""
+        return sens.box_entry_range(self.lower, self.upper)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready description."""
+        return {"box": {"lower": self.lower.tolist(), "upper": self.upper.tolist()}}
+
+
+@dataclass(frozen=True, eq=False)
+class L2BallDomain:
+    """Every record has ``||x||_2 <= radius``.
+
+    Parameters
+    ----------
+    radius : float
+        ``C > 0``.
+    m : int
+        Number of features.
+    """
+
+    radius: float
+    m: int
+    kind: Literal["l2"] = field(default="l2", init=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.radius) and self.radius > 0):
+            raise ValueError(f"domain l2_norm must be a finite number > 0, got {self.radius!r}")
+
+    def sup_norm_sq(self) -> float:
+        """``C^2``."""
+        return float(self.radius**2)
+
+    def sup_quadratic(self, P: np.ndarray) -> float:
+        """``C^2 lambda_max(P)``."""
+        return self.radius**2 * sens.lambda_max(P)
+
+    def sup_quadratic_diff(self, P: np.ndarray) -> float:
+        """``(2C)^2 lambda_max(P)``."""
+        return 4.0 * self.radius**2 * sens.lambda_max(P)
+
+    def diff_norm(self) -> float:
+        """``2C``."""
+        return 2.0 * self.radius
+
+    def diff_l1(self) -> float:
+        """``2C sqrt(m)``."""
+        return 2.0 * self.radius * math.sqrt(self.m)
+
+    def entry_range(self) -> tuple[float, float]:
+        """``(-C, C)``."""
+        return -self.radius, self.radius
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready description."""
+        return {"l2_norm": self.radius}
+
+
+RecordDomain = BoxDomain | L2BallDomain

@@ -1,0 +1,638 @@
+"""The noise plan: everything about a release's privacy, built from metadata only.
+
+A :class:`NoisePlan` is built from (query, record domain, privacy parameters, algorithm,
+calibration, directions, allocation) without touching data. It carries the row/column noise
+covariances, the precision budget (paper calibrations), ``s_2``, ``gamma``, the Mahalanobis
+sensitivity ``Delta_M`` and the ``(epsilon, delta)`` it guarantees. Executing it is a separate step.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from mvg_dask.plan.directions import Directions
+from mvg_dask.plan.domain import NEIGHBOURS, BoxDomain, Neighbours, RecordDomain
+from mvg_dask.plan.query import QuerySpec
+from mvg_dask.privacy import allocation as alloc
+from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.calibration import ALGORITHMS, CALIBRATIONS, Algorithm, Calibration
+
+Composition = Literal["none", "basic", "gaussian-dp"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllocationSpec:
+    """How to split the precision budget over the directions.
+
+    Parameters
+    ----------
+    strategy : {"uniform", "binary", "custom", "max-pnr", "mgm-optimal"}
+        Strategy name.
+    important : sequence of int, optional
+        Important directions (``binary``); defaults to the directions' own (DP-PCA top-k).
+    share : float, optional
+        ``tau`` of the binary strategy (default 0.8).
+    theta : sequence of float, optional
+        Explicit shares (``custom``).
+    eigenvalues : sequence of float, optional
+        Query variance along each direction (``max-pnr``); defaults to DP-PCA's noisy ones.
+    utility : ndarray, optional
+        ``W_1`` of a linear utility subspace (``mgm-optimal``).
+    """
+
+    strategy: alloc.AllocationStrategy = "uniform"
+    important: Sequence[int] | None = None
+    share: float | None = None
+    theta: Sequence[float] | None = None
+    eigenvalues: Sequence[float] | None = None
+    utility: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        out: dict[str, Any] = {"strategy": self.strategy}
+        if self.important is not None:
+            out["important"] = [int(i) for i in self.important]
+        if self.share is not None:
+            out["share"] = self.share
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetSplit:
+    """How ``(epsilon, delta)`` is shared between the DP-PCA direction step and the release.
+
+    Attributes
+    ----------
+    composition : {"none", "basic", "gaussian-dp"}
+        ``basic``: ``(s eps, s delta)`` + ``((1-s) eps, (1-s) delta)``. ``gaussian-dp``: both steps
+        are Gaussian mechanisms after whitening, so ``mu^2 = mu_1^2 + mu_2^2`` exactly, with
+        ``mu = mu*(eps, delta)`` of the analytic Gaussian mechanism (``exact`` only).
+    share : float
+        Fraction given to the direction step.
+    step_mu : float or None
+        The step's Gaussian ratio ``Delta / sigma``.
+    release_epsilon, release_delta : float
+        What the paper calibration of the release is given.
+    release_mu : float or None
+        ``mu`` available to the release (``exact``).
+    """
+
+    composition: Composition
+    share: float
+    step_mu: float | None
+    step_epsilon: float | None
+    step_delta: float | None
+    release_epsilon: float
+    release_delta: float
+    release_mu: float | None
+
+
+def split_budget(
+    calibration: Calibration, epsilon: float, delta: float, share: float = 0.0
+) -> BudgetSplit:
+    """Split the budget between an optional DP-PCA step and the release.
+
+    Parameters
+    ----------
+    calibration : str
+        Release calibration.
+    epsilon, delta : float
+        Total privacy parameters.
+    share : float, default 0
+        Fraction for the direction step, ``0 <= share < 1``.
+
+    Returns
+    -------
+    BudgetSplit
+        The split.
+    """
+    cal._check_privacy(epsilon, delta)
+    if not 0 <= share < 1:
+        raise ValueError(f"directions budget_share must lie in [0, 1), got {share!r}")
+    if calibration == "exact":
+        mu = cal.analytic_gaussian_mu(epsilon, delta)
+        if share == 0:
+            return BudgetSplit(
+                composition="none",
+                share=0.0,
+                step_mu=None,
+                step_epsilon=None,
+                step_delta=None,
+                release_epsilon=epsilon,
+                release_delta=delta,
+                release_mu=mu,
+            )
+        return BudgetSplit(
+            composition="gaussian-dp",
+            share=share,
+            step_mu=math.sqrt(share) * mu,
+            step_epsilon=None,
+            step_delta=None,
+            release_epsilon=epsilon,
+            release_delta=delta,
+            release_mu=math.sqrt(1.0 - share) * mu,
+        )
+    if share == 0:
+        return BudgetSplit(
+            composition="none",
+            share=0.0,
+            step_mu=None,
+            step_epsilon=None,
+            step_delta=None,
+            release_epsilon=epsilon,
+            release_delta=delta,
+            release_mu=None,
+        )
+    e1, d1 = share * epsilon, share * delta
+    return BudgetSplit(
+        composition="basic",
+        share=share,
+        step_mu=cal.analytic_gaussian_mu(e1, d1),
+        step_epsilon=e1,
+        step_delta=d1,
+        release_epsilon=epsilon - e1,
+        release_delta=delta - d1,
+        release_mu=None,
+    )
+
+
+def _check_compatible(
+    query: QuerySpec, algorithm: Algorithm, calibration: Calibration, directions: Directions
+) -> None:
+    if calibration not in CALIBRATIONS:
+        raise ValueError(
+            f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}"
+        )
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    m, n = query.shape
+    if algorithm == "equi-modal" and m != n:
+        raise ValueError(
+            f"equi-modal noise (Alg. 2, Psi = Sigma) needs a square query; the {query.kind} "
+            f"query is {m} x {n}: use algorithm: unimodal"
+        )
+    if calibration == "mvg-thm3":
+        if not query.is_psd:
+            raise ValueError(
+                f"mvg-thm3 (MVG Thm. 3) holds only for symmetric PSD queries; the {query.kind} "
+                "query is not: use mvg-thm2 or exact"
+            )
+        if algorithm != "equi-modal":
+            raise ValueError("mvg-thm3 (MVG Thm. 3) sets Psi = Sigma: use algorithm: equi-modal")
+    if calibration in ("mgm-udn", "mgm-idn") and algorithm != "unimodal":
+        raise ValueError(f"{calibration} is for unimodal noise (Psi = I): use algorithm: unimodal")
+    if calibration == "mgm-idn" and not directions.is_standard:
+        raise ValueError(
+            "mgm-idn (MGM Thm. 3) needs independent noise per row (diagonal U_1): use "
+            "directions: standard"
+        )
+    if directions.matrix.shape != (m, m):
+        raise ValueError(
+            f"directions are {directions.matrix.shape[0]}-dimensional but the query has {m} rows"
+        )
+
+
+def paper_budget(
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    algorithm: Algorithm,
+    calibration: Calibration,
+    epsilon: float,
+    delta: float,
+) -> cal.PrecisionBudget:
+    """The precision budget of a paper calibration for this query and domain.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        The query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    algorithm : {"unimodal", "equi-modal"}
+        Noise type.
+    calibration : str
+        One of the paper calibrations (not ``exact``).
+    epsilon, delta : float
+        Privacy parameters of the release step.
+
+    Returns
+    -------
+    PrecisionBudget
+        The budget.
+    """
+    m, n = query.shape
+    s2 = query.l2_sensitivity(domain, neighbours)
+    if calibration == "mvg-thm2":
+        return cal.mvg_thm2_budget(
+            m=m,
+            n=n,
+            epsilon=epsilon,
+            delta=delta,
+            sensitivity=s2,
+            gamma=query.sup_frobenius(domain),
+            algorithm=algorithm,
+        )
+    if calibration == "mvg-thm3":
+        return cal.mvg_thm3_budget(
+            m=m, epsilon=epsilon, delta=delta, sensitivity=s2, gamma=query.sup_frobenius(domain)
+        )
+    if calibration == "mgm":
+        return cal.mgm_budget(
+            m=m, n=n, epsilon=epsilon, delta=delta, sensitivity=s2, algorithm=algorithm
+        )
+    if calibration == "mgm-udn":
+        return cal.mgm_udn_budget(m=m, n=n, epsilon=epsilon, delta=delta, sensitivity=s2)
+    if calibration == "mgm-idn":
+        return cal.mgm_idn_budget(
+            m=m, n=n, epsilon=epsilon, delta=delta, entry_range=query.output_entry_range(domain)
+        )
+    raise ValueError(f"{calibration!r} is not a paper calibration")
+
+
+def _resolve_allocation(
+    spec: AllocationSpec,
+    directions: Directions,
+    *,
+    kind: str,
+    total_precision: float,
+    weights: np.ndarray | None,
+) -> np.ndarray:
+    m = directions.matrix.shape[0]
+    if spec.strategy == "uniform":
+        return alloc.uniform(m)
+    if spec.strategy == "binary":
+        important = spec.important if spec.important is not None else directions.important
+        if not important:
+            raise ValueError(
+                "binary allocation needs important directions: list them in allocation.important "
+                "or use directions: dp-pca with k"
+            )
+        return alloc.binary(m, important, 0.8 if spec.share is None else spec.share)
+    if spec.strategy == "custom":
+        if spec.theta is None:
+            raise ValueError("custom allocation needs allocation.theta (one share per direction)")
+        return alloc.check_allocation(spec.theta, m)
+    if spec.strategy == "max-pnr":
+        eig = spec.eigenvalues if spec.eigenvalues is not None else directions.eigenvalues
+        if eig is None:
+            raise ValueError(
+                "max-pnr needs the query's variance along each direction from a DP estimate: use "
+                "directions: dp-pca (or give allocation.eigenvalues from a DP source)"
+            )
+        if len(eig) != m:
+            raise ValueError(f"max-pnr got {len(eig)} eigenvalues for {m} directions")
+        return alloc.max_pnr(eig, total_precision=total_precision, kind=kind)
+    if spec.strategy == "mgm-optimal":
+        if spec.utility is None:
+            raise ValueError("mgm-optimal allocation needs the utility subspace W_1 (m' x m)")
+        return alloc.mgm_optimal(spec.utility, directions.matrix, kind=kind, weights=weights)
+    raise ValueError(
+        f"allocation strategy must be one of {', '.join(alloc.ALLOCATIONS)}, got {spec.strategy!r}"
+    )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class NoisePlan:
+    """A fully calibrated MVG noise plan (no data inside).
+
+    Attributes
+    ----------
+    query : QuerySpec
+        The query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    epsilon, delta : float
+        The total guarantee (direction step + release).
+    algorithm : {"unimodal", "equi-modal"}
+        Alg. 1 (``Psi = I``) or Alg. 2 (``Psi = Sigma``).
+    calibration : str
+        Calibration name.
+    directions : Directions
+        Noise directions ``W``.
+    theta : ndarray
+        The allocation.
+    row_variances : ndarray
+        Variances of the row noise along each direction (eigenvalues of ``Sigma``).
+    precision_budget : float or None
+        The paper's ``P`` (``None`` for ``exact``).
+    budget_kind : str or None
+        ``"squared"`` or ``"linear"``.
+    sensitivity : float
+        ``s_2``.
+    gamma : float or None
+        ``sup ||f(X)||_F`` where the calibration uses it.
+    mahalanobis_sensitivity : float
+        ``Delta_M`` of the release step.
+    split : BudgetSplit
+        How the budget was shared with the direction step.
+    """
+
+    query: QuerySpec
+    domain: RecordDomain
+    neighbours: Neighbours
+    epsilon: float
+    delta: float
+    algorithm: Algorithm
+    calibration: Calibration
+    directions: Directions
+    allocation: AllocationSpec
+    theta: np.ndarray
+    row_variances: np.ndarray
+    precision_budget: float | None
+    budget_kind: str | None
+    sensitivity: float
+    gamma: float | None
+    mahalanobis_sensitivity: float
+    split: BudgetSplit
+    budget_detail: cal.PrecisionBudget | None = field(default=None, repr=False)
+
+    # -- derived quantities ------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Output shape ``(m, n)``."""
+        return self.query.shape
+
+    @property
+    def col_variances(self) -> np.ndarray | None:
+        """Column noise variances (equi-modal: equal to the row variances; unimodal: ``None``)."""
+        return self.row_variances if self.algorithm == "equi-modal" else None
+
+    @property
+    def row_cov(self) -> np.ndarray:
+        """``Sigma = W diag(v) W^T``."""
+        W = self.directions.matrix
+        return np.asarray((W * self.row_variances) @ W.T)
+
+    @property
+    def col_cov(self) -> np.ndarray | None:
+        """``Psi`` (``None`` means ``I_n``)."""
+        return self.row_cov if self.algorithm == "equi-modal" else None
+
+    @property
+    def row_precision(self) -> np.ndarray:
+        """``Sigma^-1 = W diag(1/v) W^T``."""
+        W = self.directions.matrix
+        return np.asarray((W / self.row_variances) @ W.T)
+
+    @property
+    def row_factor(self) -> np.ndarray:
+        """``B_Sigma = W diag(sqrt(v))``, the affine sampler's factor."""
+        return np.asarray(self.directions.matrix * np.sqrt(self.row_variances)[None, :])
+
+    def entry_std(self) -> np.ndarray:
+        """Standard deviation of each noise entry of the ``m x n`` output (``m x n'`` view).
+
+        Unimodal: ``sqrt(diag Sigma)`` per row (every column alike, shape ``(m, 1)``);
+        equi-modal: ``sqrt(diag(Sigma) diag(Sigma)^T)``.
+        """
+        d = np.diag(self.row_cov)
+        if self.algorithm == "equi-modal":
+            return np.asarray(np.sqrt(np.outer(d, d)))
+        return np.asarray(np.sqrt(d)[:, None])
+
+    def implied_epsilon(self) -> float:
+        """Smallest ``epsilon`` the release step really has at its ``delta`` (analytic Gaussian).
+
+        For a paper calibration this shows how conservative its sufficient condition is.
+        """
+        return cal.analytic_gaussian_epsilon(self.mahalanobis_sensitivity, self.split.release_delta)
+
+    def theorem_check(self) -> tuple[float, float]:
+        """The calibration's own inequality evaluated on ``Sigma``/``Psi``: ``(lhs, rhs)``.
+
+        Computed from the covariance matrices (eigenvalues of ``Sigma``), independently of the
+        variances the plan was built with. ``lhs <= rhs`` must hold. For ``exact`` it is
+        ``(delta_AG(eps, Delta_M), delta)``.
+        """
+        n = self.shape[1]
+        sig_inv = 1.0 / np.linalg.eigvalsh(self.row_cov)
+        unimodal = self.algorithm == "unimodal"
+        if self.calibration == "exact":
+            mu = self.mahalanobis_sensitivity
+            if self.split.step_mu is not None:
+                mu = math.hypot(mu, self.split.step_mu)
+            return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
+        budget = self.budget_detail
+        assert budget is not None
+        if self.calibration == "mvg-thm2":
+            psi_norm = math.sqrt(n) if unimodal else float(np.linalg.norm(sig_inv))
+            return float(np.linalg.norm(sig_inv)) * psi_norm, budget.bound
+        if self.calibration == "mvg-thm3":
+            return float(np.sum(sig_inv**2)), budget.bound
+        if self.calibration == "mgm":
+            tr_psi = float(n) if unimodal else float(np.sum(sig_inv))
+            return float(np.sum(sig_inv)) * tr_psi, budget.bound
+        return float(np.sum(sig_inv)), budget.bound  # mgm-udn, mgm-idn
+
+    # -- presentation ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready plan (the key is never part of a plan)."""
+        col = self.col_variances
+        return {
+            "query": self.query.to_dict(),
+            "domain": self.domain.to_dict(),
+            "neighbours": self.neighbours,
+            "calibration": self.calibration,
+            "algorithm": self.algorithm,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "sensitivity": self.sensitivity,
+            "gamma": self.gamma,
+            "precision_budget": self.precision_budget,
+            "budget_kind": self.budget_kind,
+            "row_variances": self.row_variances.tolist(),
+            "col_variances": None if col is None else col.tolist(),
+            "mahalanobis_sensitivity": self.mahalanobis_sensitivity,
+            "implied_epsilon": self.implied_epsilon(),
+            "directions": {
+                "method": self.directions.method,
+                "important": list(self.directions.important),
+                "matrix": None if self.directions.is_standard else self.directions.matrix.tolist(),
+            },
+            "allocation": {**self.allocation.to_dict(), "theta": self.theta.tolist()},
+            "composition": {
+                "method": self.split.composition,
+                "direction_share": self.split.share,
+                "direction_step_mu": self.split.step_mu,
+                "direction_step_epsilon": self.split.step_epsilon,
+                "direction_step_delta": self.split.step_delta,
+                "release_epsilon": self.split.release_epsilon,
+                "release_delta": self.split.release_delta,
+                "release_mu": self.split.release_mu,
+            },
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The plan as JSON."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def summary(self) -> str:
+        """A few human-readable lines."""
+        m, n = self.shape
+        std = np.sqrt(self.row_variances)
+        lines = [
+            f"MVG noise plan: {self.query.kind} query {m}x{n}, {self.algorithm} noise, "
+            f"calibration {self.calibration}",
+            f"  privacy: epsilon={self.epsilon:g}, delta={self.delta:g} ({self.neighbours}); "
+            f"s2={self.sensitivity:.6g}, Delta_M={self.mahalanobis_sensitivity:.6g}",
+            f"  noise std along directions: min {std.min():.4g}, max {std.max():.4g}",
+        ]
+        if self.precision_budget is not None:
+            lines.append(f"  precision budget ({self.budget_kind}): {self.precision_budget:.6g}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def build_noise_plan(
+    query: QuerySpec,
+    domain: RecordDomain,
+    *,
+    epsilon: float,
+    delta: float,
+    algorithm: Algorithm = "unimodal",
+    calibration: Calibration = "exact",
+    directions: Directions | None = None,
+    allocation: AllocationSpec | None = None,
+    neighbours: Neighbours = "replace-one",
+    direction_share: float = 0.0,
+) -> NoisePlan:
+    """Build and check a noise plan from metadata only.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        The query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain (its dimension must equal ``query.features``).
+    epsilon, delta : float
+        Total privacy parameters (including a DP-PCA direction step, if any).
+    algorithm : {"unimodal", "equi-modal"}
+        Alg. 1 or Alg. 2.
+    calibration : str
+        One of :data:`mvg_dask.privacy.CALIBRATIONS`.
+    directions : Directions, optional
+        Noise directions; the standard basis by default.
+    allocation : AllocationSpec, optional
+        Budget split over the directions; uniform by default.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    direction_share : float, default 0
+        Fraction of the budget already spent by a DP-PCA step that chose ``directions``.
+
+    Returns
+    -------
+    NoisePlan
+        The plan. Its :meth:`NoisePlan.theorem_check` holds by construction.
+    """
+    cal._check_privacy(epsilon, delta)
+    if neighbours not in NEIGHBOURS:
+        raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
+    dim = domain.m
+    if dim != query.features:
+        raise ValueError(f"the domain has {dim} features but the data has {query.features}")
+    m, _ = query.shape
+    directions = directions or Directions.standard(m)
+    allocation = allocation or AllocationSpec()
+    _check_compatible(query, algorithm, calibration, directions)
+    split = split_budget(calibration, epsilon, delta, direction_share)
+    s2 = query.l2_sensitivity(domain, neighbours)
+    W = directions.matrix
+
+    if calibration == "exact":
+        assert split.release_mu is not None
+        weights = None
+        if query.kind == "identity" and directions.is_standard and isinstance(domain, BoxDomain):
+            weights = domain.widths**2
+        # the linear precision a uniform plan would get: the water level for max-pnr
+        uniform_total = _exact_scale(
+            query, domain, neighbours, algorithm, W, alloc.uniform(m), split.release_mu
+        )
+        theta = _resolve_allocation(
+            allocation, directions, kind="linear", total_precision=uniform_total, weights=weights
+        )
+        c = _exact_scale(query, domain, neighbours, algorithm, W, theta, split.release_mu)
+        # round toward more privacy on the matrices the release really uses
+        for _ in range(200):
+            row_variances = 1.0 / (c * theta)
+            precision = (W / row_variances) @ W.T
+            d_m = query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm)
+            if d_m <= split.release_mu:
+                break
+            c *= 1.0 - 1e-13
+        budget = None
+        gamma = None
+    else:
+        budget = paper_budget(
+            query,
+            domain,
+            neighbours,
+            algorithm,
+            calibration,
+            split.release_epsilon,
+            split.release_delta,
+        )
+        total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
+        theta = _resolve_allocation(
+            allocation, directions, kind=budget.kind, total_precision=total, weights=None
+        )
+        row_variances = budget.variances(theta)
+        gamma = query.sup_frobenius(domain) if calibration in ("mvg-thm2", "mvg-thm3") else None
+    precision = (W / row_variances) @ W.T
+    d_m = query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm)
+    return NoisePlan(
+        query=query,
+        domain=domain,
+        neighbours=neighbours,
+        epsilon=epsilon,
+        delta=delta,
+        algorithm=algorithm,
+        calibration=calibration,
+        directions=directions,
+        allocation=allocation,
+        theta=theta,
+        row_variances=np.asarray(row_variances),
+        precision_budget=None if budget is None else budget.budget,
+        budget_kind="linear" if budget is None else budget.kind,
+        sensitivity=s2,
+        gamma=gamma,
+        mahalanobis_sensitivity=d_m,
+        split=split,
+        budget_detail=budget,
+    )
+
+
+def _exact_scale(
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    algorithm: Algorithm,
+    W: np.ndarray,
+    theta: np.ndarray,
+    mu: float,
+) -> float:
+    """The scale ``c`` with precisions ``c theta`` whose ``Delta_M`` equals ``mu``.
+
+    ``Delta_M`` is homogeneous in the precision scale: degree 1/2 for unimodal noise (only
+    ``A^-1`` scales) and 1 for equi-modal noise (``A^-1`` and ``B^-T`` both scale).
+    """
+    P1 = (W * theta) @ W.T
+    d1 = query.mahalanobis_sensitivity(domain, neighbours, P1, algorithm)
+    degree = 0.5 if algorithm == "unimodal" else 1.0
+    return float((mu / d1) ** (1.0 / degree))

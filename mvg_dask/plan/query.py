@@ -1,0 +1,293 @@
+"""Query descriptions: shape, structure, L2 sensitivity ``s_2``, ``gamma`` and Mahalanobis bounds.
+
+Records are the columns of ``X`` (``M`` features x ``N`` records), as in the MVG paper.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mvg_dask.plan.domain import L2BallDomain, Neighbours, RecordDomain
+from mvg_dask.privacy import sensitivity as sens
+from mvg_dask.privacy.calibration import Algorithm
+
+QueryKind = Literal["identity", "covariance", "custom"]
+QUERIES: tuple[QueryKind, ...] = ("identity", "covariance", "custom")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuerySpec:
+    """A matrix-valued query ``f(X)`` and what the calibrations need to know about it.
+
+    Parameters
+    ----------
+    kind : {"identity", "covariance", "custom"}
+        ``identity``: ``f(X) = X`` (``m x N``); ``covariance``: ``f(X) = X X^T / N`` (``m x m``,
+        symmetric PSD, ``N`` public); ``custom``: a user query of declared ``shape`` and ``s_2``.
+    features : int
+        ``M``, the number of features (rows of ``X``).
+    records : int
+        ``N``, the number of records (columns of ``X``).
+    shape : tuple of int, optional
+        Output shape of a custom query.
+    sensitivity : float, optional
+        Declared ``s_2`` (required for ``custom``; overrides the derived value otherwise).
+    gamma : float, optional
+        Declared ``sup ||f(X)||_F`` (overrides the derived value).
+    entry_range : tuple of float, optional
+        Declared range of every output entry (MGM Thm. 3).
+    symmetric, psd : bool
+        Structure of a custom query's output.
+    """
+
+    kind: QueryKind
+    features: int
+    records: int
+    shape_: tuple[int, int] | None = None
+    sensitivity: float | None = None
+    gamma: float | None = None
+    entry_range: tuple[float, float] | None = None
+    symmetric: bool = False
+    psd: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in QUERIES:
+            raise ValueError(f"query must be one of {', '.join(QUERIES)}, got {self.kind!r}")
+        if self.features < 1 or self.records < 1:
+            raise ValueError(
+                f"the data needs at least one feature and one record, got "
+                f"{self.features} x {self.records}"
+            )
+        for name in ("sensitivity", "gamma"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"declared {name} must be a finite number > 0, got {value!r}")
+        if self.kind == "custom":
+            if self.shape_ is None or min(self.shape_) < 1:
+                raise ValueError("a custom query needs its output shape (m, n)")
+            if self.sensitivity is None:
+                raise ValueError("a custom query needs its declared L2 sensitivity s2")
+        if self.entry_range is not None:
+            a, b = self.entry_range
+            if not (math.isfinite(a) and math.isfinite(b) and a < b):
+                raise ValueError(f"entry_range must be finite with lower < upper, got {a}, {b}")
+
+    @classmethod
+    def identity(cls, features: int, records: int, **overrides: object) -> QuerySpec:
+        """The identity query ``f(X) = X``."""
+        return cls(kind="identity", features=features, records=records, **overrides)  # type: ignore[arg-type]
+
+    @classmethod
+    def covariance(cls, features: int, records: int, **overrides: object) -> QuerySpec:
+        """The covariance (second moment) query ``f(X) = X X^T / N``."""
+        return cls(kind="covariance", features=features, records=records, **overrides)  # type: ignore[arg-type]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Output shape ``(m, n)``."""
+        if self.kind == "identity":
+            return (self.features, self.records)
+        if self.kind == "covariance":
+            return (self.features, self.features)
+        assert self.shape_ is not None
+        return self.shape_
+
+    @property
+    def is_symmetric(self) -> bool:
+        """True when every output is a symmetric matrix."""
+        return self.kind == "covariance" or self.symmetric
+
+    @property
+    def is_psd(self) -> bool:
+        """True when every output is symmetric positive semi-definite."""
+        return self.kind == "covariance" or (self.symmetric and self.psd)
+
+    def _check_neighbours(self, neighbours: Neighbours) -> None:
+        if self.kind == "identity" and neighbours == "add-remove":
+            raise ValueError(
+                "the identity query has one output column per record, so add/remove neighbours "
+                "change its shape; use neighbours: replace-one"
+            )
+
+    def l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """``s_2(f) = sup ||f(X) - f(X')||_F`` over neighbouring datasets.
+
+        Identity, replace-one: ``sup ||x - x'||`` (``||w||`` for a box, ``2C`` for a ball).
+        Covariance: ``sqrt(2) R / N`` (replace-one; ``||xx^T - x'x'^T||_F^2 =
+        ||x||^4 + ||x'||^4 - 2 (x^T x')^2``), ``R / N`` (add/remove), ``R = sup ||x||^2``.
+        The MVG paper used the looser ``2 R / N``; declare ``sensitivity`` to reproduce it.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+
+        Returns
+        -------
+        float
+            ``s_2`` (the declared value if one was given).
+        """
+        self._check_neighbours(neighbours)
+        if self.sensitivity is not None:
+            return self.sensitivity
+        if self.kind == "identity":
+            return domain.diff_norm()
+        R = domain.sup_norm_sq()
+        factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+        return factor * R / self.records
+
+    def l1_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """``s_1(f)``, the L1 (entrywise) sensitivity, for the Laplace baseline.
+
+        Identity: ``sup ||x - x'||_1``. Covariance: ``2 (sum_i a_i)^2 / N`` (replace-one) or
+        ``(sum_i a_i)^2 / N`` (add/remove), since ``||x x^T||_1 = ||x||_1^2``.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+
+        Returns
+        -------
+        float
+            ``s_1``.
+        """
+        self._check_neighbours(neighbours)
+        if self.kind == "identity":
+            return domain.diff_l1()
+        if self.kind == "covariance":
+            if isinstance(domain, L2BallDomain):
+                l1 = domain.radius**2 * domain.m  # ||x||_1^2 <= m ||x||_2^2
+            else:
+                l1 = float(np.sum(domain.abs_max)) ** 2
+            return (2.0 if neighbours == "replace-one" else 1.0) * l1 / self.records
+        m, n = self.shape
+        assert self.sensitivity is not None
+        return self.sensitivity * math.sqrt(m * n)
+
+    def sup_frobenius(self, domain: RecordDomain) -> float:
+        """``gamma = sup ||f(X)||_F`` over the domain.
+
+        Identity: ``sqrt(N R)``; covariance: ``R`` (``||X X^T||_F / N <= sum ||x_j||^2 / N``).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+
+        Returns
+        -------
+        float
+            ``gamma`` (the declared value if one was given).
+        """
+        if self.gamma is not None:
+            return self.gamma
+        R = domain.sup_norm_sq()
+        if self.kind == "identity":
+            return math.sqrt(self.records * R)
+        if self.kind == "covariance":
+            return R
+        raise ValueError(
+            "this calibration needs gamma = sup ||f(X)||_F: declare it for a custom query"
+        )
+
+    def output_entry_range(self, domain: RecordDomain) -> tuple[float, float]:
+        """Range ``[a, b]`` of every output entry (MGM Thm. 3).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+
+        Returns
+        -------
+        tuple of float
+            ``(a, b)``.
+        """
+        if self.entry_range is not None:
+            return self.entry_range
+        if self.kind == "identity":
+            return domain.entry_range()
+        if self.kind == "covariance":
+            if isinstance(domain, L2BallDomain):
+                return -(domain.radius**2), domain.radius**2
+            return sens.box_outer_entry_range(domain.lower, domain.upper)
+        raise ValueError(
+            "mgm-idn needs the range of every output entry: declare entry_range for a custom query"
+        )
+
+    def mahalanobis_sensitivity(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray,
+        algorithm: Algorithm,
+    ) -> float:
+        """Upper bound of ``Delta_M = sup ||A^-1 (f(X) - f(X')) B^-T||_F`` (DESIGN.md §3).
+
+        ``precision`` is ``Sigma^-1``; ``Psi = I`` (unimodal) or ``Psi = Sigma`` (equi-modal).
+        The minimum of every valid bound is returned:
+
+        * any query: ``s_2 sqrt(lambda_max(Sigma^-1))`` (unimodal), ``s_2 lambda_max(Sigma^-1)``
+          (equi-modal);
+        * identity, replace-one: ``sqrt(sup (x - x')^T Sigma^-1 (x - x'))``;
+        * covariance, equi-modal: ``sqrt(2) S / N`` (replace-one), ``S / N`` (add/remove) with
+          ``S = sup x^T Sigma^-1 x``;
+        * covariance, unimodal: ``2 sqrt(S R) / N`` (replace-one), ``sqrt(S R) / N`` (add/remove).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+        precision : ndarray
+            ``Sigma^-1``.
+        algorithm : {"unimodal", "equi-modal"}
+            Column covariance ``I`` or ``Sigma``.
+
+        Returns
+        -------
+        float
+            ``Delta_M``.
+        """
+        self._check_neighbours(neighbours)
+        lam = sens.lambda_max(precision)
+        s2 = self.l2_sensitivity(domain, neighbours)
+        bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
+        if self.kind == "identity":
+            bounds.append(math.sqrt(domain.sup_quadratic_diff(precision)))
+        elif self.kind == "covariance":
+            S = domain.sup_quadratic(precision)
+            N = self.records
+            if algorithm == "equi-modal":
+                factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+                bounds.append(factor * S / N)
+            else:
+                R = domain.sup_norm_sq()
+                factor = 2.0 if neighbours == "replace-one" else 1.0
+                bounds.append(factor * math.sqrt(S * R) / N)
+        return float(min(bounds))
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready description."""
+        out: dict[str, object] = {
+            "kind": self.kind,
+            "features": self.features,
+            "records": self.records,
+            "shape": list(self.shape),
+        }
+        for name in ("sensitivity", "gamma"):
+            if getattr(self, name) is not None:
+                out[f"declared_{name}"] = getattr(self, name)
+        if self.entry_range is not None:
+            out["declared_entry_range"] = list(self.entry_range)
+        return out

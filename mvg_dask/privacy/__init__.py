@@ -1,0 +1,41 @@
+"""Math layer: calibrations, sensitivity bounds, allocations. numpy/scipy only."""
+
+from mvg_dask.privacy.calibration import (
+    ALGORITHMS,
+    CALIBRATIONS,
+    Algorithm,
+    Calibration,
+    PrecisionBudget,
+    analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
+    analytic_gaussian_mu,
+    classic_gaussian_sigma,
+    harmonic_number,
+    mgm_budget,
+    mgm_idn_budget,
+    mgm_udn_budget,
+    mvg_thm2_budget,
+    mvg_thm3_budget,
+    quadratic_root_bound,
+    zeta,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "CALIBRATIONS",
+    "Algorithm",
+    "Calibration",
+    "PrecisionBudget",
+    "analytic_gaussian_delta",
+    "analytic_gaussian_epsilon",
+    "analytic_gaussian_mu",
+    "classic_gaussian_sigma",
+    "harmonic_number",
+    "mgm_budget",
+    "mgm_idn_budget",
+    "mgm_udn_budget",
+    "mvg_thm2_budget",
+    "mvg_thm3_budget",
+    "quadratic_root_bound",
+    "zeta",
+]
