@@ -194,4 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    from mvg_dask.cli import main as _package_main  # the module the subcommands register on
+
+    sys.exit(_package_main())

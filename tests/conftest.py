@@ -16,3 +16,24 @@ settings.register_profile("dev", max_examples=20, deadline=None)
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default")
 )
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A LocalCluster (2 worker processes, loopback) shared by the pipeline tests."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+    )
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()

@@ -28,7 +28,7 @@ BASE = [
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mvg_dask.cli", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "mvg_dask", *args], capture_output=True, text=True, check=False
     )
 
 

@@ -1,0 +1,105 @@
+"""Writing datasets to Zarr: the shipped paper data and synthetic data for scale runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+
+
+def write_matrix(
+    X: np.ndarray | da.Array,
+    store: str | Path,
+    *,
+    variable: str = "X",
+    feature_names: Sequence[str] | None = None,
+    record_chunk: int = 100_000,
+    records_first: bool = False,
+) -> str:
+    """Write an ``M x N`` (features x records) matrix as an xarray-readable Zarr v3 store.
+
+    Parameters
+    ----------
+    X : ndarray or dask array
+        Features x records.
+    store : str or Path
+        Target (must not exist).
+    variable : str
+        Variable name.
+    feature_names : sequence of str, optional
+        Feature coordinate.
+    record_chunk : int
+        Records per chunk.
+    records_first : bool
+        Store as ``records x features`` instead.
+
+    Returns
+    -------
+    str
+        The store path.
+    """
+    M, N = X.shape
+    arr = da.asarray(X).rechunk((M, min(record_chunk, N)))
+    dims: tuple[str, str] = ("feature", "record")
+    if records_first:
+        arr = arr.T
+        dims = ("record", "feature")
+    coords = {}
+    if feature_names is not None:
+        coords["feature"] = np.array(list(feature_names), dtype=object)
+    ds = xr.Dataset({variable: (dims, arr)}, coords=coords)
+    chunks = arr.chunksize
+    ds.to_zarr(
+        str(store),
+        mode="w-",
+        zarr_format=3,
+        consolidated=False,
+        encoding={variable: {"chunks": chunks}},
+    )
+    return str(store)
+
+
+def synthetic(
+    records: int, features: int, *, seed: int = 0, record_chunk: int = 250_000
+) -> da.Array:
+    """A lazy ``features x records`` dataset in ``[0, 1]`` with a few strong directions.
+
+    Each chunk is generated from its own seeded generator, so any size fits in memory.
+
+    Parameters
+    ----------
+    records, features : int
+        Size.
+    seed : int
+        Seed of the (non-private, synthetic) data.
+    record_chunk : int
+        Records per chunk.
+
+    Returns
+    -------
+    dask.array.Array
+        The data.
+    """
+    loadings = np.random.default_rng([seed, 2**31]).uniform(0, 1, (features, 3)) / 3
+
+    def block(block_id: tuple[int, int], size: int) -> np.ndarray:
+        rng = np.random.default_rng([seed, block_id[1]])
+        z = rng.uniform(0, 1, (3, size))
+        x = loadings @ z + rng.normal(0, 0.05, (features, size))
+        return np.clip(x, 0.0, 1.0)
+
+    chunks = (
+        (features,),
+        tuple(min(record_chunk, records - i) for i in range(0, records, record_chunk)),
+    )
+    return da.map_blocks(
+        lambda block_id=None, block_info=None: block(
+            block_id,
+            block_info[None]["chunk-shape"][1],
+        ),
+        chunks=chunks,
+        dtype=np.float64,
+    )

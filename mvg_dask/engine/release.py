@@ -1,0 +1,564 @@
+"""The release pipeline: Zarr -> Dask -> MVG noise blockwise -> Zarr.
+
+``plan_release`` reads metadata only and builds the whole privacy story; ``execute_release`` runs
+it on a Dask client: (optional DP-PCA pass) -> query -> noise -> staged write -> atomic commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import dask
+import numpy as np
+import xarray as xr
+from distributed import Client
+
+from mvg_dask._version import __version__
+from mvg_dask.engine.blocks import Clipper, combine_grams, gram_block, identity_block
+from mvg_dask.engine.cluster import Progress, gather_with_progress
+from mvg_dask.engine.store import STATUS_ATTR, InputInfo, OutputTarget, open_input, small_coords
+from mvg_dask.errors import DataError, ReleaseError
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.samplers import affine_sample
+from mvg_dask.plan import (
+    AllocationSpec,
+    BoxDomain,
+    BudgetSplit,
+    Directions,
+    L2BallDomain,
+    NoisePlan,
+    QuerySpec,
+    RecordDomain,
+    build_noise_plan,
+    dp_pca,
+    gram_sensitivity,
+    split_budget,
+)
+from mvg_dask.spec import ReleaseSpec
+
+log = logging.getLogger("mvg_dask")
+
+TILE_RECORDS = 1024
+SPLIT_EVERY = 8
+# plan fields that depend on the directions, unknown before DP-PCA has run
+_DIRECTION_DEPENDENT = (
+    "row_variances",
+    "col_variances",
+    "mahalanobis_sensitivity",
+    "implied_epsilon",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class ReleasePlan:
+    """A release, fully planned from the spec and the input's metadata (no data read).
+
+    Attributes
+    ----------
+    spec : ReleaseSpec
+        The validated spec.
+    release_id : str
+        The release id.
+    info : InputInfo
+        Input metadata.
+    query : QuerySpec
+        The query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    split : BudgetSplit
+        Budget split between the DP-PCA step and the release.
+    noise_plan : NoisePlan or None
+        The noise plan; ``None`` when DP-PCA chooses the directions at run time.
+    directions : Directions or None
+        Fixed directions (``None`` with DP-PCA).
+    allocation : AllocationSpec
+        Allocation.
+    tile_records : int
+        Records per noise tile.
+    """
+
+    spec: ReleaseSpec
+    release_id: str
+    info: InputInfo
+    query: QuerySpec
+    domain: RecordDomain
+    split: BudgetSplit
+    noise_plan: NoisePlan | None
+    directions: Directions | None
+    allocation: AllocationSpec
+    tile_records: int = TILE_RECORDS
+    _preview: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def uses_dp_pca(self) -> bool:
+        """True when DP-PCA picks the directions at run time."""
+        return self.noise_plan is None
+
+    def build(self, directions: Directions | None = None) -> NoisePlan:
+        """The noise plan, given DP-PCA's directions when those are chosen at run time."""
+        if self.noise_plan is not None:
+            return self.noise_plan
+        if directions is None:
+            raise ValueError("this release chooses its directions by DP-PCA: pass them")
+        mech = self.spec.mechanism
+        return build_noise_plan(
+            self.query,
+            self.domain,
+            epsilon=self.spec.privacy.epsilon,
+            delta=self.spec.privacy.delta,
+            algorithm=mech.algorithm,
+            calibration=mech.calibration,
+            directions=directions,
+            allocation=self.allocation,
+            neighbours=self.spec.privacy.neighbours,
+            direction_share=self.split.share,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dry-run view: release, input and noise plan (direction-dependent fields are
+        ``null`` when DP-PCA chooses the directions at run time). Never the key."""
+        plan = self.noise_plan.to_dict() if self.noise_plan is not None else dict(self._preview)
+        return {
+            "release_id": self.release_id,
+            "name": self.spec.name,
+            "input": {
+                "store": self.spec.input.store,
+                "variable": self.spec.input.variable,
+                "features": self.info.features,
+                "records": self.info.records,
+                "records_first": self.info.records_first,
+                "record_chunk": self.info.record_chunk,
+            },
+            "output": {"store": self.spec.output.store},
+            "on_violation": self.spec.domain.on_violation,
+            "tile_records": self.tile_records,
+            "plan": plan,
+        }
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    """What a finished release reports."""
+
+    release_id: str
+    output: str
+    plan: NoisePlan
+    clipped_count: int
+    seconds: float
+    seeded: bool
+
+
+def new_release_id(name: str) -> str:
+    """``name`` plus a timestamp and a random suffix."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _domain(spec: ReleaseSpec, m: int) -> RecordDomain:
+    try:
+        if spec.domain.box is not None:
+            return BoxDomain.create(spec.domain.box.lower, spec.domain.box.upper, m)
+        assert spec.domain.l2_norm is not None
+        return L2BallDomain(spec.domain.l2_norm, m)
+    except ValueError as exc:
+        raise DataError(f"domain: {exc}") from None
+
+
+def _directions(spec: ReleaseSpec, m: int) -> Directions | None:
+    d = spec.mechanism.directions
+    important = tuple(spec.mechanism.allocation.important or ())
+    if d.method == "standard":
+        return Directions.standard(m, important)
+    if d.method == "matrix":
+        assert d.path is not None
+        try:
+            W = np.load(d.path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"mechanism.directions.path: cannot load {d.path} ({exc})") from None
+        try:
+            return Directions.from_matrix(W, important)
+        except ValueError as exc:
+            raise DataError(f"mechanism.directions.path: {exc}") from None
+    k = d.k if d.k is not None else len(important) or 1
+    if not 1 <= k <= m:
+        raise DataError(f"mechanism.directions.k: must lie in 1..{m}, got {k}")
+    return None
+
+
+def plan_release(spec: ReleaseSpec, *, release_id: str | None = None) -> ReleasePlan:
+    """Plan a release from its spec and the input's metadata; no chunk is read.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        Validated spec.
+    release_id : str, optional
+        Overrides ``spec.release_id``; a fresh id is made when neither is given.
+
+    Returns
+    -------
+    ReleasePlan
+        The plan.
+
+    Raises
+    ------
+    DataError
+        When the spec does not fit the data or a parameter is invalid.
+    """
+    rid = release_id or spec.release_id or new_release_id(spec.name)
+    inp = spec.input
+    info = open_input(inp.store, inp.variable, inp.record_dim, inp.feature_dim, inp.storage_options)
+    m = info.features
+    domain = _domain(spec, m)
+    mech = spec.mechanism
+    try:
+        query = QuerySpec(
+            kind=spec.query,
+            features=m,
+            records=info.records,
+            sensitivity=mech.sensitivity,
+            gamma=mech.gamma,
+            entry_range=mech.entry_range,
+        )
+    except ValueError as exc:
+        raise DataError(f"mechanism: {exc}") from None
+    a = mech.allocation
+    allocation = AllocationSpec(
+        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
+    )
+    directions = _directions(spec, m)
+    share = mech.directions.budget_share if directions is None else 0.0
+    try:
+        split = split_budget(mech.calibration, spec.privacy.epsilon, spec.privacy.delta, share)
+        if directions is not None:
+            plan: NoisePlan | None = build_noise_plan(
+                query,
+                domain,
+                epsilon=spec.privacy.epsilon,
+                delta=spec.privacy.delta,
+                algorithm=mech.algorithm,
+                calibration=mech.calibration,
+                directions=directions,
+                allocation=allocation,
+                neighbours=spec.privacy.neighbours,
+            )
+            preview: dict[str, Any] = {}
+        else:
+            plan = None
+            k = mech.directions.k or len(a.important or ()) or 1
+            stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
+            preview = build_noise_plan(
+                query,
+                domain,
+                epsilon=spec.privacy.epsilon,
+                delta=spec.privacy.delta,
+                algorithm=mech.algorithm,
+                calibration=mech.calibration,
+                directions=stand_in,
+                allocation=allocation,
+                neighbours=spec.privacy.neighbours,
+                direction_share=share,
+            ).to_dict()
+            for name in _DIRECTION_DEPENDENT:
+                preview[name] = None
+            preview["allocation"]["theta"] = None
+            preview["directions"] = {
+                "method": "dp-pca",
+                "k": k,
+                "matrix": None,
+                "important": list(range(k)),
+            }
+    except ValueError as exc:
+        raise DataError(f"mechanism: {exc}") from None
+    return ReleasePlan(
+        spec=spec,
+        release_id=rid,
+        info=info,
+        query=query,
+        domain=domain,
+        split=split,
+        noise_plan=plan,
+        directions=directions,
+        allocation=allocation,
+        _preview=preview,
+    )
+
+
+def _clipper(rplan: ReleasePlan) -> Clipper:
+    d = rplan.domain
+    on_violation = rplan.spec.domain.on_violation
+    if isinstance(d, BoxDomain):
+        return Clipper("box", d.lower[:, None], d.upper[:, None], None, on_violation)
+    return Clipper("l2", None, None, d.radius, on_violation)
+
+
+def _record_blocks(info: InputInfo) -> tuple[list[Any], list[int]]:
+    """Delayed ``M x b`` blocks (features x records) and their first record index."""
+    x = info.variable.data
+    if info.records_first:
+        x = x.T
+    x = x.rechunk({0: -1})
+    starts = np.concatenate([[0], np.cumsum(x.chunks[1])[:-1]]).astype(int).tolist()
+    return list(x.to_delayed().ravel()), starts
+
+
+def _compute_gram(
+    client: Client, rplan: ReleasePlan, clipper: Clipper, progress: bool
+) -> tuple[np.ndarray, int]:
+    """``X X^T`` of the clipped records: per-chunk partials, tree-reduced as they arrive."""
+    blocks, starts = _record_blocks(rplan.info)
+    tasks = [
+        dask.delayed(gram_block, pure=True)(b, start=s, clipper=clipper)
+        for b, s in zip(blocks, starts, strict=True)
+    ]
+    futures = client.compute(tasks)
+    bar = Progress(len(futures), "gram", enabled=progress)
+    pending: list[Any] = []
+    combined = []
+    from distributed import as_completed
+
+    try:
+        for fut in as_completed(futures):
+            fut.result()  # raise the block's error here, with its message
+            bar.update()
+            pending.append(fut)
+            if len(pending) >= SPLIT_EVERY:
+                combined.append(client.submit(combine_grams, pending, pure=False))
+                pending = []
+        rest = combined + pending
+        while len(rest) > 1:
+            rest = [
+                client.submit(combine_grams, rest[i : i + SPLIT_EVERY], pure=False)
+                for i in range(0, len(rest), SPLIT_EVERY)
+            ]
+        gram, clipped = rest[0].result()
+    except BaseException:
+        client.cancel(futures)
+        raise
+    finally:
+        bar.close()
+    return np.asarray(gram), int(clipped)
+
+
+def _provenance(rplan: ReleasePlan, plan: NoisePlan, key: NoiseKey, clipped: int) -> dict[str, Any]:
+    s = rplan.spec
+    return {
+        "mvg_dask_release_id": rplan.release_id,
+        "mvg_dask_name": s.name,
+        "mvg_dask_version": __version__,
+        "mvg_dask_created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mvg_dask_query": s.query,
+        "mvg_dask_algorithm": plan.algorithm,
+        "mvg_dask_calibration": plan.calibration,
+        "mvg_dask_epsilon": plan.epsilon,
+        "mvg_dask_delta": plan.delta,
+        "mvg_dask_neighbours": plan.neighbours,
+        "mvg_dask_sensitivity": plan.sensitivity,
+        "mvg_dask_gamma": plan.gamma,
+        "mvg_dask_mahalanobis_sensitivity": plan.mahalanobis_sensitivity,
+        "mvg_dask_precision_budget": plan.precision_budget,
+        "mvg_dask_composition": plan.split.composition,
+        "mvg_dask_record_domain": json.dumps(plan.domain.to_dict()),
+        "mvg_dask_on_violation": s.domain.on_violation,
+        "mvg_dask_clipped_count": clipped,
+        "mvg_dask_seeded": key.seeded,
+        "mvg_dask_seeded_note": (
+            "noise derived from a user seed: reproducible, NOT private" if key.seeded else ""
+        ),
+        "mvg_dask_tile_records": rplan.tile_records,
+        "mvg_dask_input_store": s.input.store,
+        "mvg_dask_input_variable": s.input.variable,
+        "mvg_dask_plan": json.dumps(plan.to_dict()),
+    }
+
+
+def _noise_variables(plan: NoisePlan, fd: str, coord: Any) -> dict[str, Any]:
+    rows, cols = f"{fd}_row", f"{fd}_col"
+    out: dict[str, Any] = {
+        "row_cov": xr.DataArray(plan.row_cov, dims=(rows, cols)),
+        "directions": xr.DataArray(plan.directions.matrix, dims=(rows, "direction")),
+        "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
+    }
+    if plan.algorithm == "equi-modal":
+        out["col_cov"] = xr.DataArray(plan.row_cov, dims=(rows, cols))
+    return out
+
+
+def _feature_coord(info: InputInfo) -> Any:
+    v = info.variable
+    return v.coords[info.feature_dim].values if info.feature_dim in v.coords else None
+
+
+def execute_release(
+    rplan: ReleasePlan, client: Client, key: NoiseKey, *, progress: bool = True
+) -> ReleaseResult:
+    """Run a planned release on ``client`` and commit it atomically.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        From :func:`plan_release`.
+    client : distributed.Client
+        Where to compute.
+    key : NoiseKey
+        The release key (fresh, or seeded for tests/demos).
+    progress : bool
+        Show progress.
+
+    Returns
+    -------
+    ReleaseResult
+        Summary of the complete release.
+    """
+    t0 = time.perf_counter()
+    spec = rplan.spec
+    target = OutputTarget(spec.output.store, rplan.release_id, spec.output.storage_options)
+    target.check_free()
+    target.clear_staging()
+    clipper = _clipper(rplan)
+    release_key = key.derive("release")
+    info = rplan.info
+    fd = info.feature_dim
+    coord = _feature_coord(info)
+    try:
+        gram: np.ndarray | None = None
+        clipped = 0
+        if rplan.uses_dp_pca:
+            # one pass gives the Gram matrix for DP-PCA (and, for covariance, the query itself)
+            gram, clipped = _compute_gram(client, rplan, clipper, progress)
+            k = spec.mechanism.directions.k or len(spec.mechanism.allocation.important or ()) or 1
+            assert rplan.split.step_mu is not None
+            directions = dp_pca(
+                gram,
+                records=info.records,
+                k=k,
+                mu=rplan.split.step_mu,
+                sensitivity=gram_sensitivity(rplan.domain, spec.privacy.neighbours),
+                key=key.derive("dp-pca"),
+            )
+            plan = rplan.build(directions)
+        else:
+            plan = rplan.build()
+        if spec.query == "covariance":
+            if gram is None:
+                gram, clipped = _compute_gram(client, rplan, clipper, progress)
+            value = _privatize_covariance(gram / info.records, plan, release_key)
+            coords = {f"{fd}_row": coord, f"{fd}_col": coord} if coord is not None else {}
+            ds = xr.Dataset(
+                {
+                    "covariance": xr.DataArray(value, dims=(f"{fd}_row", f"{fd}_col")),
+                    **_noise_variables(plan, fd, coord),
+                },
+                coords=coords,
+            )
+            ds.attrs[STATUS_ATTR] = "incomplete"
+            ds.to_zarr(
+                target.write_store,
+                mode="w-",
+                zarr_format=3,
+                consolidated=False,
+                storage_options=spec.output.storage_options,
+            )
+        else:
+            clipped = _identity_pass(client, rplan, plan, clipper, release_key, target, progress)
+        target.commit(_provenance(rplan, plan, key, clipped))
+    except BaseException:
+        target.abort()
+        raise
+    return ReleaseResult(
+        release_id=rplan.release_id,
+        output=spec.output.store,
+        plan=plan,
+        clipped_count=clipped,
+        seconds=time.perf_counter() - t0,
+        seeded=key.seeded,
+    )
+
+
+def _privatize_covariance(value: np.ndarray, plan: NoisePlan, key: NoiseKey) -> np.ndarray:
+    m = value.shape[0]
+    B = plan.row_factor
+    N = key.tile_normals(0, (m, m))
+    Z = affine_sample(N, B, B if plan.algorithm == "equi-modal" else None)
+    return np.asarray(value + Z)
+
+
+def _identity_pass(
+    client: Client,
+    rplan: ReleasePlan,
+    plan: NoisePlan,
+    clipper: Clipper,
+    key: NoiseKey,
+    target: OutputTarget,
+    progress: bool,
+) -> int:
+    import dask.array as da
+
+    info = rplan.info
+    spec = rplan.spec
+    var = info.variable
+    name = spec.input.variable
+    # the output skeleton: same name, dims and (small) coords as the input; chunks = tasks
+    blocks, starts = _record_blocks(info)
+    x = var.data.T if info.records_first else var.data
+    rec_chunks = x.chunks[1]
+    shape = var.shape
+    chunks = (
+        (rec_chunks, (info.features,)) if info.records_first else ((info.features,), rec_chunks)
+    )
+    placeholder = da.zeros(shape, chunks=chunks, dtype=np.float64)
+    coord = _feature_coord(info)
+    out = xr.Dataset(
+        {
+            name: xr.DataArray(placeholder, dims=var.dims),
+            **_noise_variables(plan, info.feature_dim, coord),
+        },
+        coords={**small_coords(var)},
+    )
+    if coord is not None:
+        out = out.assign_coords(
+            {f"{info.feature_dim}_row": coord, f"{info.feature_dim}_col": coord}
+        )
+    out.attrs[STATUS_ATTR] = "incomplete"
+    encoding = {name: {"chunks": tuple(c[0] for c in chunks)}}
+    out.to_zarr(
+        target.write_store,
+        mode="w-",
+        compute=False,
+        zarr_format=3,
+        consolidated=False,
+        encoding=encoding,
+        storage_options=spec.output.storage_options,
+    )
+    factor = plan.row_factor
+    tasks = [
+        dask.delayed(identity_block, pure=True)(
+            b,
+            start=s,
+            clipper=clipper,
+            key=key,
+            factor=factor,
+            tile=rplan.tile_records,
+            n_total=info.records,
+            diagonal=plan.directions.is_standard,
+            out_store=target.write_store,
+            out_path=name,
+            records_first=info.records_first,
+            storage_options=spec.output.storage_options,
+        )
+        for b, s in zip(blocks, starts, strict=True)
+    ]
+    futures = client.compute(tasks)
+    results = gather_with_progress(
+        client, futures, Progress(len(futures), "release", enabled=progress)
+    )
+    counts = np.sum(results, axis=0)
+    if int(counts[1]) != info.records:  # pragma: no cover - a bookkeeping invariant
+        raise ReleaseError(f"wrote {counts[1]} records, expected {info.records}")
+    return int(counts[0])

@@ -1,0 +1,24 @@
+"""Exceptions of mvg_dask. Each subclasses a builtin, as diffprivlib does (``ValueError`` for bad
+values), and carries a one-line message naming the field and the remedy."""
+
+from __future__ import annotations
+
+
+class MvgDaskError(Exception):
+    """Base class of every error mvg_dask raises on purpose."""
+
+
+class DataError(MvgDaskError, ValueError):
+    """The input data does not fit the spec (missing variable, NaN, outside the domain, ...)."""
+
+
+class ReleaseError(MvgDaskError, RuntimeError):
+    """A release cannot proceed (output already holds another release, a chunk is unreadable)."""
+
+
+class IncompleteReleaseError(ReleaseError):
+    """An output store does not hold a complete release."""
+
+
+class BudgetError(MvgDaskError, ValueError):
+    """The dataset's privacy budget would be exceeded."""

@@ -1,0 +1,291 @@
+"""Release specifications (YAML), validated before any data is read.
+
+Unknown keys are errors, every field is checked, and every error message names the field (its
+dotted path) and what to do. :func:`load_spec` turns any problem into a :class:`SpecError`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mvg_dask.privacy.allocation import AllocationStrategy
+from mvg_dask.privacy.calibration import Algorithm, Calibration
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class SpecError(ValueError):
+    """A release spec is invalid; the message names the field and the remedy."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+Scalars = float | list[float]
+
+
+class InputSpec(_Strict):
+    """Where the data is: a Zarr store (path or fsspec URL) and the variable's dimensions."""
+
+    store: str
+    variable: str = "X"
+    record_dim: str = "record"
+    feature_dim: str = "feature"
+    storage_options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _dims_differ(self) -> InputSpec:
+        if self.record_dim == self.feature_dim:
+            raise ValueError("record_dim and feature_dim must be different dimension names")
+        return self
+
+
+class BoxSpec(_Strict):
+    """A per-feature box (scalars apply to every feature)."""
+
+    lower: Scalars
+    upper: Scalars
+
+    @model_validator(mode="after")
+    def _finite(self) -> BoxSpec:
+        for name in ("lower", "upper"):
+            value = getattr(self, name)
+            values = value if isinstance(value, list) else [value]
+            if not values or not all(math.isfinite(v) for v in values):
+                raise ValueError(f"box {name} must be finite numbers")
+        if not isinstance(self.lower, list) and not isinstance(self.upper, list):
+            if self.lower >= self.upper:
+                raise ValueError(f"box lower ({self.lower:g}) must be < upper ({self.upper:g})")
+        return self
+
+
+class DomainSpec(_Strict):
+    """The declared record domain and what to do with values outside it."""
+
+    box: BoxSpec | None = None
+    l2_norm: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    on_violation: Literal["clip", "error"] = "clip"
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> DomainSpec:
+        if (self.box is None) == (self.l2_norm is None):
+            raise ValueError("give exactly one of box: {lower, upper} or l2_norm: C")
+        return self
+
+
+class DirectionsSpec(_Strict):
+    """Noise directions."""
+
+    method: Literal["standard", "matrix", "dp-pca"] = "standard"
+    path: str | None = None
+    budget_share: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    k: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_method(self) -> DirectionsSpec:
+        if self.method == "matrix" and not self.path:
+            raise ValueError("method matrix needs path: a .npy file with the orthonormal matrix")
+        if self.method != "matrix" and self.path is not None:
+            raise ValueError("path is only used with method: matrix")
+        return self
+
+
+class AllocationSpecModel(_Strict):
+    """Precision allocation."""
+
+    strategy: AllocationStrategy = "uniform"
+    important: list[Annotated[int, Field(ge=0)]] | None = None
+    share: Annotated[float, Field(gt=0, le=1)] | None = None
+    theta: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_strategy(self) -> AllocationSpecModel:
+        if self.strategy == "custom" and self.theta is None:
+            raise ValueError("strategy custom needs theta: one share per direction")
+        if self.theta is not None and self.strategy != "custom":
+            raise ValueError("theta is only used with strategy: custom")
+        if self.theta is not None and sum(self.theta) > 1 + 1e-9:
+            raise ValueError(
+                f"theta sums to {sum(self.theta):.6g} > 1: that would overspend the budget"
+            )
+        if self.important is not None and len(set(self.important)) != len(self.important):
+            raise ValueError("important indices repeat")
+        if self.strategy == "mgm-optimal":
+            raise ValueError(
+                "mgm-optimal needs a utility matrix and is available from the Python API only"
+            )
+        return self
+
+
+class MechanismSpec(_Strict):
+    """The MVG mechanism: algorithm, calibration, directions and allocation."""
+
+    algorithm: Algorithm = "unimodal"
+    calibration: Calibration = "exact"
+    directions: DirectionsSpec = DirectionsSpec()
+    allocation: AllocationSpecModel = AllocationSpecModel()
+    sensitivity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    gamma: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    entry_range: tuple[float, float] | None = None
+
+
+class PrivacySpec(_Strict):
+    """The privacy parameters of the whole release (direction step included)."""
+
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    delta: Annotated[float, Field(gt=0, lt=1)]
+    neighbours: Literal["replace-one", "add-remove"] = "replace-one"
+
+
+class OutputSpec(_Strict):
+    """Where the release goes."""
+
+    store: str
+    storage_options: dict[str, Any] | None = None
+
+
+class ReleaseSpec(_Strict):
+    """A complete release specification."""
+
+    name: str
+    release_id: str | None = None
+    input: InputSpec
+    domain: DomainSpec
+    query: Literal["identity", "covariance"]
+    mechanism: MechanismSpec = MechanismSpec()
+    privacy: PrivacySpec
+    output: OutputSpec
+
+    @field_validator("name", "release_id")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        if value is not None and not _ID_RE.match(value):
+            raise ValueError(
+                "use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _mechanism_fits_query(self) -> ReleaseSpec:
+        mech = self.mechanism
+        if self.query == "identity" and mech.algorithm == "equi-modal":
+            raise ValueError(
+                "mechanism.algorithm: equi-modal noise needs a square query; use unimodal for "
+                "the identity query"
+            )
+        if self.query == "identity" and self.privacy.neighbours == "add-remove":
+            raise ValueError(
+                "privacy.neighbours: the identity query has one column per record, so "
+                "add-remove changes its shape; use replace-one"
+            )
+        if mech.calibration == "mvg-thm3" and (
+            self.query != "covariance" or mech.algorithm != "equi-modal"
+        ):
+            raise ValueError(
+                "mechanism.calibration: mvg-thm3 needs a symmetric PSD query with equi-modal "
+                "noise (query: covariance, algorithm: equi-modal)"
+            )
+        if mech.calibration in ("mgm-udn", "mgm-idn") and mech.algorithm != "unimodal":
+            raise ValueError(f"mechanism.calibration: {mech.calibration} needs algorithm: unimodal")
+        if mech.calibration == "mgm-idn" and mech.directions.method != "standard":
+            raise ValueError("mechanism.calibration: mgm-idn needs directions: {method: standard}")
+        if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
+            raise ValueError(
+                "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
+                "{method: dp-pca}"
+            )
+        return self
+
+
+def _format_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling)"
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def parse_spec(data: object, *, source: str = "spec") -> ReleaseSpec:
+    """Validate a spec given as a mapping.
+
+    Parameters
+    ----------
+    data : object
+        The parsed YAML.
+    source : str
+        Name used in error messages.
+
+    Returns
+    -------
+    ReleaseSpec
+        The validated spec.
+
+    Raises
+    ------
+    SpecError
+        Naming every invalid field.
+    """
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a release spec must be a mapping of keys to values")
+    try:
+        return ReleaseSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(f"{source}: {_format_error(exc)}") from None
+
+
+def load_spec(path: str | Path) -> ReleaseSpec:
+    """Read and validate a YAML release spec.
+
+    Relative store paths are resolved against the spec file's directory.
+
+    Parameters
+    ----------
+    path : str or Path
+        The YAML file.
+
+    Returns
+    -------
+    ReleaseSpec
+        The validated spec.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec {p}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    spec = parse_spec(data, source=str(p))
+    return resolve_paths(spec, p.parent)
+
+
+def _resolve(store: str, base: Path) -> str:
+    if "://" in store or Path(store).is_absolute():
+        return store
+    return str((base / store).resolve())
+
+
+def resolve_paths(spec: ReleaseSpec, base: Path) -> ReleaseSpec:
+    """Resolve relative store and matrix paths against ``base``."""
+    directions = spec.mechanism.directions
+    if directions.path is not None:
+        directions = directions.model_copy(update={"path": _resolve(directions.path, base)})
+    return spec.model_copy(
+        update={
+            "input": spec.input.model_copy(update={"store": _resolve(spec.input.store, base)}),
+            "output": spec.output.model_copy(update={"store": _resolve(spec.output.store, base)}),
+            "mechanism": spec.mechanism.model_copy(update={"directions": directions}),
+        }
+    )

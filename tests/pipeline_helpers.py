@@ -1,0 +1,61 @@
+"""Helpers for the pipeline tests: small Zarr inputs and spec dictionaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from mvg_dask.data import write_matrix
+
+
+def make_input(
+    path: Path,
+    X: np.ndarray,
+    *,
+    chunk: int = 64,
+    records_first: bool = False,
+    names: list[str] | None = None,
+) -> str:
+    return write_matrix(
+        X,
+        path,
+        record_chunk=chunk,
+        records_first=records_first,
+        feature_names=names or [f"f{i}" for i in range(X.shape[0])],
+    )
+
+
+def spec_dict(
+    input_store: str, output_store: str, *, query: str = "identity", **overrides: Any
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "test-release",
+        "input": {"store": input_store, "variable": "X"},
+        "domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "clip"},
+        "query": query,
+        "mechanism": {
+            "algorithm": "unimodal" if query == "identity" else "equi-modal",
+            "calibration": "exact",
+        },
+        "privacy": {"epsilon": 1.0, "delta": 1e-5},
+        "output": {"store": output_store},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            spec[key] = {**spec[key], **value}
+        else:
+            spec[key] = value
+    return spec
+
+
+def write_spec(path: Path, spec: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def data(m: int, n: int, seed: int = 0, low: float = -0.2, high: float = 1.2) -> np.ndarray:
+    """Data partly outside [0, 1] so that clipping is exercised."""
+    return np.random.default_rng(seed).uniform(low, high, (m, n))

@@ -1,0 +1,302 @@
+"""The distributed release pipeline: Zarr -> Dask -> MVG noise blockwise -> Zarr."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from scipy import stats
+
+from mvg_dask import api
+from mvg_dask.errors import DataError, IncompleteReleaseError, ReleaseError
+from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
+
+ALPHA = 1e-3
+
+
+def test_identity_release_is_mvg_noise_on_the_clipped_input(tmp_path, client):
+    X = data(5, 3000, seed=1)
+    store = make_input(tmp_path / "in.zarr", X, chunk=700)
+    spec = spec_dict(
+        store,
+        str(tmp_path / "out.zarr"),
+        mechanism={"allocation": {"strategy": "binary", "important": [1, 3], "share": 0.7}},
+    )
+    res = api.release(spec, client=client, seed=11, progress=False)
+    ds = api.open_release(res.output)
+    assert ds.attrs["mvg_dask_status"] == "complete"
+    assert ds["X"].dims == ("feature", "record")
+    assert list(ds["feature"].values) == [f"f{i}" for i in range(5)]
+    clipped = np.clip(X, 0, 1)
+    assert ds.attrs["mvg_dask_clipped_count"] == int(np.sum((X < 0) | (X > 1)))
+    Z = ds["X"].values - clipped
+    L = np.linalg.cholesky(ds["row_cov"].values)
+    w = np.linalg.solve(L, Z).ravel()
+    # whitened by row_cov the noise is iid N(0, 1) (alpha = 1e-3, seed 11)
+    assert stats.kstest(w, "norm").pvalue > ALPHA
+    C = np.corrcoef(np.linalg.solve(L, Z))
+    assert np.max(np.abs(C - np.eye(5))) < 5 / np.sqrt(3000)
+    for key in (
+        "mvg_dask_release_id",
+        "mvg_dask_query",
+        "mvg_dask_algorithm",
+        "mvg_dask_calibration",
+        "mvg_dask_epsilon",
+        "mvg_dask_delta",
+        "mvg_dask_neighbours",
+        "mvg_dask_sensitivity",
+        "mvg_dask_mahalanobis_sensitivity",
+        "mvg_dask_clipped_count",
+        "mvg_dask_seeded",
+        "mvg_dask_version",
+    ):
+        assert key in ds.attrs
+    assert ds.attrs["mvg_dask_seeded"] is True
+    assert not list(tmp_path.glob("*.staging-*"))
+
+
+def test_same_bytes_whatever_the_input_chunking_and_layout(tmp_path, client):
+    X = data(4, 2500, seed=2)
+    outs = []
+    for i, (chunk, records_first) in enumerate([(500, False), (333, False), (2500, True)]):
+        store = make_input(tmp_path / f"in{i}.zarr", X, chunk=chunk, records_first=records_first)
+        spec = spec_dict(
+            store, str(tmp_path / f"out{i}.zarr"), input={"store": store, "variable": "X"}
+        )
+        res = api.release(spec, client=client, seed=5, progress=False)
+        values = api.open_release(res.output)["X"]
+        outs.append(values.transpose("feature", "record").values)
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+
+
+def test_covariance_with_huge_epsilon_is_the_clipped_second_moment(tmp_path, client):
+    X = data(6, 4000, seed=3)
+    store = make_input(tmp_path / "in.zarr", X, chunk=512)
+    spec = spec_dict(
+        store,
+        str(tmp_path / "cov.zarr"),
+        query="covariance",
+        privacy={"epsilon": 1e9, "delta": 1e-5},
+    )
+    res = api.release(spec, client=client, seed=1, progress=False)
+    ds = api.open_release(res.output)
+    Xc = np.clip(X, 0, 1)
+    assert np.allclose(ds["covariance"].values, Xc @ Xc.T / 4000, rtol=1e-6, atol=1e-9)
+    assert ds["covariance"].dims == ("feature_row", "feature_col")
+    assert "col_cov" in ds and np.allclose(ds["col_cov"], ds["row_cov"])
+
+
+@pytest.mark.parametrize("calibration", ["exact", "mvg-thm2"])
+def test_dp_pca_release(tmp_path, client, calibration):
+    X = data(6, 3000, seed=4, low=0, high=1)
+    store = make_input(tmp_path / "in.zarr", X, chunk=1000)
+    spec = spec_dict(
+        store,
+        str(tmp_path / "out.zarr"),
+        query="covariance",
+        mechanism={
+            "calibration": calibration,
+            "directions": {"method": "dp-pca", "budget_share": 0.2, "k": 2},
+            "allocation": {"strategy": "binary", "share": 0.8},
+        },
+    )
+    res = api.release(spec, client=client, seed=2, progress=False)
+    ds = api.open_release(res.output)
+    W = ds["directions"].values
+    assert np.allclose(W.T @ W, np.eye(6), atol=1e-10)
+    plan = json.loads(ds.attrs["mvg_dask_plan"])
+    assert plan["directions"]["method"] == "dp-pca"
+    assert plan["composition"]["direction_share"] == 0.2
+
+
+def test_dry_run_reads_no_chunk_and_matches_the_release(tmp_path, client):
+    X = data(3, 1000, seed=5)
+    store = make_input(tmp_path / "in.zarr", X, chunk=250)
+    hidden = tmp_path / "chunks-hidden"
+    shutil.move(str(Path(store) / "X" / "c"), hidden)  # no chunk data left: reading one fails
+    spec = spec_dict(
+        store,
+        str(tmp_path / "out.zarr"),
+        release_id="fixed-id",
+        mechanism={"allocation": {"strategy": "binary", "important": [0], "share": 0.6}},
+    )
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    out = subprocess.run(
+        [sys.executable, "-m", "mvg_dask", "release", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    dry = json.loads(out.stdout)
+    assert not (tmp_path / "out.zarr").exists()
+    shutil.move(str(hidden), str(Path(store) / "X" / "c"))
+    res = api.release(path, client=client, seed=3, progress=False)
+    attrs = api.open_release(res.output).attrs
+    assert dry["plan"] == json.loads(attrs["mvg_dask_plan"])
+    assert dry["release_id"] == attrs["mvg_dask_release_id"] == "fixed-id"
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"input": {"store": "MISSING", "variable": "X"}}, "does not exist"),
+        ({"input": {"variable": "Y"}}, "'Y' is not in"),
+        ({"input": {"record_dim": "rows"}}, "record_dim='rows'"),
+        ({"domain": {"box": {"lower": [0, 0], "upper": 1}}}, "2 values but the data has 3"),
+        ({"mechanism": {"allocation": {"strategy": "binary", "important": [5]}}}, "out of range"),
+        ({"mechanism": {"directions": {"method": "dp-pca", "k": 7}}}, "1..3"),
+        (
+            {"domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "error"}},
+            "outside the declared",
+        ),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, client, change, needle):
+    X = data(3, 500, seed=6)
+    store = make_input(tmp_path / "in.zarr", X, chunk=100)
+    spec = spec_dict(store, str(tmp_path / "out.zarr"), **change)
+    if spec["input"]["store"] == "MISSING":
+        spec["input"]["store"] = str(tmp_path / "missing.zarr")
+    with pytest.raises((DataError, ReleaseError), match=needle):
+        api.release(spec, client=client, seed=1, progress=False)
+    assert not (tmp_path / "out.zarr").exists()
+    assert not list(tmp_path.glob("out.zarr.staging-*"))
+
+
+def test_nan_is_rejected_and_nothing_written(tmp_path, client):
+    X = data(3, 600, seed=7)
+    X[1, 450] = np.nan
+    store = make_input(tmp_path / "in.zarr", X, chunk=100)
+    spec = spec_dict(store, str(tmp_path / "out.zarr"))
+    with pytest.raises(DataError, match=r"NaN or infinite values in records 400\.\.499"):
+        api.release(spec, client=client, seed=1, progress=False)
+    assert list(tmp_path.iterdir()) == [tmp_path / "in.zarr"]
+
+
+def test_output_that_exists_is_refused_and_readers_refuse_incomplete(tmp_path, client):
+    X = data(3, 300, seed=8)
+    store = make_input(tmp_path / "in.zarr", X, chunk=100)
+    out = tmp_path / "out.zarr"
+    api.release(spec_dict(store, str(out)), client=client, seed=1, progress=False)
+    before = sorted(p.name for p in out.rglob("*"))
+    with pytest.raises(ReleaseError, match="already exists"):
+        api.release(spec_dict(store, str(out)), client=client, seed=1, progress=False)
+    assert sorted(p.name for p in out.rglob("*")) == before
+    with pytest.raises(IncompleteReleaseError, match="not a complete release"):
+        api.open_release(store)  # the input is not a release
+
+
+def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.cluster
+def test_real_multiprocess_cluster_gives_the_same_bytes(tmp_path, client):
+    """A `dask scheduler` + two `dask worker` processes on loopback, started by the test."""
+    X = data(4, 3000, seed=9)
+    store = make_input(tmp_path / "in.zarr", X, chunk=600)
+    sched_file = tmp_path / "scheduler.json"
+    dask_bin = str(Path(sys.executable).parent / "dask")
+    procs = [
+        _start(
+            [
+                dask_bin,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(sched_file),
+            ]
+        )
+    ]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(
+                _start(
+                    [
+                        dask_bin,
+                        "worker",
+                        address,
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--no-dashboard",
+                    ]
+                )
+            )
+        from distributed import Client
+
+        with Client(address, timeout="30s") as c:
+            c.wait_for_workers(2, timeout=60)
+        path = write_spec(tmp_path / "spec.yaml", spec_dict(store, str(tmp_path / "a.zarr")))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mvg_dask",
+                "release",
+                str(path),
+                "--scheduler",
+                address,
+                "--seed",
+                "42",
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    remote = api.open_release(str(tmp_path / "a.zarr"))["X"].values
+    store2 = make_input(tmp_path / "in2.zarr", X, chunk=1000)
+    local = api.release(
+        spec_dict(store2, str(tmp_path / "b.zarr")), client=client, seed=42, progress=False
+    )
+    assert remote.tobytes() == api.open_release(local.output)["X"].values.tobytes()
+
+
+def test_cli_release_errors_are_one_line(tmp_path):
+    path = write_spec(tmp_path / "spec.yaml", {"name": "x", "bogus": 1})
+    out = subprocess.run(
+        [sys.executable, "-m", "mvg_dask", "release", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "bogus: unknown key" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_xarray_reads_the_release_directly(tmp_path, client):
+    X = data(3, 200, seed=10)
+    store = make_input(tmp_path / "in.zarr", X, chunk=100)
+    res = api.release(
+        spec_dict(store, str(tmp_path / "o.zarr")), client=client, seed=1, progress=False
+    )
+    ds = xr.open_zarr(res.output, consolidated=False)
+    assert ds["X"].shape == (3, 200) and ds["row_cov"].shape == (3, 3)
+    assert os.path.isdir(res.output)
