@@ -10,7 +10,6 @@ from distributed import Client
 from mvg_dask.engine.cluster import connect
 from mvg_dask.engine.release import ReleasePlan, ReleaseResult, execute_release, plan_release
 from mvg_dask.engine.store import open_release
-from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths
 
 __all__ = ["dry_run", "open_release", "release"]
@@ -69,11 +68,10 @@ def release(
         The finished release.
     """
     rplan = plan_release(_as_spec(spec))
-    key = NoiseKey.from_seed(seed) if seed is not None else NoiseKey.fresh()
     if client is not None:
-        return execute_release(rplan, client, key, progress=progress)
+        return execute_release(rplan, client, seed=seed, progress=progress)
     with connect(scheduler) as new_client:
-        return execute_release(rplan, new_client, key, progress=progress)
+        return execute_release(rplan, new_client, seed=seed, progress=progress)
 
 
 open_release = open_release

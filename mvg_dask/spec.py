@@ -151,6 +151,21 @@ class OutputSpec(_Strict):
     storage_options: dict[str, Any] | None = None
 
 
+class BudgetSpec(_Strict):
+    """A dataset's total privacy budget."""
+
+    epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    delta: Annotated[float, Field(gt=0, lt=1)]
+
+
+class LedgerSpec(_Strict):
+    """The privacy ledger this release is charged to."""
+
+    path: str
+    dataset: str
+    budget: BudgetSpec
+
+
 class ReleaseSpec(_Strict):
     """A complete release specification."""
 
@@ -162,6 +177,7 @@ class ReleaseSpec(_Strict):
     mechanism: MechanismSpec = MechanismSpec()
     privacy: PrivacySpec
     output: OutputSpec
+    ledger: LedgerSpec | None = None
 
     @field_validator("name", "release_id")
     @classmethod
@@ -196,12 +212,26 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"mechanism.calibration: {mech.calibration} needs algorithm: unimodal")
         if mech.calibration == "mgm-idn" and mech.directions.method != "standard":
             raise ValueError("mechanism.calibration: mgm-idn needs directions: {method: standard}")
+        if self.ledger is not None and self.privacy.epsilon > self.ledger.budget.epsilon:
+            raise ValueError(
+                f"privacy.epsilon ({self.privacy.epsilon:g}) exceeds the dataset's whole "
+                f"ledger.budget.epsilon ({self.ledger.budget.epsilon:g})"
+            )
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
             raise ValueError(
                 "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
                 "{method: dp-pca}"
             )
         return self
+
+
+def spec_hash(spec: ReleaseSpec) -> str:
+    """A stable hash of everything in the spec but its release id (to recognise a resume)."""
+    import hashlib
+    import json
+
+    data = spec.model_dump(mode="json", exclude={"release_id"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _format_error(exc: ValidationError) -> str:
@@ -282,8 +312,12 @@ def resolve_paths(spec: ReleaseSpec, base: Path) -> ReleaseSpec:
     directions = spec.mechanism.directions
     if directions.path is not None:
         directions = directions.model_copy(update={"path": _resolve(directions.path, base)})
+    ledger = spec.ledger
+    if ledger is not None:
+        ledger = ledger.model_copy(update={"path": _resolve(ledger.path, base)})
     return spec.model_copy(
         update={
+            "ledger": ledger,
             "input": spec.input.model_copy(update={"store": _resolve(spec.input.store, base)}),
             "output": spec.output.model_copy(update={"store": _resolve(spec.output.store, base)}),
             "mechanism": spec.mechanism.model_copy(update={"directions": directions}),

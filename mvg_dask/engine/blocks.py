@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from mvg_dask.errors import DataError
+from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
+
+PROGRESS_DIR = ".mvg_dask_progress"
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,9 +107,10 @@ def unimodal_noise(
 ) -> np.ndarray:
     """Noise ``B_Sigma N`` for records ``[start, stop)`` from the canonical tile grid.
 
-    Tile ``t`` covers records ``[t*tile, min((t+1)*tile, n_total))`` and its normals are drawn
-    whole, record-major, from ``key.generator(t)``: the noise of a record depends only on the key
-    and its index, never on how the records are chunked or how often a task runs.
+    Tile ``t`` covers records ``[t*tile, min((t+1)*tile, n_total))``; its normals are drawn
+    whole, as an ``M x tile`` C-ordered matrix, from ``key.generator(t)``. The noise of a record
+    therefore depends only on the key and its index, never on how the records are chunked or
+    how often a task runs.
 
     Parameters
     ----------
@@ -127,7 +130,7 @@ def unimodal_noise(
     Returns
     -------
     ndarray
-        ``M x (stop - start)`` noise.
+        ``M x (stop - start)`` noise (a fresh array the caller may modify).
     """
     m = factor.shape[0]
     t0, t1 = start // tile, (stop - 1) // tile
@@ -135,59 +138,125 @@ def unimodal_noise(
     for t in range(t0, t1 + 1):
         a = t * tile
         b = min(a + tile, n_total)
-        parts.append(key.tile_normals(t, (b - a, m)))
-    normals = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    normals = normals[start - t0 * tile : stop - t0 * tile]
+        normals = key.tile_normals(t, (m, b - a))
+        lo, hi = max(start - a, 0), min(stop, b) - a
+        parts.append(normals if (lo, hi) == (0, b - a) else normals[:, lo:hi])
+    N = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
     if diagonal:
-        return np.ascontiguousarray((normals * np.diag(factor)[None, :]).T)
-    return np.asarray(factor @ normals.T)
+        N *= np.diag(factor)[:, None]  # N is fresh (or a view of a fresh tile): scale in place
+        return N
+    return np.asarray(factor @ N)
 
 
-def identity_block(
-    block: np.ndarray,
-    *,
+@dataclass(frozen=True)
+class ZarrMatrix:
+    """A 2-D Zarr array seen as ``features x records``, read and written by record ranges.
+
+    Attributes
+    ----------
+    store : str
+        Store path or URL.
+    path : str
+        Array path inside the store (the variable name).
+    records_first : bool
+        True when the stored array is ``records x features``.
+    storage_options : dict or None
+        fsspec options.
+    """
+
+    store: str
+    path: str
+    records_first: bool
+    storage_options: dict[str, Any] | None = None
+
+    def _open(self, mode: str) -> Any:
+        import zarr
+
+        return zarr.open_array(
+            store=self.store, path=self.path, mode=mode, storage_options=self.storage_options
+        )
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Records ``[start, stop)`` as an ``M x b`` array; a failed read is a ReleaseError."""
+        try:
+            arr = self._open("r")
+            if self.records_first:
+                return np.asarray(arr[start:stop, :]).T
+            return np.asarray(arr[:, start:stop])
+        except Exception as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else ""
+            raise ReleaseError(
+                f"input chunk with records {start}..{stop - 1} of {self.store}/{self.path} "
+                f"cannot be read ({type(exc).__name__}: {detail}); restore the input store"
+            ) from None
+
+    def write(self, start: int, stop: int, values: np.ndarray) -> None:
+        """Write records ``[start, stop)`` from an ``M x b`` array (whole chunks only)."""
+        arr = self._open("r+")
+        if self.records_first:
+            arr[start:stop, :] = values.T
+        else:
+            arr[:, start:stop] = values
+
+
+def progress_marker(write_store: str, start: int) -> str:
+    """Path of the marker that says the chunk starting at ``start`` is written."""
+    return f"{write_store.rstrip('/')}/{PROGRESS_DIR}/{start}.json"
+
+
+def identity_task(
     start: int,
+    stop: int,
+    *,
+    source: ZarrMatrix,
+    sink: ZarrMatrix,
     clipper: Clipper,
-    key: NoiseKey,
+    noise_key: NoiseKey,
     factor: np.ndarray,
     tile: int,
     n_total: int,
     diagonal: bool,
-    out_store: str,
-    out_path: str,
-    records_first: bool,
-    storage_options: dict[str, Any] | None,
 ) -> np.ndarray:
-    """One task of the identity release: read, check, clip, add MVG noise, write the region.
+    """One task of the identity release: read, check, clip, add MVG noise, write, mark done.
+
+    A chunk whose marker exists (written by an earlier, interrupted run of the same release) is
+    skipped: its bytes are already in place, identical to what this run would write.
 
     Returns
     -------
     ndarray
         ``[clipped_count, records]`` (int64) for the client's bookkeeping.
     """
-    import zarr
+    import json
 
-    x, clipped = clipper(block, start)
-    stop = start + x.shape[1]
-    y = x + unimodal_noise(key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal)
-    arr = zarr.open_array(
-        store=out_store, path=out_path, mode="r+", storage_options=storage_options
+    import fsspec
+
+    fs, marker = fsspec.core.url_to_fs(
+        progress_marker(sink.store, start), **(sink.storage_options or {})
     )
-    if records_first:
-        arr[start:stop, :] = y.T
-    else:
-        arr[:, start:stop] = y
-    return np.array([clipped, x.shape[1]], dtype=np.int64)
+    if fs.exists(marker):
+        done = json.loads(fs.cat_file(marker))
+        return np.array([done["clipped"], done["records"]], dtype=np.int64)
+    x, clipped = clipper(source.read(start, stop), start)
+    y = unimodal_noise(
+        noise_key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal
+    )
+    y += x
+    sink.write(start, stop, y)
+    fs.pipe_file(marker, json.dumps({"clipped": clipped, "records": stop - start}).encode())
+    return np.array([clipped, stop - start], dtype=np.int64)
 
 
-def gram_block(block: np.ndarray, *, start: int, clipper: Clipper) -> tuple[np.ndarray, int]:
-    """Partial Gram matrix ``X_i X_i^T`` of the clipped block and its clipped count."""
-    x, clipped = clipper(block, start)
+def gram_task(
+    start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper
+) -> tuple[np.ndarray, int]:
+    """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``."""
+    x, clipped = clipper(source.read(start, stop), start)
     return x @ x.T, clipped
 
 
 def combine_grams(parts: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, int]:
-    """Combine partial Gram matrices (the tree reduction's combine step)."""
+    """Combine partial Gram matrices in the order given (the tree reduction's combine step)."""
     total = parts[0][0].copy()
     count = parts[0][1]
     for g, c in parts[1:]:

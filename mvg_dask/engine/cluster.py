@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -101,14 +101,47 @@ class Progress:
             self._bar.close()
 
 
-def gather_with_progress(client: Client, futures: list[Any], progress: Progress) -> list[Any]:
-    """Wait for every future, updating ``progress``; the first failure cancels the rest."""
+def gather_with_progress(
+    client: Client,
+    futures: list[Any],
+    progress: Progress,
+    *,
+    keep: bool = True,
+    on_result: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """Wait for every future, updating ``progress``; the first failure cancels the rest.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The client.
+    futures : list of Future
+        Futures to wait for.
+    progress : Progress
+        Progress reporter.
+    keep : bool
+        Collect the results (``False``: only wait, results stay on the workers).
+    on_result : callable, optional
+        Called with the number of finished futures after each one.
+
+    Returns
+    -------
+    list
+        Results in the order of ``futures`` (``None`` entries when ``keep`` is False).
+    """
     index = {f.key: i for i, f in enumerate(futures)}
     results: list[Any] = [None] * len(futures)
+    done = 0
     try:
         for fut in as_completed(futures):
-            results[index[fut.key]] = fut.result()
+            if fut.status == "error":
+                fut.result()  # raises the task's own exception
+            if keep:
+                results[index[fut.key]] = fut.result()
+            done += 1
             progress.update()
+            if on_result is not None:
+                on_result(done)
     except BaseException:
         client.cancel(futures)
         raise

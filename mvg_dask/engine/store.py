@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import xarray as xr
 
+from mvg_dask.engine.blocks import PROGRESS_DIR
 from mvg_dask.errors import DataError, IncompleteReleaseError, ReleaseError
 
 STATUS_ATTR = "mvg_dask_status"
@@ -173,6 +175,29 @@ class OutputTarget:
                     f"output.store: {self.store} already holds other data; choose another store"
                 )
 
+    def is_complete(self) -> bool:
+        """True when the final location holds this release, complete."""
+        try:
+            ds = xr.open_zarr(self.store, consolidated=False, storage_options=self.storage_options)
+        except Exception:
+            return False
+        return bool(
+            ds.attrs.get(STATUS_ATTR) == "complete"
+            and ds.attrs.get(RELEASE_ID_ATTR) == self.release_id
+        )
+
+    def has_skeleton(self) -> bool:
+        """True when an earlier run of this release created the output skeleton."""
+        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
+        return bool(fs.exists(f"{root}/zarr.json") and fs.exists(f"{root}/{PROGRESS_DIR}"))
+
+    def make_progress_dir(self) -> None:
+        """Create the directory of per-chunk completion markers."""
+        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
+        fs.makedirs(f"{root}/{PROGRESS_DIR}", exist_ok=True)
+        if not self.local:  # object stores have no directories: keep a key there
+            fs.pipe_file(f"{root}/{PROGRESS_DIR}/.keep", b"")
+
     def clear_staging(self) -> None:
         """Remove a leftover staging directory of this release id."""
         if self.local and Path(self.write_store).exists():
@@ -187,8 +212,15 @@ class OutputTarget:
         """Write the final attrs with ``status = complete`` last, then move into place."""
         import zarr
 
+        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
+        if fs.exists(f"{root}/{PROGRESS_DIR}"):
+            fs.rm(f"{root}/{PROGRESS_DIR}", recursive=True)
+        if self.local:  # leftovers of writes interrupted by a crash (zarr writes tmp + rename)
+            for partial in Path(self.write_store).rglob("*.partial"):
+                partial.unlink()
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
-        group.attrs.update({**attrs, STATUS_ATTR: "complete"})
+        # one metadata write; status "complete" is part of the last write of the release
+        group.update_attributes({**attrs, STATUS_ATTR: "complete"})
         if self.local:
             assert self.final is not None
             os.replace(self.write_store, self.final)

@@ -1,0 +1,45 @@
+"""Out of core: an identity release of a dataset larger than the workers' memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from distributed.diagnostics import MemorySampler
+
+from mvg_dask import api
+from mvg_dask.data import synthetic, write_matrix
+from tests.pipeline_helpers import spec_dict
+
+MEMORY_LIMIT = 400 * 2**20  # per worker
+
+
+@pytest.mark.slow
+def test_identity_release_larger_than_worker_memory(tmp_path):
+    M, N = 64, 2_000_000  # 1.0 GiB of float64: more than both workers' memory together
+    assert M * N * 8 > 2 * MEMORY_LIMIT
+    chunk = 16_384  # 8 MiB chunks
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+        dashboard_address=":0", memory_limit=MEMORY_LIMIT,
+    )
+    with Client(cluster) as client:
+        import dask
+
+        with dask.config.set(scheduler=client.get):
+            store = write_matrix(synthetic(N, M, record_chunk=chunk), tmp_path / "in.zarr",
+                                 record_chunk=chunk)
+        sampler = MemorySampler()
+        with sampler.sample("release", interval=0.1):
+            res = api.release(spec_dict(store, str(tmp_path / "out.zarr")), client=client,
+                              seed=1, progress=False)
+        # no worker was lost (the nanny restarts a worker that exceeds its limit)
+        assert len(client.scheduler_info()["workers"]) == 2
+        peak = float(np.nanmax(sampler.to_pandas().to_numpy()))  # both workers together
+    cluster.close()
+    assert peak < 2 * MEMORY_LIMIT
+    ds = api.open_release(res.output)
+    assert ds["X"].shape == (M, N)
+    # spot-check a chunk far from the start: finite and noisy around the input
+    x = ds["X"][:, 1_500_000:1_500_100].values
+    assert np.all(np.isfinite(x))
