@@ -156,6 +156,11 @@ def demo(
         "input": {"store": "ctg.zarr", "variable": "X"},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "clip"},
         "privacy": {"epsilon": 1.0, "delta": float(1.0 / N)},
+        "ledger": {
+            "path": "ledger.sqlite",
+            "dataset": "ctg",
+            "budget": {"epsilon": 4.0, "delta": float(4.0 / N)},
+        },
     }
     specs = {
         "covariance": _write_spec(
@@ -217,7 +222,19 @@ def demo(
                 _synthetic_run(root, client, synthetic_records, features, seed)
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         _fail(exc)
-    click.echo(f"done; specs and outputs are in {root}/ (open them with xarray.open_zarr)")
+    from mvg_dask.engine.ledger import Ledger
+
+    with Ledger(root / "ledger.sqlite") as book:
+        for entry in book.summary():
+            s, b = entry["spent"], entry["budget"]
+            click.echo(
+                f"ledger: dataset {entry['dataset']} spent epsilon={s['epsilon']:.3g} of "
+                f"{b['epsilon']:g} ({entry['composition']} composition)"
+            )
+    click.echo(
+        f"done; specs, ledger and outputs are in {root}/ (open the outputs with "
+        "mvg_dask.api.open_release or xarray.open_zarr)"
+    )
 
 
 def _synthetic_run(root: Path, client: Any, records: int, features: int, seed: int | None) -> None:
@@ -241,6 +258,11 @@ def _synthetic_run(root: Path, client: Any, records: int, features: int, seed: i
             "mechanism": {"algorithm": "equi-modal" if query == "covariance" else "unimodal"},
             "privacy": {"epsilon": 1.0, "delta": 1e-6},
             "output": {"store": f"synthetic-{query}.zarr"},
+            "ledger": {
+                "path": "ledger.sqlite",
+                "dataset": "synthetic",
+                "budget": {"epsilon": 2.0, "delta": 2e-6},
+            },
         }
         path = _write_spec(root / f"synthetic-{query}.yaml", spec)
         res = api.release(path, client=client, seed=seed)
@@ -254,8 +276,9 @@ def _synthetic_run(root: Path, client: Any, records: int, features: int, seed: i
 @click.argument("name", type=click.Choice(["ctg", "liver", "movement"]))
 @click.option("--out", required=True, type=click.Path(), help="Zarr store to create.")
 @click.option("--records-first", is_flag=True, help="Store as records x features.")
-@click.option("--chunk", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Records per chunk.")
+@click.option(
+    "--chunk", type=click.IntRange(min=1), default=512, show_default=True, help="Records per chunk."
+)
 def dataset(name: str, out: str, records_first: bool, chunk: int) -> None:
     """Write a shipped paper dataset (scaled to its declared domain) to a Zarr store."""
     from mvg_dask.data import write_matrix
@@ -264,8 +287,62 @@ def dataset(name: str, out: str, records_first: bool, chunk: int) -> None:
     ds = {"ctg": load_ctg, "liver": load_liver, "movement": load_movement}[name]()
     if Path(out).exists():
         raise click.UsageError(f"--out {out} already exists; choose another path")
-    write_matrix(ds.X, out, feature_names=ds.feature_names, record_chunk=chunk,
-                 records_first=records_first)
+    write_matrix(
+        ds.X, out, feature_names=ds.feature_names, record_chunk=chunk, records_first=records_first
+    )
     lo, hi = float(np.min(ds.lower)), float(np.max(ds.upper))
-    click.echo(f"{name}: {ds.X.shape[0]} features x {ds.X.shape[1]} records in [{lo:g}, {hi:g}] "
-               f"-> {out}")
+    click.echo(
+        f"{name}: {ds.X.shape[0]} features x {ds.X.shape[1]} records in [{lo:g}, {hi:g}] -> {out}"
+    )
+
+
+@app.group()
+def ledger() -> None:
+    """Inspect a privacy ledger."""
+
+
+@ledger.command("show")
+@click.option(
+    "--ledger",
+    "path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The ledger's SQLite file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ledger_show(path: str, as_json: bool) -> None:
+    """List releases (id, status, epsilon, delta, time) and the budget spent and left."""
+    from mvg_dask.engine.ledger import Ledger
+
+    if not Path(path).exists():
+        raise click.UsageError(f"--ledger {path} does not exist")
+    with Ledger(path) as book:
+        summary = book.summary()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for ds in summary:
+        b, s, left = ds["budget"], ds["spent"], ds["left"]
+        mu = f", mu={s['mu']:.4g}" if s["mu"] is not None else ""
+        left_delta = "shared" if left["delta"] is None else f"{left['delta']:.3g}"
+        click.echo(
+            f"dataset {ds['dataset']}: budget epsilon={b['epsilon']:g} delta={b['delta']:.3g}; "
+            f"spent epsilon={s['epsilon']:.4g} delta={s['delta']:.3g} ({ds['composition']}{mu}); "
+            f"left epsilon={left['epsilon']:.4g} delta={left_delta}"
+        )
+        for r in ds["releases"]:
+            click.echo(
+                f"  {r['release_id']:<48} {r['status']:<9} eps={r['epsilon']:<8g} "
+                f"delta={r['delta']:<9.3g} {r['calibration']:<9} {r['created']}"
+            )
+    if not summary:
+        click.echo("(empty ledger)")
+
+
+def _register_experiments() -> None:
+    from mvg_dask.experiments.cli import experiments
+
+    app.add_command(experiments)
+
+
+_register_experiments()

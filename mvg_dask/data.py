@@ -42,16 +42,21 @@ def write_matrix(
         The store path.
     """
     M, N = X.shape
-    arr = da.asarray(X).rechunk((M, min(record_chunk, N)))
     dims: tuple[str, str] = ("feature", "record")
+    chunks: tuple[int, int] = (M, min(record_chunk, N))
+    arr: np.ndarray | da.Array
+    if isinstance(X, da.Array):  # lazy data is written blockwise by dask
+        arr = X.rechunk(chunks)
+    else:  # in-memory data is written directly (no task graph carrying the data)
+        arr = np.asarray(X)
     if records_first:
         arr = arr.T
         dims = ("record", "feature")
+        chunks = (chunks[1], chunks[0])
     coords = {}
     if feature_names is not None:
         coords["feature"] = np.array(list(feature_names), dtype=object)
     ds = xr.Dataset({variable: (dims, arr)}, coords=coords)
-    chunks = arr.chunksize
     ds.to_zarr(
         str(store),
         mode="w-",

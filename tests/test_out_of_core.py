@@ -20,19 +20,25 @@ def test_identity_release_larger_than_worker_memory(tmp_path):
     assert M * N * 8 > 2 * MEMORY_LIMIT
     chunk = 16_384  # 8 MiB chunks
     cluster = LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=":0", memory_limit=MEMORY_LIMIT,
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+        memory_limit=MEMORY_LIMIT,
     )
     with Client(cluster) as client:
         import dask
 
         with dask.config.set(scheduler=client.get):
-            store = write_matrix(synthetic(N, M, record_chunk=chunk), tmp_path / "in.zarr",
-                                 record_chunk=chunk)
+            store = write_matrix(
+                synthetic(N, M, record_chunk=chunk), tmp_path / "in.zarr", record_chunk=chunk
+            )
         sampler = MemorySampler()
         with sampler.sample("release", interval=0.1):
-            res = api.release(spec_dict(store, str(tmp_path / "out.zarr")), client=client,
-                              seed=1, progress=False)
+            res = api.release(
+                spec_dict(store, str(tmp_path / "out.zarr")), client=client, seed=1, progress=False
+            )
         # no worker was lost (the nanny restarts a worker that exceeds its limit)
         assert len(client.scheduler_info()["workers"]) == 2
         peak = float(np.nanmax(sampler.to_pandas().to_numpy()))  # both workers together

@@ -29,6 +29,7 @@ from mvg_dask.engine.store import (
     STATUS_ATTR,
     InputInfo,
     OutputTarget,
+    check_chunks_present,
     open_input,
     open_release,
     small_coords,
@@ -430,9 +431,12 @@ def execute_release(
     try:
         key, resumed = _reserve(rplan, ledger, target, seed)
         if resumed and target.is_complete():
-            # the previous run finished writing but stopped before the ledger commit
+            # the previous run finished writing (and may have stopped before the ledger commit)
             assert ledger is not None
-            ledger.commit(rplan.release_id)
+            entry = ledger.lookup(rplan.release_id)
+            if entry is not None and entry.status == "pending":
+                ledger.commit(rplan.release_id)
+            log.info("release %s is already complete: nothing to do", rplan.release_id)
             return _result_from_store(rplan, target, t0)
         crash_point("reserved")
         try:
@@ -482,8 +486,11 @@ def _reserve(
                 "spec; a resume must use the same spec, otherwise choose a new release_id"
             )
         if entry.status == "committed":
+            if target.is_complete():
+                return fresh, True  # idempotent: a retried job finds its release done
             raise ReleaseError(
-                f"release {rplan.release_id!r} is already complete ({entry.output}); nothing to do"
+                f"release {rplan.release_id!r} is committed in the ledger but its output "
+                f"{entry.output} is missing or incomplete; it was charged: choose a new release_id"
             )
         assert entry.noise_key is not None
         log.info("resuming pending release %s", rplan.release_id)
@@ -520,6 +527,7 @@ def _run(
     progress: bool,
 ) -> tuple[NoisePlan, int]:
     spec = rplan.spec
+    check_chunks_present(spec.input.store, spec.input.variable, spec.input.storage_options)
     clipper = _clipper(rplan)
     info = rplan.info
     gram: np.ndarray | None = None

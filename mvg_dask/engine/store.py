@@ -114,6 +114,24 @@ def open_input(
     )
 
 
+def check_chunks_present(
+    store: str, path: str, storage_options: dict[str, Any] | None = None
+) -> None:
+    """Refuse an input with missing chunks (Zarr would silently read them as the fill value).
+
+    Lists the store's chunk keys; reads no chunk data.
+    """
+    import zarr
+
+    arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
+    have, want = arr.nchunks_initialized, arr.nchunks
+    if have != want:
+        raise DataError(
+            f"input.store: {want - have} of {want} chunks of {path!r} are missing in {store} "
+            "(Zarr would read them as fill values); restore the input store"
+        )
+
+
 def small_coords(variable: xr.DataArray, skip_dim: str | None = None) -> dict[str, xr.DataArray]:
     """Coordinates small enough to copy eagerly into the output."""
     out = {}

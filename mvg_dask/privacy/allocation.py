@@ -134,14 +134,17 @@ def max_pnr(
     *,
     total_precision: float,
     kind: str,
-    floor: float = 1e-6,
+    floor: float = 0.1,
 ) -> np.ndarray:
     """Allocation that maximises the power-to-noise ratio (water filling).
 
     Solves ``max prod_i (q_i + 1/lambda_i)`` subject to ``sum_i q_i = T`` with ``q_i >= 0`` the
     inverse noise variances (the paper's Problem 2, the L1 relaxation of the budget):
-    ``q_i = (c - 1/lambda_i)^+``. Directions the water level does not reach get ``floor * T`` so
-    that no direction needs infinite noise. The resulting shape is then expressed as an
+    ``q_i = (c - 1/lambda_i)^+``. Thm. 7 gives a direction the water level does not reach no
+    precision at all, i.e. infinite noise; a release cannot add infinite noise, and with the
+    small budgets of strong privacy the water often reaches only the top direction. So every
+    direction keeps at least ``floor`` times its uniform share ``T/m`` (0.1 by default; 0 gives
+    the pure water-filling shape up to a 1e-9 guard). The resulting shape is then expressed as an
     allocation of the calibration's own budget (so the whole budget, not its L1 relaxation, is
     used: a uniform rescaling of ``q`` that keeps the shape).
 
@@ -153,8 +156,8 @@ def max_pnr(
         ``T``, the linear precision the water level is computed for.
     kind : {"squared", "linear"}
         What the calibration's budget bounds.
-    floor : float, default 1e-6
-        Minimum share of ``T`` per direction.
+    floor : float, default 0.1
+        Minimum precision of a direction, as a fraction of its uniform share ``T/m``.
 
     Returns
     -------
@@ -182,7 +185,7 @@ def max_pnr(
         if c > s[k - 1]:
             q[order[:k]] = c - s[:k]
             break
-    q = np.maximum(q, floor * total_precision)
+    q = np.maximum(q, max(floor, 1e-9) * total_precision / lam.size)
     return _shape_to_theta(q, kind)
 
 

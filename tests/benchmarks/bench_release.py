@@ -73,14 +73,23 @@ def main() -> None:
     M = args.features
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mvg-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=":0",
-                           memory_limit=args.memory_limit)
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=":0",
+        memory_limit=args.memory_limit,
+    )
     client = Client(cluster)
-    print(f"workers: 2 x 1 thread, memory limit {args.memory_limit}; features M={M}; "
-          f"best of {args.repeats}")
-    header = (f"{'elements':>10} {'cov/XXt':>8} {'id/naive':>8} {'cov ns/el':>9} "
-              f"{'id ns/el':>9} {'naive ns/el':>11} {'peak MiB/worker':>15}")
+    print(
+        f"workers: 2 x 1 thread, memory limit {args.memory_limit}; features M={M}; "
+        f"best of {args.repeats}"
+    )
+    header = (
+        f"{'elements':>10} {'cov/XXt':>8} {'id/naive':>8} {'cov ns/el':>9} "
+        f"{'id ns/el':>9} {'naive ns/el':>11} {'peak MiB/worker':>15}"
+    )
     print(header)
     try:
         for size in sizes:
@@ -97,12 +106,24 @@ def main() -> None:
                 for o in outs:
                     shutil.rmtree(o, ignore_errors=True)
                 t = {
-                    "xxt": timed(lambda: nonprivate_gram(store, client), ms, "xxt"),
-                    "cov": timed(lambda: api.release(spec(store, outs[0], "covariance"),
-                                                     client=client, progress=False), ms, "cov"),
-                    "naive": timed(lambda: naive_identity(store, outs[2], client), ms, "naive"),
-                    "id": timed(lambda: api.release(spec(store, outs[1], "identity"),
-                                                    client=client, progress=False), ms, "id"),
+                    "xxt": timed(lambda s=store: nonprivate_gram(s, client), ms, "xxt"),
+                    "cov": timed(
+                        lambda s=store, o=outs[0]: api.release(
+                            spec(s, o, "covariance"), client=client, progress=False
+                        ),
+                        ms,
+                        "cov",
+                    ),
+                    "naive": timed(
+                        lambda s=store, o=outs[2]: naive_identity(s, o, client), ms, "naive"
+                    ),
+                    "id": timed(
+                        lambda s=store, o=outs[1]: api.release(
+                            spec(s, o, "identity"), client=client, progress=False
+                        ),
+                        ms,
+                        "id",
+                    ),
                 }
                 for k, v in t.items():
                     best[k] = min(best.get(k, np.inf), v)
@@ -111,10 +132,13 @@ def main() -> None:
             df = ms.to_pandas() if hasattr(ms, "to_pandas") else None
             peak = float(np.nanmax(df.to_numpy())) / 2 / 2**20 if df is not None else float("nan")
             n_el = N * M
-            print(f"{n_el:>10.0e} {best['cov'] / best['xxt']:>8.3f} "
-                  f"{best['id'] / best['naive']:>8.3f} {best['cov'] / n_el * 1e9:>9.2f} "
-                  f"{best['id'] / n_el * 1e9:>9.2f} {best['naive'] / n_el * 1e9:>11.2f} "
-                  f"{peak:>15.0f}", flush=True)
+            print(
+                f"{n_el:>10.0e} {best['cov'] / best['xxt']:>8.3f} "
+                f"{best['id'] / best['naive']:>8.3f} {best['cov'] / n_el * 1e9:>9.2f} "
+                f"{best['id'] / n_el * 1e9:>9.2f} {best['naive'] / n_el * 1e9:>11.2f} "
+                f"{peak:>15.0f}",
+                flush=True,
+            )
     finally:
         client.close()
         cluster.close()

@@ -1,0 +1,66 @@
+"""Reproduction of the MVG paper's three experiments (Sec. 8-9, Tables 3-5).
+
+=================  ==========================================  ==============================
+name               experiment                                  module
+=================  ==========================================  ==============================
+``regression``     Exp. I: Liver, identity query, KRR, RMSE    :mod:`.regression`
+``first-pc``       Exp. II: Movement, covariance query, Δρ     :mod:`.first_pc`
+``covariance``     Exp. III: CTG, identity query, RSS          :mod:`.covariance`
+=================  ==========================================  ==============================
+
+Each experiment runs every method (non-private, random guess, MVG with the paper's
+calibrations, MGM, MVG with ``exact``, and the baselines) over ``epsilon in {0.1, 0.3, 1, 3}`` at
+``delta = 1/N`` (:func:`run_experiment`); :mod:`.report` writes the CSV files, Markdown tables,
+plots and the results document; :mod:`.cli` is the ``mvg-dask experiments`` command.
+
+Examples
+--------
+>>> from mvg_dask.experiments import EXPERIMENTS, run_experiment
+>>> result = run_experiment(EXPERIMENTS["first-pc"](), trials=2, seed=0, epsilons=(1.0,))
+>>> result.row("non-private").mean
+0.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Final
+
+from mvg_dask.experiments.covariance import CovarianceExperiment
+from mvg_dask.experiments.first_pc import FirstPCExperiment
+from mvg_dask.experiments.regression import RegressionExperiment
+from mvg_dask.experiments.runner import (
+    EPSILONS,
+    TAUS,
+    Evaluation,
+    Experiment,
+    ExperimentResult,
+    MethodSpec,
+    Row,
+    run_experiment,
+)
+
+__all__ = [
+    "EPSILONS",
+    "EXPERIMENTS",
+    "TAUS",
+    "CovarianceExperiment",
+    "Evaluation",
+    "Experiment",
+    "ExperimentResult",
+    "FirstPCExperiment",
+    "MethodSpec",
+    "RegressionExperiment",
+    "Row",
+    "run_experiment",
+]
+
+#: Experiment factories by name, in the paper's order.
+EXPERIMENTS: Final[Mapping[str, Callable[[], Experiment]]] = MappingProxyType(
+    {
+        "regression": RegressionExperiment,
+        "first-pc": FirstPCExperiment,
+        "covariance": CovarianceExperiment,
+    }
+)

@@ -1,0 +1,402 @@
+"""The experiment loop shared by the three paper experiments: methods x epsilon x trials.
+
+An experiment (:class:`Experiment`) knows its data set, its query, its metric and how to run one
+method at one ``epsilon`` for ``trials`` independent trials. This module runs every method over
+the epsilon grid at ``delta = 1/N``, sweeps the binary allocation share ``tau`` where the paper
+does (and keeps the best ``tau``, as the paper reports it), and summarises each setting by its
+mean and the half-width of its 95 % confidence interval.
+
+Randomness: every draw comes from a keyed AES-CTR generator (:class:`mvg_dask.noise.NoiseKey`)
+derived from ``(seed, experiment, method, epsilon)``; never the global NumPy state. The ``tau``
+values of one method share the same standard normals (common random numbers), so the sweep
+compares allocations on the same noise.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
+
+import numpy as np
+from scipy import stats
+
+from mvg_dask.datasets import PaperDataset
+from mvg_dask.noise import NoiseKey
+
+__all__ = [
+    "CONFIDENCE",
+    "EPSILONS",
+    "REFERENCE_EPSILON",
+    "TAUS",
+    "Evaluation",
+    "Experiment",
+    "ExperimentResult",
+    "MethodKind",
+    "MethodSpec",
+    "Row",
+    "confidence_half_width",
+    "run_experiment",
+]
+
+#: The epsilon grid of the plots and sweep tables (``delta = 1/N`` throughout).
+EPSILONS: Final[tuple[float, ...]] = (0.1, 0.3, 1.0, 3.0)
+#: The epsilon of the paper's tables.
+REFERENCE_EPSILON: Final = 1.0
+#: The binary allocation shares the paper sweeps (Sec. 8.1.3: tau in {55, 65, ..., 95} %).
+TAUS: Final[tuple[float, ...]] = (0.55, 0.65, 0.75, 0.85, 0.95)
+#: Confidence level of the reported intervals (Sec. 8: "average and 95% confidence interval").
+CONFIDENCE: Final = 0.95
+
+MethodKind = Literal["reference", "paper-mvg", "mgm", "exact", "baseline"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodSpec:
+    """One row family of a results table.
+
+    Attributes
+    ----------
+    key : str
+        Stable identifier used in CSV files (e.g. ``"mvg-thm2"``, ``"gaussian-analytic"``).
+    label : str
+        Human-readable row label.
+    kind : {"reference", "paper-mvg", "mgm", "exact", "baseline"}
+        ``reference``: non-private and random guess (no epsilon); ``paper-mvg``: MVG with a
+        calibration of the MVG paper; ``mgm``: MVG noise with a calibration of the MGM paper;
+        ``exact``: MVG noise with this project's exact calibration; ``baseline``: a mechanism
+        from the literature at the same ``(epsilon, delta)``.
+    privacy : str
+        The guarantee, e.g. ``"(ε, δ)"`` or ``"ε (δ = 0)"``; ``"-"`` for references.
+    sweep_tau : bool
+        True when the row uses the binary allocation and the best ``tau`` is reported.
+    primary : bool
+        True for the rows with the paper's primary design (binary allocation on the
+        domain-knowledge directions); the targets compare these.
+    description : str
+        How the row is computed (calibration, noise type, sensitivity, directions).
+    """
+
+    key: str
+    label: str
+    kind: MethodKind
+    privacy: str = "(ε, δ)"
+    sweep_tau: bool = False
+    primary: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """Errors of one method at one setting over all trials.
+
+    Attributes
+    ----------
+    errors : numpy.ndarray
+        One error per trial, shape ``(trials,)``.
+    noise_std : tuple of float or None
+        Smallest and largest standard deviation of one noise entry on the query output (the
+        median over trials when the plan differs per trial).
+    implied_epsilon : float or None
+        Smallest ``epsilon`` the whole release really has at the same ``delta`` (analytic
+        Gaussian accounting of the whitened mechanism), or ``None`` where not applicable.
+    valid : bool
+        False when the calibration has no proof at this ``epsilon`` (classic Gaussian, eps >= 1).
+    details : Mapping of str to float
+        Extra method-specific numbers for the report (e.g. how many directions max-PNR starves).
+    """
+
+    errors: np.ndarray
+    noise_std: tuple[float, float] | None = None
+    implied_epsilon: float | None = None
+    valid: bool = True
+    details: Mapping[str, float] = field(default_factory=dict)
+
+
+def confidence_half_width(errors: np.ndarray, confidence: float = CONFIDENCE) -> float:
+    """Half-width of the Student-t confidence interval of the mean.
+
+    Parameters
+    ----------
+    errors : numpy.ndarray
+        Per-trial values.
+    confidence : float, default 0.95
+        Confidence level.
+
+    Returns
+    -------
+    float
+        ``t_{(1+c)/2, n-1} s / sqrt(n)``; 0 for fewer than two values or no spread.
+    """
+    x = np.asarray(errors, dtype=np.float64)
+    n = x.size
+    if n < 2 or float(np.ptp(x)) == 0.0:
+        return 0.0
+    s = float(np.std(x, ddof=1))
+    if s == 0.0 or not math.isfinite(s):
+        return 0.0 if s == 0.0 else math.inf
+    return float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * s / math.sqrt(n)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Row:
+    """The result of one method at one ``epsilon`` (best ``tau`` where swept).
+
+    Attributes
+    ----------
+    method : MethodSpec
+        The method.
+    epsilon, delta : float or None
+        Privacy parameters (``None`` for reference rows).
+    tau : float or None
+        Chosen binary share (best mean error over :data:`TAUS`), or ``None``.
+    evaluation : Evaluation
+        Errors and noise description of the chosen setting.
+    sweep : tuple of (float, float, float)
+        ``(tau, mean, ci)`` for every swept ``tau`` (empty when not swept).
+    """
+
+    method: MethodSpec
+    epsilon: float | None
+    delta: float | None
+    tau: float | None
+    evaluation: Evaluation
+    sweep: tuple[tuple[float, float, float], ...] = ()
+
+    @property
+    def errors(self) -> np.ndarray:
+        """Per-trial errors."""
+        return self.evaluation.errors
+
+    @property
+    def mean(self) -> float:
+        """Mean error over trials."""
+        return float(np.mean(self.errors))
+
+    @property
+    def ci(self) -> float:
+        """Half-width of the 95 % confidence interval of the mean."""
+        return confidence_half_width(self.errors)
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation over trials."""
+        if self.errors.size < 2 or float(np.ptp(self.errors)) == 0.0:
+            return 0.0
+        return float(np.std(self.errors, ddof=1))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ExperimentResult:
+    """All rows of one experiment.
+
+    Attributes
+    ----------
+    name, title, metric : str
+        Experiment identifier (``"regression"``...), title and metric name.
+    dataset : str
+        Data set name.
+    features, records : int
+        ``M`` and ``N`` of the private data.
+    delta : float
+        ``1/N``.
+    trials, seed : int
+        Number of trials and the seed of the noise keys.
+    rows : tuple of Row
+        Every (method, epsilon) row, references first.
+    settings : Mapping of str to str
+        Fixed design choices worth printing (hyper-parameters, sample, sensitivities).
+    output_range : tuple of float
+        Declared range of one entry of the query output (for scale comparisons).
+    elapsed : float
+        Wall-clock seconds of the run.
+    """
+
+    name: str
+    title: str
+    metric: str
+    dataset: str
+    features: int
+    records: int
+    delta: float
+    trials: int
+    seed: int
+    rows: tuple[Row, ...]
+    settings: Mapping[str, str] = field(default_factory=dict)
+    output_range: tuple[float, float] = (0.0, 1.0)
+    elapsed: float = 0.0
+
+    @property
+    def methods(self) -> tuple[MethodSpec, ...]:
+        """The methods in row order (each once)."""
+        seen: dict[str, MethodSpec] = {}
+        for r in self.rows:
+            seen.setdefault(r.method.key, r.method)
+        return tuple(seen.values())
+
+    @property
+    def epsilons(self) -> tuple[float, ...]:
+        """The epsilon grid of the run."""
+        return tuple(sorted({r.epsilon for r in self.rows if r.epsilon is not None}))
+
+    def row(self, key: str, epsilon: float | None = None) -> Row:
+        """The row of method ``key`` at ``epsilon`` (reference rows ignore ``epsilon``).
+
+        Parameters
+        ----------
+        key : str
+            Method key.
+        epsilon : float, optional
+            Privacy parameter.
+
+        Returns
+        -------
+        Row
+            The row.
+
+        Raises
+        ------
+        KeyError
+            If there is no such row.
+        """
+        for r in self.rows:
+            if r.method.key != key:
+                continue
+            if r.epsilon is None or epsilon is None or math.isclose(r.epsilon, epsilon):
+                return r
+        raise KeyError(f"{self.name}: no row {key!r} at epsilon={epsilon!r}")
+
+    def rows_at(self, epsilon: float) -> list[Row]:
+        """Reference rows plus every row at ``epsilon``, in method order."""
+        out = []
+        for m in self.methods:
+            try:
+                out.append(self.row(m.key, epsilon))
+            except KeyError:
+                continue
+        return out
+
+
+class Experiment(Protocol):
+    """What an experiment module provides to :func:`run_experiment`."""
+
+    name: str
+    title: str
+    metric: str
+    dataset: PaperDataset
+    methods: tuple[MethodSpec, ...]
+    settings: Mapping[str, str]
+    output_range: tuple[float, float]
+
+    def evaluate(
+        self,
+        method: MethodSpec,
+        epsilon: float | None,
+        tau: float | None,
+        trials: int,
+        key: NoiseKey,
+    ) -> Evaluation:
+        """Run ``method`` at ``(epsilon, delta = 1/N)`` (and ``tau``) for ``trials`` trials."""
+        ...
+
+
+def _best_tau(evaluations: Mapping[float, Evaluation]) -> float:
+    """The ``tau`` with the smallest mean error (ties: the smallest ``tau``)."""
+    means = {tau: float(np.mean(ev.errors)) for tau, ev in evaluations.items()}
+    finite = {t: m for t, m in means.items() if math.isfinite(m)}
+    pool = finite or means
+    return min(sorted(pool), key=lambda t: pool[t])
+
+
+def run_experiment(
+    experiment: Experiment,
+    *,
+    trials: int,
+    seed: int,
+    epsilons: Sequence[float] = EPSILONS,
+    taus: Sequence[float] = TAUS,
+    progress: Callable[[str], None] | None = None,
+) -> ExperimentResult:
+    """Run every method of ``experiment`` over the epsilon grid.
+
+    Parameters
+    ----------
+    experiment : Experiment
+        The experiment.
+    trials : int
+        Trials per setting (the paper uses 100), at least 2.
+    seed : int
+        Seed of the noise keys (reproducible, not private).
+    epsilons : sequence of float, optional
+        Epsilon grid; ``delta = 1/N``.
+    taus : sequence of float, optional
+        Binary allocation shares swept for ``sweep_tau`` methods.
+    progress : callable, optional
+        Receives one line per finished method.
+
+    Returns
+    -------
+    ExperimentResult
+        All rows.
+    """
+    if trials < 2:
+        raise ValueError(f"trials must be at least 2 (for a confidence interval), got {trials}")
+    if not epsilons:
+        raise ValueError("need at least one epsilon")
+    ds = experiment.dataset
+    delta = 1.0 / ds.n_records
+    root = NoiseKey.from_seed(seed).derive(f"mvg_dask/experiments/{experiment.name}")
+    start = time.perf_counter()
+    rows: list[Row] = []
+    for method in experiment.methods:
+        t0 = time.perf_counter()
+        if method.kind == "reference":
+            ev = experiment.evaluate(method, None, None, trials, root.derive(method.key))
+            rows.append(Row(method=method, epsilon=None, delta=None, tau=None, evaluation=ev))
+        else:
+            for eps in epsilons:
+                key = root.derive(f"{method.key}/epsilon={float(eps)!r}")
+                if method.sweep_tau:
+                    evs = {
+                        float(tau): experiment.evaluate(method, float(eps), float(tau), trials, key)
+                        for tau in taus
+                    }
+                    best = _best_tau(evs)
+                    sweep = tuple(
+                        (tau, float(np.mean(ev.errors)), confidence_half_width(ev.errors))
+                        for tau, ev in evs.items()
+                    )
+                    rows.append(
+                        Row(
+                            method=method,
+                            epsilon=float(eps),
+                            delta=delta,
+                            tau=best,
+                            evaluation=evs[best],
+                            sweep=sweep,
+                        )
+                    )
+                else:
+                    ev = experiment.evaluate(method, float(eps), None, trials, key)
+                    rows.append(
+                        Row(method=method, epsilon=float(eps), delta=delta, tau=None, evaluation=ev)
+                    )
+        if progress is not None:
+            progress(f"[{experiment.name}] {method.key}: done in {time.perf_counter() - t0:.1f} s")
+    return ExperimentResult(
+        name=experiment.name,
+        title=experiment.title,
+        metric=experiment.metric,
+        dataset=ds.name,
+        features=ds.n_features,
+        records=ds.n_records,
+        delta=delta,
+        trials=trials,
+        seed=seed,
+        rows=tuple(rows),
+        settings=dict(experiment.settings),
+        output_range=experiment.output_range,
+        elapsed=time.perf_counter() - start,
+    )
