@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,13 +23,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## Lint, type-check and run the default test suite (what CI runs).
+## Lint, type-check and run the whole test suite, slow tests included (what CI runs).
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -m "not slow" -q
-
-## Everything, including the slow tests.
-test-all: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -q
+
+## The suite without the tests marked slow (crash loop, out of core).
+test-fast: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -m "not slow" -q
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_release
