@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from scipy import stats
 
 from mvg_dask import api
 from mvg_dask.errors import DataError, IncompleteReleaseError, ReleaseError
+from tests.cluster_helpers import loopback_cluster
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
 ALPHA = 1e-3
@@ -195,56 +195,12 @@ def test_output_that_exists_is_refused_and_readers_refuse_incomplete(tmp_path, c
         api.open_release(store)  # the input is not a release
 
 
-def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 @pytest.mark.cluster
 def test_real_multiprocess_cluster_gives_the_same_bytes(tmp_path, client):
     """A `dask scheduler` + two `dask worker` processes on loopback, started by the test."""
     X = data(4, 3000, seed=9)
     store = make_input(tmp_path / "in.zarr", X, chunk=600)
-    sched_file = tmp_path / "scheduler.json"
-    dask_bin = str(Path(sys.executable).parent / "dask")
-    procs = [
-        _start(
-            [
-                dask_bin,
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-dashboard",
-                "--scheduler-file",
-                str(sched_file),
-            ]
-        )
-    ]
-    try:
-        deadline = time.time() + 60
-        while not sched_file.exists() and time.time() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        for _ in range(2):
-            procs.append(
-                _start(
-                    [
-                        dask_bin,
-                        "worker",
-                        address,
-                        "--nthreads",
-                        "1",
-                        "--host",
-                        "127.0.0.1",
-                        "--no-dashboard",
-                    ]
-                )
-            )
-        from distributed import Client
-
-        with Client(address, timeout="30s") as c:
-            c.wait_for_workers(2, timeout=60)
+    with loopback_cluster(tmp_path) as address:
         path = write_spec(tmp_path / "spec.yaml", spec_dict(store, str(tmp_path / "a.zarr")))
         out = subprocess.run(
             [
@@ -265,11 +221,6 @@ def test_real_multiprocess_cluster_gives_the_same_bytes(tmp_path, client):
             timeout=300,
         )
         assert out.returncode == 0, out.stderr
-    finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
     remote = api.open_release(str(tmp_path / "a.zarr"))["X"].values
     store2 = make_input(tmp_path / "in2.zarr", X, chunk=1000)
     local = api.release(

@@ -101,15 +101,30 @@ def test_covariance_equimodal_near_worst_case_pair(neighbours):
     _check_delta(L, plan.epsilon, plan.delta)
 
 
-def _check_delta(L, eps, delta):
-    """Empirical delta(eps) = E[(1 - e^{eps - L})^+] never exceeds the claim beyond MC error."""
+def _empirical_delta(L, eps):
+    """Monte Carlo delta(eps) = E[(1 - e^{eps - L})^+] and its standard error."""
     terms = np.clip(1 - np.exp(eps - L), 0, None)
-    est = terms.mean()
-    se = terms.std(ddof=1) / math.sqrt(terms.size)
+    return terms.mean(), terms.std(ddof=1) / math.sqrt(terms.size)
+
+
+def _check_delta(L, eps, delta):
+    """Privacy audit: the empirical privacy loss never exceeds the claimed epsilon at delta.
+
+    One-sided test at level ALPHA: the lower confidence bound of the empirical delta at the
+    claimed epsilon must not exceed the claimed delta (if the release leaked more, it would).
+    The empirical epsilon at the claimed delta (bisection on the point estimate) is reported in
+    the failure message and must not exceed the claim by more than the MC resolution.
+    """
+    est, se = _empirical_delta(L, eps)
     z = stats.norm.isf(ALPHA)
-    assert est - z * se <= delta  # one-sided: the estimate is consistent with <= delta
-    # and the empirical epsilon at delta (quantile form) is no larger than claimed within MC error
-    return est
+    lo, hi = 0.0, 4 * eps + 10
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _empirical_delta(L, mid)[0] > delta else (lo, mid)
+    eps_hat = hi
+    assert est - z * se <= delta, f"empirical delta {est:.3g} at epsilon {eps}: eps_hat {eps_hat}"
+    assert eps_hat <= eps * 1.05 + 0.01, f"empirical epsilon {eps_hat:.4f} > claimed {eps}"
+    return eps_hat
 
 
 def test_paper_calibration_audit_shows_huge_slack():

@@ -118,18 +118,8 @@ class ReleasePlan:
             return self.noise_plan
         if directions is None:
             raise ValueError("this release chooses its directions by DP-PCA: pass them")
-        mech = self.spec.mechanism
-        return build_noise_plan(
-            self.query,
-            self.domain,
-            epsilon=self.spec.privacy.epsilon,
-            delta=self.spec.privacy.delta,
-            algorithm=mech.algorithm,
-            calibration=mech.calibration,
-            directions=directions,
-            allocation=self.allocation,
-            neighbours=self.spec.privacy.neighbours,
-            direction_share=self.split.share,
+        return _noise_plan(
+            self.spec, self.query, self.domain, self.allocation, directions, self.split.share
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,10 +187,39 @@ def _directions(spec: ReleaseSpec, m: int) -> Directions | None:
             return Directions.from_matrix(W, important)
         except ValueError as exc:
             raise DataError(f"mechanism.directions.path: {exc}") from None
-    k = d.k if d.k is not None else len(important) or 1
+    k = _dp_pca_k(spec)
     if not 1 <= k <= m:
         raise DataError(f"mechanism.directions.k: must lie in 1..{m}, got {k}")
     return None
+
+
+def _dp_pca_k(spec: ReleaseSpec) -> int:
+    """Number of important DP-PCA directions (``k``, else the allocation's count, else 1)."""
+    d, a = spec.mechanism.directions, spec.mechanism.allocation
+    return d.k if d.k is not None else len(a.important or ()) or 1
+
+
+def _noise_plan(
+    spec: ReleaseSpec,
+    query: QuerySpec,
+    domain: RecordDomain,
+    allocation: AllocationSpec,
+    directions: Directions,
+    share: float,
+) -> NoisePlan:
+    mech = spec.mechanism
+    return build_noise_plan(
+        query,
+        domain,
+        epsilon=spec.privacy.epsilon,
+        delta=spec.privacy.delta,
+        algorithm=mech.algorithm,
+        calibration=mech.calibration,
+        directions=directions,
+        allocation=allocation,
+        neighbours=spec.privacy.neighbours,
+        direction_share=share,
+    )
 
 
 def plan_release(spec: ReleaseSpec, *, release_id: str | None = None) -> ReleasePlan:
@@ -249,34 +268,13 @@ def plan_release(spec: ReleaseSpec, *, release_id: str | None = None) -> Release
     try:
         split = split_budget(mech.calibration, spec.privacy.epsilon, spec.privacy.delta, share)
         if directions is not None:
-            plan: NoisePlan | None = build_noise_plan(
-                query,
-                domain,
-                epsilon=spec.privacy.epsilon,
-                delta=spec.privacy.delta,
-                algorithm=mech.algorithm,
-                calibration=mech.calibration,
-                directions=directions,
-                allocation=allocation,
-                neighbours=spec.privacy.neighbours,
-            )
+            plan: NoisePlan | None = _noise_plan(spec, query, domain, allocation, directions, 0.0)
             preview: dict[str, Any] = {}
         else:
             plan = None
-            k = mech.directions.k or len(a.important or ()) or 1
+            k = _dp_pca_k(spec)
             stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
-            preview = build_noise_plan(
-                query,
-                domain,
-                epsilon=spec.privacy.epsilon,
-                delta=spec.privacy.delta,
-                algorithm=mech.algorithm,
-                calibration=mech.calibration,
-                directions=stand_in,
-                allocation=allocation,
-                neighbours=spec.privacy.neighbours,
-                direction_share=share,
-            ).to_dict()
+            preview = _noise_plan(spec, query, domain, allocation, stand_in, share).to_dict()
             for name in _DIRECTION_DEPENDENT:
                 preview[name] = None
             preview["allocation"]["theta"] = None
@@ -472,6 +470,11 @@ def _reserve(
     spec = rplan.spec
     fresh = NoiseKey.from_seed(seed) if seed is not None else NoiseKey.fresh()
     if ledger is None:
+        log.warning(
+            "release %s has no ledger in its spec: it is not charged to any privacy budget "
+            "and cannot be resumed after a crash",
+            rplan.release_id,
+        )
         target.check_free()
         target.clear_staging()
         return fresh, False
@@ -535,7 +538,7 @@ def _run(
     if rplan.uses_dp_pca:
         # one pass gives the Gram matrix for DP-PCA (and, for covariance, the query itself)
         gram, clipped = _compute_gram(client, rplan, clipper, progress)
-        k = spec.mechanism.directions.k or len(spec.mechanism.allocation.important or ()) or 1
+        k = _dp_pca_k(spec)
         assert rplan.split.step_mu is not None
         directions = dp_pca(
             gram,

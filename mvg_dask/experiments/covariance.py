@@ -15,98 +15,33 @@ from typing import Final
 
 import numpy as np
 
-from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import PaperDataset, load_ctg
-from mvg_dask.experiments.mechanisms import (
-    binary_plan,
-    iid_implied_epsilon,
-    iid_noise,
-    plan_implied_epsilon,
-    plan_noise,
-    plan_std_range,
+from mvg_dask.experiments.runner import (
+    MethodSpec,
+    PaperExperiment,
+    baseline_methods,
+    binary_method,
+    reference_methods,
 )
-from mvg_dask.experiments.runner import Evaluation, MethodSpec
-from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, QuerySpec
-from mvg_dask.privacy.calibration import Calibration
 
 __all__ = ["METHODS", "CovarianceExperiment", "principal_axes", "residual_sum_of_squares"]
 
 _CHUNK: Final = 25
 _ID = "identity query, Alg. 1 (unimodal), s2 = ||w|| = sqrt(21)"
+_IMPORTANT = "LB, ASTV, ALTV"
 
 METHODS: Final[tuple[MethodSpec, ...]] = (
-    MethodSpec(
-        key="non-private",
-        label="Non-private",
-        kind="reference",
-        privacy="-",
-        description="eigenvectors of the true S",
+    *reference_methods(
+        non_private="eigenvectors of the true S",
+        random_guess="a uniformly random (Haar) orthonormal basis",
     ),
-    MethodSpec(
-        key="random-guess",
-        label="Random guess",
-        kind="reference",
-        privacy="-",
-        description="a uniformly random (Haar) orthonormal basis",
-    ),
-    MethodSpec(
-        key="mvg-thm2",
-        label="MVG, Thm. 2 (binary: LB, ASTV, ALTV)",
-        kind="paper-mvg",
-        sweep_tau=True,
-        primary=True,
-        description=f"mvg-thm2 (Thm. 2 + Thm. 5), {_ID}, gamma = sqrt(21 N)",
-    ),
-    MethodSpec(
-        key="mgm-udn",
-        label="MGM UDN (binary: LB, ASTV, ALTV)",
-        kind="mgm",
-        sweep_tau=True,
-        description=f"mgm-udn (MGM Thm. 2), {_ID}",
-    ),
-    MethodSpec(
-        key="mgm-idn",
-        label="MGM IDN (binary: LB, ASTV, ALTV)",
-        kind="mgm",
-        sweep_tau=True,
-        description="mgm-idn (MGM Thm. 3), entries in [0, 1]",
-    ),
-    MethodSpec(
-        key="exact",
-        label="MVG, exact (binary: LB, ASTV, ALTV)",
-        kind="exact",
-        sweep_tau=True,
-        primary=True,
-        description=f"exact, {_ID}",
-    ),
-    MethodSpec(
-        key="gaussian-classic",
-        label="iid Gaussian, classic",
-        kind="baseline",
-        description="sigma = sqrt(2 ln(1.25/δ)) s2 / ε (proof only for ε < 1)",
-    ),
-    MethodSpec(
-        key="gaussian-analytic",
-        label="iid Gaussian, analytic",
-        kind="baseline",
-        description="sigma = s2 / mu*(ε, δ) (Balle & Wang 2018)",
-    ),
-    MethodSpec(
-        key="laplace",
-        label="iid Laplace",
-        kind="baseline",
-        privacy="ε (δ = 0)",
-        description="b = s1 / ε, s1 = ||w||_1 = 21",
-    ),
+    binary_method("mvg-thm2", _IMPORTANT, f"mvg-thm2 (Thm. 2 + Thm. 5), {_ID}, gamma = sqrt(21 N)"),
+    binary_method("mgm-udn", _IMPORTANT, f"mgm-udn (MGM Thm. 2), {_ID}"),
+    binary_method("mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), entries in [0, 1]"),
+    binary_method("exact", _IMPORTANT, f"exact, {_ID}"),
+    *baseline_methods("b = s1 / ε, s1 = ||w||_1 = 21"),
 )
-
-_CALIBRATION: Final[Mapping[str, Calibration]] = {
-    "mvg-thm2": "mvg-thm2",
-    "mgm-udn": "mgm-udn",
-    "mgm-idn": "mgm-idn",
-    "exact": "exact",
-}
 
 
 def principal_axes(S: np.ndarray) -> np.ndarray:
@@ -144,7 +79,7 @@ def _captured(S: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     return np.asarray(np.einsum("tki,kl,tli->ti", vectors, S, vectors))
 
 
-class CovarianceExperiment:
+class CovarianceExperiment(PaperExperiment):
     """Exp. III: covariance of the released CTG data, metric RSS.
 
     Parameters
@@ -183,55 +118,14 @@ class CovarianceExperiment:
             out[lo : lo + _CHUNK] = residual_sum_of_squares(self.S, principal_axes(St))
         return out
 
-    def evaluate(
-        self,
-        method: MethodSpec,
-        epsilon: float | None,
-        tau: float | None,
-        trials: int,
-        key: NoiseKey,
-    ) -> Evaluation:
-        """Run one method (see :class:`mvg_dask.experiments.runner.Experiment`)."""
-        m, n = self.dataset.X.shape
-        if method.key == "non-private":
-            rss = residual_sum_of_squares(self.S, principal_axes(self.S[None]))
-            return Evaluation(errors=np.repeat(rss, trials))
-        if method.key == "random-guess":
-            G = key.generator().standard_normal((trials, m, m))
-            Q, R = np.linalg.qr(G)
-            Q = Q * np.sign(np.diagonal(R, axis1=1, axis2=2))[:, None, :]
-            return Evaluation(errors=residual_sum_of_squares(self.S, Q))
-        assert epsilon is not None
-        delta = 1.0 / n
-        if method.key in _CALIBRATION:
-            assert tau is not None
-            plan = binary_plan(
-                self.query,
-                self.domain,
-                epsilon=epsilon,
-                delta=delta,
-                algorithm="unimodal",
-                calibration=_CALIBRATION[method.key],
-                important=self.dataset.important,
-                tau=tau,
-            )
-            Z = plan_noise(plan, key.generator(), trials)
-            return Evaluation(
-                errors=self.errors(Z),
-                noise_std=plan_std_range(plan),
-                implied_epsilon=plan_implied_epsilon(plan),
-            )
-        mech = iid_baseline(
-            method.key,  # type: ignore[arg-type]
-            self.query,
-            self.domain,
-            epsilon=epsilon,
-            delta=delta,
-        )
-        Z = iid_noise(mech, key.generator(), (trials, m, n))
-        return Evaluation(
-            errors=self.errors(Z),
-            noise_std=(mech.entry_std, mech.entry_std),
-            implied_epsilon=iid_implied_epsilon(mech),
-            valid=mech.valid,
-        )
+    def _non_private_error(self) -> float:
+        return float(residual_sum_of_squares(self.S, principal_axes(self.S[None]))[0])
+
+    def _random_guess_errors(self, rng: np.random.Generator, trials: int) -> np.ndarray:
+        m = self.dataset.n_features
+        Q, R = np.linalg.qr(rng.standard_normal((trials, m, m)))
+        Q = Q * np.sign(np.diagonal(R, axis1=1, axis2=2))[:, None, :]
+        return residual_sum_of_squares(self.S, Q)
+
+    def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
+        return self.errors(noise)

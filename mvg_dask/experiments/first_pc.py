@@ -21,21 +21,19 @@ from typing import Final
 
 import numpy as np
 
-from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import MovementSample, PaperDataset, load_movement
-from mvg_dask.experiments.mechanisms import (
-    binary_plan,
-    iid_implied_epsilon,
-    iid_noise,
-    plan_implied_epsilon,
-    plan_noise,
-    plan_std_range,
+from mvg_dask.experiments.runner import (
+    Evaluation,
+    MethodSpec,
+    PaperExperiment,
+    baseline_methods,
+    binary_method,
+    reference_methods,
 )
-from mvg_dask.experiments.runner import Evaluation, MethodSpec
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, QuerySpec, dp_pca, gram_sensitivity
 from mvg_dask.privacy import analytic_gaussian_mu
-from mvg_dask.privacy.calibration import Algorithm, Calibration
+from mvg_dask.privacy.calibration import Algorithm
 
 __all__ = [
     "METHODS",
@@ -48,77 +46,26 @@ __all__ = [
 _PAPER_S2 = "s2 = 2 max||x||^2/N = 8/N, gamma = 4 (the paper's)"
 _TIGHT_S2 = "s2 = sqrt(2) max||x||^2/N (tight)"
 
+_IMPORTANT = "ANC0, ANC3"
+_EQUI = "Alg. 2 (equi-modal)"
+_IID = "iid on the 16 entries of S,"
+
 METHODS: Final[tuple[MethodSpec, ...]] = (
-    MethodSpec(
-        key="non-private",
-        label="Non-private",
-        kind="reference",
-        privacy="-",
-        description="top eigenvector of the true S",
+    *reference_methods(
+        non_private="top eigenvector of the true S",
+        random_guess="a uniformly random unit vector",
     ),
-    MethodSpec(
-        key="random-guess",
-        label="Random guess",
-        kind="reference",
-        privacy="-",
-        description="a uniformly random unit vector",
+    binary_method("mvg-thm2", _IMPORTANT, f"mvg-thm2 (Thm. 2 + Thm. 6), {_EQUI}, {_PAPER_S2}"),
+    binary_method("mvg-thm3", _IMPORTANT, f"mvg-thm3 (Thm. 3 + Thm. 6), {_EQUI}, {_PAPER_S2}"),
+    binary_method("mgm-udn", _IMPORTANT, f"mgm-udn (MGM Thm. 2), unimodal noise, {_TIGHT_S2}"),
+    binary_method(
+        "mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), unimodal noise, entries of S in [-1, 1]"
     ),
-    MethodSpec(
-        key="mvg-thm2",
-        label="MVG, Thm. 2 (binary: ANC0, ANC3)",
-        kind="paper-mvg",
-        sweep_tau=True,
-        primary=True,
-        description=f"mvg-thm2 (Thm. 2 + Thm. 6), Alg. 2 (equi-modal), {_PAPER_S2}",
-    ),
-    MethodSpec(
-        key="mvg-thm3",
-        label="MVG, Thm. 3 (binary: ANC0, ANC3)",
-        kind="paper-mvg",
-        sweep_tau=True,
-        primary=True,
-        description=f"mvg-thm3 (Thm. 3 + Thm. 6), Alg. 2 (equi-modal), {_PAPER_S2}",
-    ),
-    MethodSpec(
-        key="mgm-udn",
-        label="MGM UDN (binary: ANC0, ANC3)",
-        kind="mgm",
-        sweep_tau=True,
-        description=f"mgm-udn (MGM Thm. 2), unimodal noise, {_TIGHT_S2}",
-    ),
-    MethodSpec(
-        key="mgm-idn",
-        label="MGM IDN (binary: ANC0, ANC3)",
-        kind="mgm",
-        sweep_tau=True,
-        description="mgm-idn (MGM Thm. 3), unimodal noise, entries of S in [-1, 1]",
-    ),
-    MethodSpec(
-        key="exact",
-        label="MVG, exact (binary: ANC0, ANC3)",
-        kind="exact",
-        sweep_tau=True,
-        primary=True,
-        description=f"exact, Alg. 2 (equi-modal), {_TIGHT_S2}",
-    ),
-    MethodSpec(
-        key="gaussian-classic",
-        label="iid Gaussian, classic",
-        kind="baseline",
-        description=f"iid on the 16 entries of S, classic sigma, {_TIGHT_S2}",
-    ),
-    MethodSpec(
-        key="gaussian-analytic",
-        label="iid Gaussian, analytic",
-        kind="baseline",
-        description=f"iid on the 16 entries of S, analytic sigma, {_TIGHT_S2}",
-    ),
-    MethodSpec(
-        key="laplace",
-        label="iid Laplace",
-        kind="baseline",
-        privacy="ε (δ = 0)",
-        description="iid on the 16 entries of S, b = s1/ε, s1 = 2 (sum a_i)^2/N",
+    binary_method("exact", _IMPORTANT, f"exact, {_EQUI}, {_TIGHT_S2}"),
+    *baseline_methods(
+        f"{_IID} b = s1/ε, s1 = 2 (sum a_i)^2/N",
+        classic=f"{_IID} classic sigma, {_TIGHT_S2}",
+        analytic=f"{_IID} analytic sigma, {_TIGHT_S2}",
     ),
     MethodSpec(
         key="analyze-gauss",
@@ -128,14 +75,6 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         "s2 = sqrt(2) max||x||^2, analytic sigma), top eigenvector",
     ),
 )
-
-_CALIBRATION: Final[Mapping[str, tuple[Calibration, Algorithm]]] = {
-    "mvg-thm2": ("mvg-thm2", "equi-modal"),
-    "mvg-thm3": ("mvg-thm3", "equi-modal"),
-    "mgm-udn": ("mgm-udn", "unimodal"),
-    "mgm-idn": ("mgm-idn", "unimodal"),
-    "exact": ("exact", "equi-modal"),
-}
 
 
 def top_eigenvector(released: np.ndarray) -> np.ndarray:
@@ -184,7 +123,7 @@ def captured_variance_gap(S: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.asarray(lam1 - rayleigh(S, v))
 
 
-class FirstPCExperiment:
+class FirstPCExperiment(PaperExperiment):
     """Exp. II: first principal component of the released covariance, metric Delta-rho.
 
     Parameters
@@ -228,77 +167,47 @@ class FirstPCExperiment:
         """Delta-rho of the first PC of each released ``(T, m, m)`` matrix."""
         return captured_variance_gap(self.S, top_eigenvector(released))
 
-    def evaluate(
-        self,
-        method: MethodSpec,
-        epsilon: float | None,
-        tau: float | None,
-        trials: int,
-        key: NoiseKey,
+    def _non_private_error(self) -> float:
+        return float(self.errors(self.S[None])[0])
+
+    def _random_guess_errors(self, rng: np.random.Generator, trials: int) -> np.ndarray:
+        v = rng.standard_normal((trials, self.dataset.n_features))
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        return captured_variance_gap(self.S, v)
+
+    def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
+        return self.errors(self.S[None] + noise)
+
+    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+        """The paper's rows use its own sensitivities; MGM's calibrations add unimodal noise."""
+        query = self.paper_query if method.kind == "paper-mvg" else self.query
+        return query, "unimodal" if method.kind == "mgm" else "equi-modal"
+
+    def _evaluate_extra(
+        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
-        """Run one method (see :class:`mvg_dask.experiments.runner.Experiment`)."""
-        m, n = self.dataset.X.shape
-        if method.key == "non-private":
-            return Evaluation(errors=np.repeat(self.errors(self.S[None]), trials))
-        if method.key == "random-guess":
-            v = key.generator().standard_normal((trials, m))
-            v /= np.linalg.norm(v, axis=1, keepdims=True)
-            return Evaluation(errors=captured_variance_gap(self.S, v))
-        assert epsilon is not None
-        delta = 1.0 / n
-        if method.key in _CALIBRATION:
-            assert tau is not None
-            calibration, algorithm = _CALIBRATION[method.key]
-            query = self.paper_query if method.kind == "paper-mvg" else self.query
-            plan = binary_plan(
-                query,
-                self.domain,
-                epsilon=epsilon,
-                delta=delta,
-                algorithm=algorithm,
-                calibration=calibration,
-                important=self.dataset.important,
-                tau=tau,
-            )
-            Z = plan_noise(plan, key.generator(), trials)
-            return Evaluation(
-                errors=self.errors(self.S[None] + Z),
-                noise_std=plan_std_range(plan),
-                implied_epsilon=plan_implied_epsilon(plan),
-            )
-        if method.key == "analyze-gauss":
-            mu = analytic_gaussian_mu(epsilon, delta)
-            sens = gram_sensitivity(self.domain, "replace-one")
-            v = np.stack(
-                [
-                    dp_pca(
-                        self.gram,
-                        records=n,
-                        k=1,
-                        mu=mu,
-                        sensitivity=sens,
-                        key=key.derive(f"trial/{t}"),
-                    ).matrix[:, 0]
-                    for t in range(trials)
-                ]
-            )
-            std = sens / mu / n
-            return Evaluation(
-                errors=captured_variance_gap(self.S, v),
-                noise_std=(std, std),
-                implied_epsilon=epsilon,
-            )
-        mech = iid_baseline(
-            method.key,  # type: ignore[arg-type]
-            self.query,
-            self.domain,
-            epsilon=epsilon,
-            delta=delta,
+        """Analyze Gauss: the top eigenvector of X X^T plus symmetric Gaussian noise."""
+        if method.key != "analyze-gauss":
+            return super()._evaluate_extra(method, epsilon, delta, trials, key)
+        n = self.dataset.n_records
+        mu = analytic_gaussian_mu(epsilon, delta)
+        sens = gram_sensitivity(self.domain, "replace-one")
+        v = np.stack(
+            [
+                dp_pca(
+                    self.gram,
+                    records=n,
+                    k=1,
+                    mu=mu,
+                    sensitivity=sens,
+                    key=key.derive(f"trial/{t}"),
+                ).matrix[:, 0]
+                for t in range(trials)
+            ]
         )
-        Z = iid_noise(mech, key.generator(), (trials, m, m))
+        std = sens / mu / n
         return Evaluation(
-            errors=self.errors(self.S[None] + Z),
-            noise_std=(mech.entry_std, mech.entry_std),
-            implied_epsilon=iid_implied_epsilon(mech),
-            valid=mech.valid,
+            errors=captured_variance_gap(self.S, v),
+            noise_std=(std, std),
+            implied_epsilon=epsilon,
         )

@@ -20,17 +20,16 @@ from typing import Final
 
 import numpy as np
 
-from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import PaperDataset, load_liver
-from mvg_dask.experiments.mechanisms import (
-    binary_plan,
-    iid_implied_epsilon,
-    iid_noise,
-    plan_implied_epsilon,
-    plan_noise,
-    plan_std_range,
+from mvg_dask.experiments.mechanisms import plan_implied_epsilon, plan_noise, plan_std_range
+from mvg_dask.experiments.runner import (
+    Evaluation,
+    MethodSpec,
+    PaperExperiment,
+    baseline_methods,
+    binary_method,
+    reference_methods,
 )
-from mvg_dask.experiments.runner import Evaluation, MethodSpec
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
     AllocationSpec,
@@ -41,7 +40,6 @@ from mvg_dask.plan import (
     gram_sensitivity,
     split_budget,
 )
-from mvg_dask.privacy.calibration import Calibration
 
 __all__ = ["KRR_ALPHA", "METHODS", "RegressionExperiment", "krr_rmse"]
 
@@ -59,95 +57,38 @@ _CHUNK: Final = 20
 _STARVED: Final = 1e-6
 
 _ID = "identity query, Alg. 1 (unimodal), s2 = ||w|| = sqrt(6)"
+_IMPORTANT = "ALT, Y"
 
 METHODS: Final[tuple[MethodSpec, ...]] = (
-    MethodSpec(
-        key="non-private",
-        label="Non-private",
-        kind="reference",
-        privacy="-",
-        description="KRR trained on the true 6 x 248 data",
+    *reference_methods(
+        non_private="KRR trained on the true 6 x 248 data",
+        random_guess="predictions uniform on the target's declared domain [0, 1]",
     ),
-    MethodSpec(
-        key="random-guess",
-        label="Random guess",
-        kind="reference",
-        privacy="-",
-        description="predictions uniform on the target's declared domain [0, 1]",
-    ),
-    MethodSpec(
-        key="mvg-thm2",
-        label="MVG, Thm. 2 (binary: ALT, Y)",
-        kind="paper-mvg",
-        sweep_tau=True,
-        primary=True,
-        description=f"mvg-thm2 (Thm. 2 + Thm. 5), {_ID}, gamma = sqrt(6 N)",
-    ),
+    binary_method("mvg-thm2", _IMPORTANT, f"mvg-thm2 (Thm. 2 + Thm. 5), {_ID}, gamma = sqrt(6 N)"),
     MethodSpec(
         key="mvg-thm2-dppca",
         label="MVG, Thm. 2 (DP-PCA, max-PNR)",
         kind="paper-mvg",
+        calibration="mvg-thm2",
         description="mvg-thm2; directions from Analyze Gauss with 20 % of (ε, δ) "
         "(basic composition), max-PNR allocation",
     ),
-    MethodSpec(
-        key="mgm-udn",
-        label="MGM UDN (binary: ALT, Y)",
-        kind="mgm",
-        sweep_tau=True,
-        description=f"mgm-udn (MGM Thm. 2), {_ID}",
-    ),
-    MethodSpec(
-        key="mgm-idn",
-        label="MGM IDN (binary: ALT, Y)",
-        kind="mgm",
-        sweep_tau=True,
-        description="mgm-idn (MGM Thm. 3), entries in [0, 1]",
-    ),
-    MethodSpec(
-        key="exact",
-        label="MVG, exact (binary: ALT, Y)",
-        kind="exact",
-        sweep_tau=True,
-        primary=True,
-        description=f"exact (analytic Gaussian on the whitened query), {_ID}",
-    ),
+    binary_method("mgm-udn", _IMPORTANT, f"mgm-udn (MGM Thm. 2), {_ID}"),
+    binary_method("mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), entries in [0, 1]"),
+    binary_method("exact", _IMPORTANT, f"exact (analytic Gaussian on the whitened query), {_ID}"),
     MethodSpec(
         key="exact-dppca",
         label="MVG, exact (DP-PCA, max-PNR)",
         kind="exact",
+        calibration="exact",
         description="exact; directions from Analyze Gauss with 20 % of the Gaussian-DP "
         "budget (mu^2 = mu_1^2 + mu_2^2), max-PNR allocation",
     ),
-    MethodSpec(
-        key="gaussian-classic",
-        label="iid Gaussian, classic",
-        kind="baseline",
-        description="sigma = sqrt(2 ln(1.25/δ)) s2 / ε (Dwork & Roth; proof only for ε < 1)",
-    ),
-    MethodSpec(
-        key="gaussian-analytic",
-        label="iid Gaussian, analytic",
-        kind="baseline",
-        description="sigma = s2 / mu*(ε, δ) (Balle & Wang 2018)",
-    ),
-    MethodSpec(
-        key="laplace",
-        label="iid Laplace",
-        kind="baseline",
-        privacy="ε (δ = 0)",
-        description="b = s1 / ε, s1 = ||w||_1 = 6",
+    *baseline_methods(
+        "b = s1 / ε, s1 = ||w||_1 = 6",
+        classic="sigma = sqrt(2 ln(1.25/δ)) s2 / ε (Dwork & Roth; proof only for ε < 1)",
     ),
 )
-
-_MVG_CALIBRATION: Final[Mapping[str, Calibration]] = {
-    "mvg-thm2": "mvg-thm2",
-    "mgm-udn": "mgm-udn",
-    "mgm-idn": "mgm-idn",
-    "exact": "exact",
-    "mvg-thm2-dppca": "mvg-thm2",
-    "exact-dppca": "exact",
-}
 
 
 def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -214,7 +155,7 @@ def krr_rmse(
     return out
 
 
-class RegressionExperiment:
+class RegressionExperiment(PaperExperiment):
     """Exp. I: KRR on the released Liver data, RMSE on the held-out patients.
 
     Parameters
@@ -273,66 +214,24 @@ class RegressionExperiment:
         return krr_rmse(x, y, self.test_x, self.test_y)
 
     # -- methods ------------------------------------------------------------------------------
-    def evaluate(
-        self,
-        method: MethodSpec,
-        epsilon: float | None,
-        tau: float | None,
-        trials: int,
-        key: NoiseKey,
-    ) -> Evaluation:
-        """Run one method (see :class:`mvg_dask.experiments.runner.Experiment`)."""
-        X = self.dataset.X
-        if method.key == "non-private":
-            err = float(self.errors(X[None])[0])
-            return Evaluation(errors=np.full(trials, err))
-        if method.key == "random-guess":
-            lo, hi = self.dataset.lower[self.target], self.dataset.upper[self.target]
-            pred = key.generator().uniform(lo, hi, size=(trials, self.test_y.size))
-            rmse = np.sqrt(np.mean((pred - self.test_y[None, :]) ** 2, axis=1))
-            return Evaluation(errors=rmse)
-        assert epsilon is not None
-        delta = 1.0 / self.dataset.n_records
-        if method.key in ("mvg-thm2", "mgm-udn", "mgm-idn", "exact"):
-            assert tau is not None
-            plan = binary_plan(
-                self.query,
-                self.domain,
-                epsilon=epsilon,
-                delta=delta,
-                algorithm="unimodal",
-                calibration=_MVG_CALIBRATION[method.key],
-                important=self.dataset.important,
-                tau=tau,
-            )
-            Z = plan_noise(plan, key.generator(), trials)
-            return Evaluation(
-                errors=self.errors(X[None] + Z),
-                noise_std=plan_std_range(plan),
-                implied_epsilon=plan_implied_epsilon(plan),
-            )
-        if method.key in ("mvg-thm2-dppca", "exact-dppca"):
-            return self._dp_pca(method, epsilon, delta, trials, key)
-        mech = iid_baseline(
-            method.key,  # type: ignore[arg-type]
-            self.query,
-            self.domain,
-            epsilon=epsilon,
-            delta=delta,
-        )
-        Z = iid_noise(mech, key.generator(), (trials, *X.shape))
-        return Evaluation(
-            errors=self.errors(X[None] + Z),
-            noise_std=(mech.entry_std, mech.entry_std),
-            implied_epsilon=iid_implied_epsilon(mech),
-            valid=mech.valid,
-        )
+    def _non_private_error(self) -> float:
+        return float(self.errors(self.dataset.X[None])[0])
 
-    def _dp_pca(
+    def _random_guess_errors(self, rng: np.random.Generator, trials: int) -> np.ndarray:
+        lo, hi = self.dataset.lower[self.target], self.dataset.upper[self.target]
+        pred = rng.uniform(lo, hi, size=(trials, self.test_y.size))
+        return np.sqrt(np.mean((pred - self.test_y[None, :]) ** 2, axis=1))
+
+    def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
+        return self.errors(self.dataset.X[None] + noise)
+
+    def _evaluate_extra(
         self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
-        """MVG with DP-PCA directions and max-PNR allocation (a new plan per trial)."""
-        calibration = _MVG_CALIBRATION[method.key]
+        """The DP-PCA rows: MVG with DP-PCA directions, max-PNR allocation, a plan per trial."""
+        calibration = method.calibration
+        if calibration is None:
+            return super()._evaluate_extra(method, epsilon, delta, trials, key)
         split = split_budget(calibration, epsilon, delta, share=DP_PCA_SHARE)
         assert split.step_mu is not None
         sens = gram_sensitivity(self.domain, "replace-one")
@@ -368,7 +267,7 @@ class RegressionExperiment:
             at_floor = th.min() < th.max() * (1 - _STARVED)
             starved.append(int(np.sum(np.isclose(th, th.min(), rtol=1e-9))) if at_floor else 0)
         return Evaluation(
-            errors=self.errors(X[None] + Z),
+            errors=self._noisy_errors(Z),
             noise_std=(float(np.median(lows)), float(np.median(highs))),
             implied_epsilon=float(np.median(implied)),
             details={

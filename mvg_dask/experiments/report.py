@@ -14,7 +14,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +118,7 @@ def _paper_cell(p: PaperRow | None) -> str:
 
 
 def _paper_position(table: PaperTable, value: float) -> float | None:
-    rows = {r.ours: r for r in table.rows}
+    rows = table.by_method()
     lo, hi = rows.get("non-private"), rows.get("random-guess")
     if lo is None or hi is None or hi.mean == lo.mean:
         return None
@@ -129,6 +129,27 @@ def _paper_for(result: ExperimentResult, row: Row) -> PaperRow | None:
     if row.epsilon is not None and not math.isclose(row.epsilon, REFERENCE_EPSILON):
         return None
     return PAPER_TABLES[result.name].by_method().get(row.method.key)
+
+
+def _paper_with_position(
+    result: ExperimentResult, row: Row
+) -> tuple[PaperRow | None, float | None]:
+    """The paper's row matching ``row`` and its position on the paper's scale."""
+    p = _paper_for(result, row)
+    return p, None if p is None else _paper_position(PAPER_TABLES[result.name], p.mean)
+
+
+def _pos_cell(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def _short(result: ExperimentResult) -> str:
+    """``"Exp. I"`` etc.: the title up to its colon."""
+    return result.title.split(":")[0]
 
 
 def _std_cell(row: Row) -> str:
@@ -158,16 +179,22 @@ def _rel(target: Path, start: Path) -> str:
 # CSV
 
 
-def experiment_csv(result: ExperimentResult) -> str:
-    """All rows of one experiment as CSV text (columns :data:`CSV_FIELDS`)."""
+def _csv_text(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_FIELDS)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def experiment_csv(result: ExperimentResult) -> str:
+    """All rows of one experiment as CSV text (columns :data:`CSV_FIELDS`)."""
     table = PAPER_TABLES[result.name]
+    lines = []
     for row in result.rows:
         paper = _paper_for(result, row)
         std = row.evaluation.noise_std
-        writer.writerow(
+        lines.append(
             [
                 result.name,
                 row.method.key,
@@ -189,28 +216,27 @@ def experiment_csv(result: ExperimentResult) -> str:
                 _num(None if paper is None or paper.ci is None else paper.ci * table.scale),
             ]
         )
-    return buf.getvalue()
+    return _csv_text(CSV_FIELDS, lines)
 
 
 def sweep_csv(result: ExperimentResult) -> str:
     """The ``tau`` sweeps of one experiment as CSV text."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["experiment", "method", "epsilon", "tau", "mean", "ci95", "chosen"])
-    for row in result.rows:
-        for tau, mean, ci in row.sweep:
-            writer.writerow(
-                [
-                    result.name,
-                    row.method.key,
-                    _num(row.epsilon),
-                    _num(tau),
-                    _num(mean),
-                    _num(ci),
-                    str(row.tau is not None and math.isclose(tau, row.tau)).lower(),
-                ]
-            )
-    return buf.getvalue()
+    return _csv_text(
+        ["experiment", "method", "epsilon", "tau", "mean", "ci95", "chosen"],
+        (
+            [
+                result.name,
+                row.method.key,
+                _num(row.epsilon),
+                _num(tau),
+                _num(mean),
+                _num(ci),
+                str(row.tau is not None and math.isclose(tau, row.tau)).lower(),
+            ]
+            for row in result.rows
+            for tau, mean, ci in row.sweep
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,10 +319,8 @@ def _epsilon_table(result: ExperimentResult, paper: PaperTable) -> str:
     ]
     body = []
     for row in result.rows_at(REFERENCE_EPSILON):
-        p = _paper_for(result, row)
-        ours_pos = position(result, row.mean)
-        paper_pos = None if p is None else _paper_position(paper, p.mean)
-        pos = f"{ours_pos:.3g} / {'-' if paper_pos is None else f'{paper_pos:.3g}'}"
+        p, paper_pos = _paper_with_position(result, row)
+        pos = f"{position(result, row.mean):.3g} / {_pos_cell(paper_pos)}"
         body.append(
             [
                 _label(row),
@@ -331,14 +355,11 @@ def _sweep_table(result: ExperimentResult) -> str:
 
 
 def _targets_block(check: TargetCheck) -> str:
-    def verdict(ok: bool) -> str:
-        return "**met**" if ok else "**not met**"
-
     return "\n".join(
         [
-            f"- exact ≤ best valid baseline: {verdict(check.met_baseline)}, ratio exact / baseline "
-            f"= {check.ratio_exact_baseline:.3g}. {check.why_baseline.strip()}",
-            f"- exact ≥ 10x below the paper-calibrated MVG: {verdict(check.met_paper)}, ratio "
+            f"- exact ≤ best valid baseline: **{_met(check.met_baseline)}**, ratio exact / "
+            f"baseline = {check.ratio_exact_baseline:.3g}. {check.why_baseline.strip()}",
+            f"- exact ≥ 10x below the paper-calibrated MVG: **{_met(check.met_paper)}**, ratio "
             f"paper / exact = {check.ratio_paper_exact:.3g}. {check.why_paper.strip()}",
         ]
     )
@@ -464,15 +485,15 @@ def _summary_table(results: Sequence[ExperimentResult]) -> str:
         c = check_targets(res)
         body.append(
             [
-                res.title.split(":")[0],
+                _short(res),
                 res.metric,
                 fmt(res.row("non-private").mean),
                 fmt(res.row("random-guess").mean),
                 f"{_mean_ci(c.paper)} ({c.paper.method.key})",
                 _mean_ci(c.exact),
                 f"{_mean_ci(c.baseline)} ({c.baseline.method.key})",
-                f"{c.ratio_exact_baseline:.3g} ({'met' if c.met_baseline else 'not met'})",
-                f"{c.ratio_paper_exact:.3g} ({'met' if c.met_paper else 'not met'})",
+                f"{c.ratio_exact_baseline:.3g} ({_met(c.met_baseline)})",
+                f"{c.ratio_paper_exact:.3g} ({_met(c.met_paper)})",
             ]
         )
     return _table(header, body)
@@ -497,11 +518,10 @@ def _noise_table(results: Sequence[ExperimentResult]) -> str:
         for row in res.rows_at(REFERENCE_EPSILON):
             if row.method.kind not in ("paper-mvg", "exact"):
                 continue
-            p = _paper_for(res, row)
-            ppos = None if p is None else _paper_position(paper, p.mean)
+            p, ppos = _paper_with_position(res, row)
             body.append(
                 [
-                    res.title.split(":")[0],
+                    _short(res),
                     row.method.label,
                     f"[{lo:g}, {hi:g}]",
                     _std_cell(row),
@@ -509,7 +529,7 @@ def _noise_table(results: Sequence[ExperimentResult]) -> str:
                     _mean_ci(row),
                     f"{position(res, row.mean):.3g}",
                     "-" if p is None else f"{_paper_cell(p)} {_unit(paper)}",
-                    "-" if ppos is None else f"{ppos:.3g}",
+                    _pos_cell(ppos),
                 ]
             )
     return _table(header, body)
@@ -524,7 +544,7 @@ def _scale_table(results: Sequence[ExperimentResult]) -> str:
     ]
     body = []
     for res in results:
-        paper = {r.ours: r for r in PAPER_TABLES[res.name].rows}
+        paper = PAPER_TABLES[res.name].by_method()
         scale = PAPER_TABLES[res.name].scale
         npv, rnd = res.row("non-private").mean, res.row("random-guess").mean
         pn, pr = paper["non-private"].mean * scale, paper["random-guess"].mean * scale
@@ -532,7 +552,7 @@ def _scale_table(results: Sequence[ExperimentResult]) -> str:
         ratio_paper = f"{pr / pn:.3g}" if pn > 0 else "∞"
         body.append(
             [
-                res.title.split(":")[0],
+                _short(res),
                 f"{fmt(npv)} / {fmt(pn)}",
                 f"{fmt(rnd)} / {fmt(pr)}",
                 f"{ratio_ours} / {ratio_paper}",
@@ -544,16 +564,13 @@ def _scale_table(results: Sequence[ExperimentResult]) -> str:
 def _paper_positions_text(results: Sequence[ExperimentResult]) -> str:
     lines = []
     for res in results:
-        table = PAPER_TABLES[res.name]
         for row in res.rows_at(REFERENCE_EPSILON):
-            p = _paper_for(res, row)
+            p, ppos = _paper_with_position(res, row)
             if row.method.kind != "paper-mvg" or p is None:
                 continue
-            ppos = _paper_position(table, p.mean)
-            theirs = "-" if ppos is None else f"{ppos:.3g}"
             lines.append(
-                f"- {res.title.split(':')[0]}, {row.method.label}: ours "
-                f"{position(res, row.mean):.3g}, the paper's {theirs}."
+                f"- {_short(res)}, {row.method.label}: ours "
+                f"{position(res, row.mean):.3g}, the paper's {_pos_cell(ppos)}."
             )
     return "\n".join(lines)
 
@@ -561,16 +578,14 @@ def _paper_positions_text(results: Sequence[ExperimentResult]) -> str:
 def _exact_positions_text(results: Sequence[ExperimentResult]) -> str:
     lines = []
     for res in results:
-        table = PAPER_TABLES[res.name]
         check = check_targets(res)
-        p = _paper_for(res, check.paper)
-        ppos = None if p is None else _paper_position(table, p.mean)
+        _, ppos = _paper_with_position(res, check.paper)
         if ppos is None:
             continue
         epos = position(res, check.exact.mean)
         relation = "above" if epos > ppos else "below"
         lines.append(
-            f"- {res.title.split(':')[0]}: exact at {epos:.3g}, {relation} the paper's "
+            f"- {_short(res)}: exact at {epos:.3g}, {relation} the paper's "
             f"{check.paper.method.label} row at {ppos:.3g}."
         )
     return "\n".join(lines)
@@ -590,7 +605,7 @@ def _directional_text(results: Mapping[str, ExperimentResult]) -> str:
         exact, base = check.exact, check.baseline
         sweep = ", ".join(f"{t:.2f}: {fmt(m)}" for t, m, _ in exact.sweep)
         lines.append(
-            f"- {res.title.split(':')[0]}: exact (binary, best τ = {exact.tau:.2f}) "
+            f"- {_short(res)}: exact (binary, best τ = {exact.tau:.2f}) "
             f"{_mean_ci(exact)} vs {base.method.label} {_mean_ci(base)}; exact's τ sweep at "
             f"ε = 1: {sweep}."
         )

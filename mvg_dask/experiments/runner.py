@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
@@ -23,8 +24,19 @@ from typing import Final, Literal, Protocol
 import numpy as np
 from scipy import stats
 
+from mvg_dask.baselines import BASELINES, iid_baseline
 from mvg_dask.datasets import PaperDataset
+from mvg_dask.experiments.mechanisms import (
+    binary_plan,
+    iid_implied_epsilon,
+    iid_noise,
+    plan_implied_epsilon,
+    plan_noise,
+    plan_std_range,
+)
 from mvg_dask.noise import NoiseKey
+from mvg_dask.plan import BoxDomain, QuerySpec
+from mvg_dask.privacy.calibration import Algorithm, Calibration
 
 __all__ = [
     "CONFIDENCE",
@@ -36,8 +48,12 @@ __all__ = [
     "ExperimentResult",
     "MethodKind",
     "MethodSpec",
+    "PaperExperiment",
     "Row",
+    "baseline_methods",
+    "binary_method",
     "confidence_half_width",
+    "reference_methods",
     "run_experiment",
 ]
 
@@ -75,6 +91,9 @@ class MethodSpec:
     primary : bool
         True for the rows with the paper's primary design (binary allocation on the
         domain-knowledge directions); the targets compare these.
+    calibration : str or None
+        Calibration of the MVG noise (:mod:`mvg_dask.privacy.calibration`); ``None`` for
+        references and baselines.
     description : str
         How the row is computed (calibration, noise type, sensitivity, directions).
     """
@@ -85,7 +104,111 @@ class MethodSpec:
     privacy: str = "(ε, δ)"
     sweep_tau: bool = False
     primary: bool = False
+    calibration: Calibration | None = None
     description: str = ""
+
+
+def reference_methods(non_private: str, random_guess: str) -> tuple[MethodSpec, MethodSpec]:
+    """The two reference rows (``non-private``, ``random-guess``) with their descriptions."""
+    return (
+        MethodSpec(
+            key="non-private",
+            label="Non-private",
+            kind="reference",
+            privacy="-",
+            description=non_private,
+        ),
+        MethodSpec(
+            key="random-guess",
+            label="Random guess",
+            kind="reference",
+            privacy="-",
+            description=random_guess,
+        ),
+    )
+
+
+#: Label, kind and ``primary`` of the binary-allocation MVG row of each calibration.
+_BINARY: Final[Mapping[Calibration, tuple[str, MethodKind, bool]]] = {
+    "mvg-thm2": ("MVG, Thm. 2", "paper-mvg", True),
+    "mvg-thm3": ("MVG, Thm. 3", "paper-mvg", True),
+    "mgm-udn": ("MGM UDN", "mgm", False),
+    "mgm-idn": ("MGM IDN", "mgm", False),
+    "exact": ("MVG, exact", "exact", True),
+}
+
+
+def binary_method(calibration: Calibration, important: str, description: str) -> MethodSpec:
+    """The MVG row of ``calibration`` with the binary allocation (best ``tau`` of the sweep).
+
+    Parameters
+    ----------
+    calibration : str
+        Calibration, also the row's key.
+    important : str
+        The domain-knowledge features, as printed in the label (e.g. ``"ALT, Y"``).
+    description : str
+        How the row is computed.
+
+    Returns
+    -------
+    MethodSpec
+        The row.
+    """
+    label, kind, primary = _BINARY[calibration]
+    return MethodSpec(
+        key=calibration,
+        label=f"{label} (binary: {important})",
+        kind=kind,
+        sweep_tau=True,
+        primary=primary,
+        calibration=calibration,
+        description=description,
+    )
+
+
+_CLASSIC = "sigma = sqrt(2 ln(1.25/δ)) s2 / ε (proof only for ε < 1)"
+_ANALYTIC = "sigma = s2 / mu*(ε, δ) (Balle & Wang 2018)"
+
+
+def baseline_methods(
+    laplace: str, *, classic: str = _CLASSIC, analytic: str = _ANALYTIC
+) -> tuple[MethodSpec, MethodSpec, MethodSpec]:
+    """The three iid baseline rows (classic and analytic Gaussian, Laplace).
+
+    Parameters
+    ----------
+    laplace : str
+        Description of the Laplace row (its L1 sensitivity).
+    classic, analytic : str, optional
+        Descriptions of the Gaussian rows (by default the identity query's).
+
+    Returns
+    -------
+    tuple of MethodSpec
+        ``gaussian-classic``, ``gaussian-analytic``, ``laplace``.
+    """
+    return (
+        MethodSpec(
+            key="gaussian-classic",
+            label="iid Gaussian, classic",
+            kind="baseline",
+            description=classic,
+        ),
+        MethodSpec(
+            key="gaussian-analytic",
+            label="iid Gaussian, analytic",
+            kind="baseline",
+            description=analytic,
+        ),
+        MethodSpec(
+            key="laplace",
+            label="iid Laplace",
+            kind="baseline",
+            privacy="ε (δ = 0)",
+            description=laplace,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,6 +423,93 @@ class Experiment(Protocol):
     ) -> Evaluation:
         """Run ``method`` at ``(epsilon, delta = 1/N)`` (and ``tau``) for ``trials`` trials."""
         ...
+
+
+class PaperExperiment(ABC):
+    """The :meth:`evaluate` shared by the three experiments.
+
+    It runs the rows every experiment has: the references, the binary-allocation MVG rows
+    (``sweep_tau``) and the iid baselines, each noise drawn from ``key.generator()``. A subclass
+    sets ``name``, ``dataset``, ``query`` and ``domain``, says how its metric sees the noise,
+    and runs its other rows in :meth:`_evaluate_extra`.
+    """
+
+    name: str
+    dataset: PaperDataset
+    query: QuerySpec
+    domain: BoxDomain
+
+    @abstractmethod
+    def _non_private_error(self) -> float:
+        """The error of the true query output."""
+
+    @abstractmethod
+    def _random_guess_errors(self, rng: np.random.Generator, trials: int) -> np.ndarray:
+        """The errors of ``trials`` random guesses drawn from ``rng``."""
+
+    @abstractmethod
+    def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
+        """The errors of the query output plus each noise matrix of ``(T, *query.shape)``."""
+
+    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+        """The query (declared sensitivities) and MVG algorithm of a binary row."""
+        return self.query, "unimodal"
+
+    def _evaluate_extra(
+        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
+    ) -> Evaluation:
+        """Run a row that is neither a reference, a binary MVG row nor an iid baseline."""
+        raise ValueError(f"{self.name}: unknown method {method.key!r}")
+
+    def evaluate(
+        self,
+        method: MethodSpec,
+        epsilon: float | None,
+        tau: float | None,
+        trials: int,
+        key: NoiseKey,
+    ) -> Evaluation:
+        """Run one method (see :class:`Experiment`)."""
+        if method.key == "non-private":
+            return Evaluation(errors=np.full(trials, self._non_private_error()))
+        if method.key == "random-guess":
+            return Evaluation(errors=self._random_guess_errors(key.generator(), trials))
+        assert epsilon is not None
+        delta = 1.0 / self.dataset.n_records
+        if method.sweep_tau:
+            assert tau is not None and method.calibration is not None
+            query, algorithm = self._binary_query(method)
+            plan = binary_plan(
+                query,
+                self.domain,
+                epsilon=epsilon,
+                delta=delta,
+                algorithm=algorithm,
+                calibration=method.calibration,
+                important=self.dataset.important,
+                tau=tau,
+            )
+            return Evaluation(
+                errors=self._noisy_errors(plan_noise(plan, key.generator(), trials)),
+                noise_std=plan_std_range(plan),
+                implied_epsilon=plan_implied_epsilon(plan),
+            )
+        if method.key in BASELINES:
+            mech = iid_baseline(
+                method.key,
+                self.query,
+                self.domain,
+                epsilon=epsilon,
+                delta=delta,
+            )
+            Z = iid_noise(mech, key.generator(), (trials, *self.query.shape))
+            return Evaluation(
+                errors=self._noisy_errors(Z),
+                noise_std=(mech.entry_std, mech.entry_std),
+                implied_epsilon=iid_implied_epsilon(mech),
+                valid=mech.valid,
+            )
+        return self._evaluate_extra(method, epsilon, delta, trials, key)
 
 
 def _best_tau(evaluations: Mapping[float, Evaluation]) -> float:
