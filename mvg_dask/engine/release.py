@@ -426,6 +426,15 @@ def execute_release(
     spec = rplan.spec
     target = OutputTarget(spec.output.store, rplan.release_id, spec.output.storage_options)
     ledger = Ledger(spec.ledger.path) if spec.ledger is not None else None
+    log.info(
+        "release %s: %s query of %s (%d x %d) -> %s",
+        rplan.release_id,
+        spec.query,
+        spec.input.store,
+        rplan.info.features,
+        rplan.info.records,
+        spec.output.store,
+    )
     try:
         key, resumed = _reserve(rplan, ledger, target, seed)
         if resumed and target.is_complete():
@@ -587,7 +596,8 @@ def _result_from_store(rplan: ReleasePlan, target: OutputTarget, t0: float) -> R
     plan = rplan.noise_plan
     if plan is None:
         d = np.asarray(ds["directions"].values)
-        plan = rplan.build(Directions("dp-pca", d, ()))
+        k = _dp_pca_k(rplan.spec)
+        plan = rplan.build(Directions("dp-pca", d, tuple(range(k))))
     return ReleaseResult(
         release_id=rplan.release_id,
         output=rplan.spec.output.store,

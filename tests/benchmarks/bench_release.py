@@ -26,6 +26,7 @@ from mvg_dask.data import synthetic, write_matrix
 
 
 def spec(store: str, out: str, query: str) -> dict[str, object]:
+    """A release spec, charged to a ledger next to the output (the production path)."""
     return {
         "name": f"bench-{query}",
         "input": {"store": store},
@@ -34,6 +35,11 @@ def spec(store: str, out: str, query: str) -> dict[str, object]:
         "mechanism": {"algorithm": "equi-modal" if query == "covariance" else "unimodal"},
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"store": out},
+        "ledger": {
+            "path": f"{out}.ledger.sqlite",
+            "dataset": "bench",
+            "budget": {"epsilon": 10.0, "delta": 1e-5},
+        },
     }
 
 
@@ -105,6 +111,7 @@ def main() -> None:
                 outs = [str(work / f"{k}-{size}-{r}.zarr") for k in ("cov", "id", "naive")]
                 for o in outs:
                     shutil.rmtree(o, ignore_errors=True)
+                    Path(f"{o}.ledger.sqlite").unlink(missing_ok=True)
                 t = {
                     "xxt": timed(lambda s=store: nonprivate_gram(s, client), ms, "xxt"),
                     "cov": timed(
