@@ -116,29 +116,8 @@ def split_budget(
     cal._check_privacy(epsilon, delta)
     if not 0 <= share < 1:
         raise ValueError(f"directions budget_share must lie in [0, 1), got {share!r}")
-    if calibration == "exact":
-        mu = cal.analytic_gaussian_mu(epsilon, delta)
-        if share == 0:
-            return BudgetSplit(
-                composition="none",
-                share=0.0,
-                step_mu=None,
-                step_epsilon=None,
-                step_delta=None,
-                release_epsilon=epsilon,
-                release_delta=delta,
-                release_mu=mu,
-            )
-        return BudgetSplit(
-            composition="gaussian-dp",
-            share=share,
-            step_mu=math.sqrt(share) * mu,
-            step_epsilon=None,
-            step_delta=None,
-            release_epsilon=epsilon,
-            release_delta=delta,
-            release_mu=math.sqrt(1.0 - share) * mu,
-        )
+    exact = calibration == "exact"
+    mu = cal.analytic_gaussian_mu(epsilon, delta) if exact else None
     if share == 0:
         return BudgetSplit(
             composition="none",
@@ -148,7 +127,18 @@ def split_budget(
             step_delta=None,
             release_epsilon=epsilon,
             release_delta=delta,
-            release_mu=None,
+            release_mu=mu,
+        )
+    if mu is not None:  # exact: both steps are Gaussian mechanisms, mu^2 = mu_1^2 + mu_2^2
+        return BudgetSplit(
+            composition="gaussian-dp",
+            share=share,
+            step_mu=math.sqrt(share) * mu,
+            step_epsilon=None,
+            step_delta=None,
+            release_epsilon=epsilon,
+            release_delta=delta,
+            release_mu=math.sqrt(1.0 - share) * mu,
         )
     e1, d1 = share * epsilon, share * delta
     return BudgetSplit(
