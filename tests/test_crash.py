@@ -141,15 +141,29 @@ def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
 def test_covariance_dp_pca_release_resumes_identically(tmp_path, loopback, point):
     X = data(5, 6000, seed=4)
     store = make_input(tmp_path / "in.zarr", X, chunk=500)
-    mech = {"algorithm": "equi-modal", "directions": {"method": "dp-pca", "k": 2},
-            "allocation": {"strategy": "binary", "share": 0.8}}
+    mech = {
+        "algorithm": "equi-modal",
+        "directions": {"method": "dp-pca", "k": 2},
+        "allocation": {"strategy": "binary", "share": 0.8},
+    }
     outs = []
     for name, crash in (("ref", None), ("crashed", point)):
         out, ledger = tmp_path / f"{name}.zarr", tmp_path / f"{name}.sqlite"
-        spec_path = write_spec(tmp_path / f"{name}.yaml", spec_dict(
-            store, str(out), query="covariance", release_id=f"cov-{name}", mechanism=mech,
-            ledger={"path": str(ledger), "dataset": "d",
-                    "budget": {"epsilon": 5.0, "delta": 1e-4}}))
+        spec_path = write_spec(
+            tmp_path / f"{name}.yaml",
+            spec_dict(
+                store,
+                str(out),
+                query="covariance",
+                release_id=f"cov-{name}",
+                mechanism=mech,
+                ledger={
+                    "path": str(ledger),
+                    "dataset": "d",
+                    "budget": {"epsilon": 5.0, "delta": 1e-4},
+                },
+            ),
+        )
         if crash:
             proc = _run(spec_path, loopback, crash_at=crash)
             proc.communicate(timeout=300)

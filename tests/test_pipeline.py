@@ -251,3 +251,30 @@ def test_xarray_reads_the_release_directly(tmp_path, client):
     ds = xr.open_zarr(res.output, consolidated=False)
     assert ds["X"].shape == (3, 200) and ds["row_cov"].shape == (3, 3)
     assert os.path.isdir(res.output)
+
+
+def test_xarray_accessor(tmp_path, client):
+    X = data(3, 400, seed=11)
+    store = make_input(tmp_path / "in.zarr", X, chunk=100)
+    ds = api.open_release(
+        api.release(
+            spec_dict(store, str(tmp_path / "i.zarr")), client=client, seed=1, progress=False
+        ).output
+    )
+    assert ds.mvg.provenance["calibration"] == "exact"
+    assert ds.mvg.provenance["record_domain"] == {"box": {"lower": [0.0] * 3, "upper": [1.0] * 3}}
+    std = ds.mvg.noise_std()
+    assert std.shape == ds["X"].shape
+    assert np.allclose(std.isel(record=0).values, np.sqrt(np.diag(ds["row_cov"].values)))
+    assert ds.mvg.plan["epsilon"] == 1.0
+    cov = api.open_release(
+        api.release(
+            spec_dict(store, str(tmp_path / "c.zarr"), query="covariance"),
+            client=client,
+            seed=1,
+            progress=False,
+        ).output
+    )
+    s = cov.mvg.noise_std()
+    d = np.sqrt(np.diag(cov["row_cov"].values))
+    assert s.shape == (3, 3) and np.allclose(s.values, np.outer(d, d))
