@@ -278,3 +278,19 @@ def test_xarray_accessor(tmp_path, client):
     s = cov.mvg.noise_std()
     d = np.sqrt(np.diag(cov["row_cov"].values))
     assert s.shape == (3, 3) and np.allclose(s.values, np.outer(d, d))
+
+
+def test_release_plan_repr(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(3, 100, seed=12), chunk=50)
+    plan = api.dry_run(spec_dict(store, str(tmp_path / "o.zarr")))
+    assert "identity of" in repr(plan) and "calibration exact" in repr(plan)
+    assert plan._repr_html_().startswith("<pre>")
+    dp = api.dry_run(
+        spec_dict(
+            store,
+            str(tmp_path / "o.zarr"),
+            query="covariance",
+            mechanism={"directions": {"method": "dp-pca", "k": 1}, "algorithm": "equi-modal"},
+        )
+    )
+    assert "DP-PCA at run time (20% of the budget, gaussian-dp composition)" in repr(dp)

@@ -122,6 +122,28 @@ class ReleasePlan:
             self.spec, self.query, self.domain, self.allocation, directions, self.split.share
         )
 
+    def summary(self) -> str:
+        """Human-readable lines: input, output and the noise plan."""
+        head = (
+            f"release {self.release_id}: {self.spec.query} of {self.spec.input.store} "
+            f"({self.info.features} features x {self.info.records} records) -> "
+            f"{self.spec.output.store}"
+        )
+        if self.noise_plan is not None:
+            return f"{head}\n{self.noise_plan.summary()}"
+        return (
+            f"{head}\n  directions by DP-PCA at run time ({self.split.share:.0%} of the budget, "
+            f"{self.split.composition} composition); calibration {self.spec.mechanism.calibration}"
+        )
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return "<pre>" + html.escape(self.summary()) + "</pre>"
+
     def to_dict(self) -> dict[str, Any]:
         """The dry-run view: release, input and noise plan (direction-dependent fields are
         ``null`` when DP-PCA chooses the directions at run time). Never the key."""
