@@ -11,7 +11,7 @@ from distributed import Client, LocalCluster
 
 from mvg_dask import api
 from mvg_dask.data import write_matrix
-from mvg_dask.errors import IncompleteReleaseError
+from mvg_dask.errors import DataError, IncompleteReleaseError
 from tests.pipeline_helpers import spec_dict
 
 
@@ -58,3 +58,17 @@ def test_incomplete_object_store_release_is_refused(threaded_client):
     zarr.open_group(res.output, mode="r+").update_attributes({"mvg_dask_status": "incomplete"})
     with pytest.raises(IncompleteReleaseError, match="status: 'incomplete'"):
         api.open_release(res.output)
+
+
+def test_failed_object_store_release_leaves_nothing(threaded_client):
+    X = np.random.default_rng(2).uniform(0, 1, (3, 300))
+    X[0, 250] = np.nan
+    write_matrix(X, "memory://obj3/in.zarr", record_chunk=100)
+    with pytest.raises(DataError, match="NaN"):
+        api.release(
+            spec_dict("memory://obj3/in.zarr", "memory://obj3/out.zarr"),
+            client=threaded_client,
+            seed=1,
+            progress=False,
+        )
+    assert not fsspec.filesystem("memory").exists("/obj3/out.zarr")

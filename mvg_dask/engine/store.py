@@ -222,9 +222,14 @@ class OutputTarget:
             shutil.rmtree(self.write_store)
 
     def abort(self) -> None:
-        """Remove everything this release wrote (local stores: the staging directory)."""
+        """Remove everything this release wrote: the staging directory (local stores) or the
+        in-place output (object stores; :meth:`check_free` made sure it held nothing else)."""
         if self.local:
             shutil.rmtree(self.write_store, ignore_errors=True)
+            return
+        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
 
     def commit(self, attrs: dict[str, Any]) -> None:
         """Write the final attrs with ``status = complete`` last, then move into place."""
