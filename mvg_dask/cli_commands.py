@@ -74,7 +74,7 @@ def release(spec: str, scheduler: str | None, dry_run: bool, seed: int | None, q
 
     try:
         if dry_run:
-            click.echo(json.dumps(api.dry_run(spec).to_dict(), indent=2))
+            click.echo(json.dumps(api.dry_run(spec).public_dict(), indent=2))
             return
         if not quiet:
             _setup_logging()
@@ -84,8 +84,7 @@ def release(spec: str, scheduler: str | None, dry_run: bool, seed: int | None, q
         return
     note = " (seeded: NOT private)" if result.seeded else ""
     click.echo(
-        f"release {result.release_id} complete: {result.output}{note}; "
-        f"clipped values: {result.clipped_count}; {result.seconds:.1f} s"
+        f"release {result.release_id} complete: {result.output}{note}; {result.seconds:.1f} s"
     )
 
 
@@ -140,7 +139,7 @@ def demo(
     from mvg_dask import api
     from mvg_dask.data import write_matrix
     from mvg_dask.datasets import load_ctg
-    from mvg_dask.engine import connect
+    from mvg_dask.engine.cluster import connect
 
     _setup_logging()
     root = Path(out)

@@ -24,15 +24,11 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def client():
     """A LocalCluster (2 worker processes, loopback) shared by the pipeline tests."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-    )
+    from mvg_dask.engine.cluster import local_cluster
+
+    cluster = local_cluster(2)
     c = Client(cluster)
     yield c
     c.close()

@@ -7,19 +7,18 @@ from __future__ import annotations
 import fsspec
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from mvg_dask import api
 from mvg_dask.data import write_matrix
+from mvg_dask.engine.cluster import local_cluster
 from mvg_dask.errors import DataError, IncompleteReleaseError
 from tests.pipeline_helpers import spec_dict
 
 
 @pytest.fixture(scope="module")
 def threaded_client():
-    cluster = LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
-    )
+    cluster = local_cluster(1, threads_per_worker=2, processes=False)
     client = Client(cluster)
     yield client
     client.close()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 from distributed.diagnostics import MemorySampler
 
 from mvg_dask import api
 from mvg_dask.data import synthetic, write_matrix
+from mvg_dask.engine.cluster import local_cluster
 from tests.pipeline_helpers import spec_dict
 
 MEMORY_LIMIT = 400 * 2**20  # per worker
@@ -19,14 +20,7 @@ def test_identity_release_larger_than_worker_memory(tmp_path):
     M, N = 64, 2_000_000  # 1.0 GiB of float64: more than both workers' memory together
     assert M * N * 8 > 2 * MEMORY_LIMIT
     chunk = 16_384  # 8 MiB chunks
-    cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit=MEMORY_LIMIT,
-    )
+    cluster = local_cluster(2, memory_limit=MEMORY_LIMIT)
     with Client(cluster) as client:
         import dask
 

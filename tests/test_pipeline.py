@@ -36,7 +36,8 @@ def test_identity_release_is_mvg_noise_on_the_clipped_input(tmp_path, client):
     assert ds["X"].dims == ("feature", "record")
     assert list(ds["feature"].values) == [f"f{i}" for i in range(5)]
     clipped = np.clip(X, 0, 1)
-    assert ds.attrs["mvg_dask_clipped_count"] == int(np.sum((X < 0) | (X > 1)))
+    # an exact count of clipped values would tell whether one record is out of the domain
+    assert "mvg_dask_clipped_count" not in ds.attrs
     Z = ds["X"].values - clipped
     L = np.linalg.cholesky(ds["row_cov"].values)
     w = np.linalg.solve(L, Z).ravel()
@@ -54,7 +55,6 @@ def test_identity_release_is_mvg_noise_on_the_clipped_input(tmp_path, client):
         "mvg_dask_neighbours",
         "mvg_dask_sensitivity",
         "mvg_dask_mahalanobis_sensitivity",
-        "mvg_dask_clipped_count",
         "mvg_dask_seeded",
         "mvg_dask_version",
     ):

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from mvg_dask.errors import DataError, ReleaseError
+from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import record_noise
 
 PROGRESS_DIR = ".mvg_dask_progress"
 
@@ -95,59 +96,6 @@ def _nonfinite(start: int, stop: int) -> DataError:
     )
 
 
-def unimodal_noise(
-    key: NoiseKey,
-    factor: np.ndarray,
-    start: int,
-    stop: int,
-    *,
-    tile: int,
-    n_total: int,
-    diagonal: bool,
-) -> np.ndarray:
-    """Noise ``B_Sigma N`` for records ``[start, stop)`` from the canonical tile grid.
-
-    Tile ``t`` covers records ``[t*tile, min((t+1)*tile, n_total))``; its normals are drawn
-    whole, as an ``M x tile`` C-ordered matrix, from ``key.generator(t)``. The noise of a record
-    therefore depends only on the key and its index, never on how the records are chunked or
-    how often a task runs.
-
-    Parameters
-    ----------
-    key : NoiseKey
-        The release's noise key.
-    factor : ndarray
-        ``B_Sigma`` (``M x M``); when ``diagonal``, only its diagonal is used.
-    start, stop : int
-        Record range.
-    tile : int
-        Records per tile.
-    n_total : int
-        Number of records of the dataset.
-    diagonal : bool
-        True when the directions are the standard basis (``B_Sigma`` is diagonal).
-
-    Returns
-    -------
-    ndarray
-        ``M x (stop - start)`` noise (a fresh array the caller may modify).
-    """
-    m = factor.shape[0]
-    t0, t1 = start // tile, (stop - 1) // tile
-    parts = []
-    for t in range(t0, t1 + 1):
-        a = t * tile
-        b = min(a + tile, n_total)
-        normals = key.tile_normals(t, (m, b - a))
-        lo, hi = max(start - a, 0), min(stop, b) - a
-        parts.append(normals if (lo, hi) == (0, b - a) else normals[:, lo:hi])
-    N = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-    if diagonal:
-        N *= np.diag(factor)[:, None]  # N is fresh (or a view of a fresh tile): scale in place
-        return N
-    return np.asarray(factor @ N)
-
-
 @dataclass(frozen=True)
 class ZarrMatrix:
     """A 2-D Zarr array seen as ``features x records``, read and written by record ranges.
@@ -204,6 +152,37 @@ def progress_marker(write_store: str, start: int) -> str:
     return f"{write_store.rstrip('/')}/{PROGRESS_DIR}/{start}.json"
 
 
+def abort_marker(write_store: str) -> str:
+    """Path of the marker that tells the remaining tasks of a failed release to do nothing."""
+    return f"{write_store.rstrip('/')}/{PROGRESS_DIR}/ABORT"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a task returns: its value, or the expected error it met.
+
+    Tasks return expected failures (bad data, an unreadable chunk) as values instead of raising
+    them, so that a worker never logs a traceback for a data problem; the client raises the
+    error once, as a one-line message.
+    """
+
+    value: Any = None
+    error: str | None = None
+    error_type: str = "DataError"
+    skipped: bool = False
+
+    def unwrap(self) -> Any:
+        """The value, or raise the task's error."""
+        if self.error is not None:
+            raise (ReleaseError if self.error_type == "ReleaseError" else DataError)(self.error)
+        return self.value
+
+    @classmethod
+    def failure(cls, exc: MvgDaskError) -> Outcome:
+        """The outcome of a task that met an expected error."""
+        return cls(error=str(exc), error_type=type(exc).__name__)
+
+
 def identity_task(
     start: int,
     stop: int,
@@ -216,16 +195,17 @@ def identity_task(
     tile: int,
     n_total: int,
     diagonal: bool,
-) -> np.ndarray:
+) -> Outcome:
     """One task of the identity release: read, check, clip, add MVG noise, write, mark done.
 
     A chunk whose marker exists (written by an earlier, interrupted run of the same release) is
-    skipped: its bytes are already in place, identical to what this run would write.
+    skipped: its bytes are already in place, identical to what this run would write. Once the
+    release has failed (its abort marker exists) the task does nothing.
 
     Returns
     -------
-    ndarray
-        ``[clipped_count, records]`` (int64) for the client's bookkeeping.
+    Outcome
+        ``[clipped_count, records]`` (int64) for the client's bookkeeping, or the error.
     """
     import json
 
@@ -236,30 +216,40 @@ def identity_task(
     )
     if fs.exists(marker):
         done = json.loads(fs.cat_file(marker))
-        return np.array([done["clipped"], done["records"]], dtype=np.int64)
-    x, clipped = clipper(source.read(start, stop), start)
-    y = unimodal_noise(
-        noise_key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal
-    )
+        return Outcome(np.array([done["clipped"], done["records"]], dtype=np.int64))
+    _, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
+    if fs.exists(abort_path):
+        return Outcome(skipped=True)
+    try:
+        x, clipped = clipper(source.read(start, stop), start)
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
+    y = record_noise(noise_key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal)
     y += x
     sink.write(start, stop, y)
     fs.pipe_file(marker, json.dumps({"clipped": clipped, "records": stop - start}).encode())
-    return np.array([clipped, stop - start], dtype=np.int64)
+    return Outcome(np.array([clipped, stop - start], dtype=np.int64))
 
 
-def gram_task(
-    start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper
-) -> tuple[np.ndarray, int]:
+def gram_task(start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper) -> Outcome:
     """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``."""
-    x, clipped = clipper(source.read(start, stop), start)
-    return x @ x.T, clipped
+    try:
+        x, clipped = clipper(source.read(start, stop), start)
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
+    return Outcome((x @ x.T, clipped))
 
 
-def combine_grams(parts: list[tuple[np.ndarray, int]]) -> tuple[np.ndarray, int]:
-    """Combine partial Gram matrices in the order given (the tree reduction's combine step)."""
-    total = parts[0][0].copy()
-    count = parts[0][1]
-    for g, c in parts[1:]:
+def combine_grams(parts: list[Outcome]) -> Outcome:
+    """Combine partial Gram matrices in the order given (the tree reduction's combine step);
+    the first failure, in record order, wins."""
+    for p in parts:
+        if p.error is not None:
+            return p
+    total = parts[0].value[0].copy()
+    count = parts[0].value[1]
+    for p in parts[1:]:
+        g, c = p.value
         total += g
         count += c
-    return total, count
+    return Outcome((total, count))

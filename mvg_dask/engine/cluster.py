@@ -9,9 +9,70 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, LocalCluster, as_completed, wait
+
+from mvg_dask.errors import ReleaseError
 
 log = logging.getLogger("mvg_dask")
+
+
+def local_cluster(
+    n_workers: int | None = None,
+    *,
+    memory_limit: str | int | None = None,
+    threads_per_worker: int = 1,
+    processes: bool = True,
+) -> LocalCluster:
+    """The embedded cluster: worker processes on loopback, no fixed dashboard port.
+
+    The one place a LocalCluster is made (the CLI, the API, the tests and the benchmarks).
+
+    Parameters
+    ----------
+    n_workers : int, optional
+        Workers (default: one per core).
+    memory_limit : str or int, optional
+        Memory limit per worker (default: machine memory / workers).
+    threads_per_worker : int, default 1
+        Threads per worker (the tasks are numpy-bound: one thread per core).
+    processes : bool, default True
+        Worker processes (``False``: threads in this process).
+
+    Returns
+    -------
+    distributed.LocalCluster
+        The running cluster (close it, or use it as a context manager).
+    """
+    kwargs: dict[str, Any] = {} if memory_limit is None else {"memory_limit": memory_limit}
+    if processes:
+        kwargs["host"] = "127.0.0.1"
+    return LocalCluster(
+        n_workers=n_workers or max(1, os.cpu_count() or 1),
+        threads_per_worker=threads_per_worker,
+        processes=processes,
+        dashboard_address=":0",
+        **kwargs,
+    )
+
+
+def scheduler_address(scheduler: str | None = None) -> tuple[str | None, str]:
+    """The scheduler to use and where its address came from.
+
+    ``scheduler`` wins; otherwise dask's ``scheduler-address`` setting, which the environment
+    variable ``DASK_SCHEDULER_ADDRESS`` sets (the dask-kubernetes operator sets it in a DaskJob's
+    job pod); ``(None, "local")`` means the embedded LocalCluster.
+    """
+    if scheduler:
+        return scheduler, "--scheduler"
+    import dask
+
+    configured = dask.config.get("scheduler-address", None)
+    if configured:
+        source = (
+            "DASK_SCHEDULER_ADDRESS" if os.environ.get("DASK_SCHEDULER_ADDRESS") else "dask config"
+        )
+        return str(configured), source
+    return None, "local"
 
 
 @contextmanager
@@ -20,8 +81,10 @@ def connect(
     *,
     n_workers: int | None = None,
     memory_limit: str | None = None,
+    timeout: str = "30s",
 ) -> Iterator[Client]:
-    """Yield a client: to ``scheduler`` if given, else to a new LocalCluster on loopback.
+    """Yield a client: to ``scheduler`` (or ``DASK_SCHEDULER_ADDRESS``), else to a new
+    LocalCluster on loopback.
 
     Parameters
     ----------
@@ -31,29 +94,34 @@ def connect(
         LocalCluster workers (default: one per core, one thread each).
     memory_limit : str, optional
         LocalCluster memory limit per worker (default: machine memory / workers).
+    timeout : str, default "30s"
+        How long to try to reach an existing scheduler.
 
     Yields
     ------
     distributed.Client
         The client; closed (with its cluster) on exit.
+
+    Raises
+    ------
+    ReleaseError
+        When a given scheduler cannot be reached (never a silent local run instead).
     """
-    if scheduler is not None:
-        client = Client(scheduler, timeout="30s")
+    address, source = scheduler_address(scheduler)
+    if address is not None:
+        try:
+            client = Client(address, timeout=timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ReleaseError(
+                f"cannot reach the Dask scheduler at {address} (from {source}): "
+                f"{type(exc).__name__}; start it, fix the address, or unset it to run locally"
+            ) from None
         try:
             yield client
         finally:
             client.close()
         return
-    workers = n_workers or max(1, os.cpu_count() or 1)
-    kwargs: dict[str, Any] = {"memory_limit": memory_limit} if memory_limit else {}
-    cluster = LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        **kwargs,
-    )
+    cluster = local_cluster(n_workers, memory_limit=memory_limit)
     client = Client(cluster)
     try:
         yield client
@@ -65,9 +133,12 @@ def connect(
 class Progress:
     """Progress over a known number of tasks: a bar in a terminal, log lines otherwise."""
 
-    def __init__(self, total: int, label: str, *, enabled: bool = True) -> None:
+    def __init__(
+        self, total: int, label: str, *, enabled: bool = True, private_total: bool = False
+    ) -> None:
         self.total = max(total, 1)
         self.label = label
+        self.private_total = private_total
         self.done = 0
         self.enabled = enabled
         self._bar: Any = None
@@ -75,8 +146,11 @@ class Progress:
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=label, unit="chunk", file=sys.stderr)
-        elif enabled:
+            fmt = "{l_bar}{bar}" if private_total else None
+            self._bar = tqdm(
+                total=self.total, desc=label, unit="chunk", file=sys.stderr, bar_format=fmt
+            )
+        elif enabled and not private_total:
             log.info("%s: %d chunks", label, total)
 
     def update(self, n: int = 1) -> None:
@@ -85,13 +159,16 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
         elif self.enabled and self.done / self.total >= self._next_log:
-            log.info(
-                "%s: %d/%d chunks (%.0f%%)",
-                self.label,
-                self.done,
-                self.total,
-                100 * self.done / self.total,
-            )
+            if self.private_total:  # the chunk count would tell the record count
+                log.info("%s: %.0f%%", self.label, 100 * self._next_log)
+            else:
+                log.info(
+                    "%s: %d/%d chunks (%.0f%%)",
+                    self.label,
+                    self.done,
+                    self.total,
+                    100 * self.done / self.total,
+                )
             while self._next_log <= self.done / self.total:
                 self._next_log += 0.1
 
@@ -108,8 +185,15 @@ def gather_with_progress(
     *,
     keep: bool = True,
     on_result: Callable[[int], None] | None = None,
+    on_failure: Callable[[], None] | None = None,
 ) -> list[Any]:
-    """Wait for every future, updating ``progress``; the first failure cancels the rest.
+    """Wait for every future, updating ``progress``; stop at the first failure.
+
+    A task's expected failure is an :class:`~mvg_dask.engine.blocks.Outcome` carrying an error;
+    it is raised here. After a failure, ``on_failure`` runs (it tells the remaining tasks to do
+    nothing) and this function waits until *every* task has finished before it raises, so that
+    no task is still writing when the caller cleans up. (Cancelling futures does not stop a task
+    that is already running.)
 
     Parameters
     ----------
@@ -123,27 +207,36 @@ def gather_with_progress(
         Collect the results (``False``: only wait, results stay on the workers).
     on_result : callable, optional
         Called with the number of finished futures after each one.
+    on_failure : callable, optional
+        Called once at the first failure, before waiting for the in-flight tasks.
 
     Returns
     -------
     list
         Results in the order of ``futures`` (``None`` entries when ``keep`` is False).
     """
+    from mvg_dask.engine.blocks import Outcome
+
     index = {f.key: i for i, f in enumerate(futures)}
     results: list[Any] = [None] * len(futures)
     done = 0
     try:
         for fut in as_completed(futures):
             if fut.status == "error":
-                fut.result()  # raises the task's own exception
+                fut.result()  # raises the task's own (unexpected) exception
             if keep:
-                results[index[fut.key]] = fut.result()
+                result = fut.result()
+                if isinstance(result, Outcome):
+                    result.unwrap()  # raises an expected error as a one-line message
+                results[index[fut.key]] = result
             done += 1
             progress.update()
             if on_result is not None:
                 on_result(done)
     except BaseException:
-        client.cancel(futures)
+        if on_failure is not None:
+            on_failure()
+        wait(futures)
         raise
     finally:
         progress.close()

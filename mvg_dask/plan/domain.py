@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -166,3 +166,23 @@ class L2BallDomain:
 
 
 RecordDomain = BoxDomain | L2BallDomain
+
+
+def domain_from_dict(data: dict[str, Any], m: int) -> RecordDomain:
+    """Rebuild a record domain from its ``to_dict`` form.
+
+    Parameters
+    ----------
+    data : dict
+        ``{"box": {"lower": [...], "upper": [...]}}`` or ``{"l2_norm": C}``.
+    m : int
+        Number of features.
+
+    Returns
+    -------
+    BoxDomain or L2BallDomain
+        The domain.
+    """
+    if "box" in data:
+        return BoxDomain.create(data["box"]["lower"], data["box"]["upper"], m)
+    return L2BallDomain(float(data["l2_norm"]), m)

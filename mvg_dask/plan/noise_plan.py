@@ -12,13 +12,19 @@ import html
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from mvg_dask.plan.directions import Directions
-from mvg_dask.plan.domain import NEIGHBOURS, BoxDomain, Neighbours, RecordDomain
+from mvg_dask.plan.domain import (
+    NEIGHBOURS,
+    BoxDomain,
+    Neighbours,
+    RecordDomain,
+    domain_from_dict,
+)
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
@@ -450,6 +456,11 @@ class NoisePlan:
                 "method": self.directions.method,
                 "important": list(self.directions.important),
                 "matrix": None if self.directions.is_standard else self.directions.matrix.tolist(),
+                "eigenvalues": (
+                    None
+                    if self.directions.eigenvalues is None
+                    else np.asarray(self.directions.eigenvalues).tolist()
+                ),
             },
             "allocation": {**self.allocation.to_dict(), "theta": self.theta.tolist()},
             "composition": {
@@ -626,3 +637,66 @@ def _exact_scale(
     d1 = query.mahalanobis_sensitivity(domain, neighbours, P1, algorithm)
     degree = 0.5 if algorithm == "unimodal" else 1.0
     return float((mu / d1) ** (1.0 / degree))
+
+
+def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
+    """Rebuild a :class:`NoisePlan` from :meth:`NoisePlan.to_dict`.
+
+    The plan is recomputed from what the dictionary records (query, domain, privacy, algorithm,
+    calibration, directions and the resolved allocation ``theta``), and the recomputed noise
+    variances must equal the recorded ones: a stored plan is never trusted blindly.
+
+    Parameters
+    ----------
+    data : dict
+        A plan dictionary.
+
+    Returns
+    -------
+    NoisePlan
+        The plan.
+
+    Raises
+    ------
+    ValueError
+        When the dictionary is a pending plan (directions chosen at run time) or does not
+        reproduce its own noise variances.
+    """
+    d = data["directions"]
+    if data.get("row_variances") is None:
+        raise ValueError("this plan is pending: its directions are chosen by DP-PCA at run time")
+    query = QuerySpec.from_dict(data["query"])
+    domain = domain_from_dict(data["domain"], query.features)
+    m = query.shape[0]
+    matrix = np.eye(m) if d["matrix"] is None else np.asarray(d["matrix"], dtype=np.float64)
+    eig = d.get("eigenvalues")
+    directions = Directions(
+        d["method"],
+        matrix,
+        tuple(int(i) for i in d["important"]),
+        None if eig is None else np.asarray(eig, dtype=np.float64),
+    )
+    a = data["allocation"]
+    described = AllocationSpec(
+        strategy=a["strategy"], important=a.get("important"), share=a.get("share")
+    )
+    comp = data["composition"]
+    plan = build_noise_plan(
+        query,
+        domain,
+        epsilon=float(data["epsilon"]),
+        delta=float(data["delta"]),
+        algorithm=data["algorithm"],
+        calibration=data["calibration"],
+        directions=directions,
+        allocation=AllocationSpec(strategy="custom", theta=[float(t) for t in a["theta"]]),
+        neighbours=data["neighbours"],
+        direction_share=float(comp["direction_share"]),
+    )
+    stored = np.asarray(data["row_variances"], dtype=np.float64)
+    if not np.allclose(plan.row_variances, stored, rtol=1e-12, atol=0.0):
+        raise ValueError(
+            "the stored plan does not reproduce its own noise variances (made by another "
+            "version of mvg_dask?)"
+        )
+    return replace(plan, allocation=described)

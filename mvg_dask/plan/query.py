@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -290,4 +290,23 @@ class QuerySpec:
                 out[f"declared_{name}"] = getattr(self, name)
         if self.entry_range is not None:
             out["declared_entry_range"] = list(self.entry_range)
+        if self.kind == "custom":
+            out["symmetric"] = self.symmetric
+            out["psd"] = self.psd
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QuerySpec:
+        """Rebuild a query from :meth:`to_dict` (the inverse, checked by the tests)."""
+        rng = data.get("declared_entry_range")
+        return cls(
+            kind=data["kind"],
+            features=int(data["features"]),
+            records=int(data["records"]),
+            shape_=tuple(data["shape"]) if data["kind"] == "custom" else None,
+            sensitivity=data.get("declared_sensitivity"),
+            gamma=data.get("declared_gamma"),
+            entry_range=None if rng is None else (float(rng[0]), float(rng[1])),
+            symmetric=bool(data.get("symmetric", False)),
+            psd=bool(data.get("psd", False)),
+        )

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import dask.array as da
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 from distributed.diagnostics import MemorySampler
 
 from mvg_dask import api
 from mvg_dask.data import synthetic, write_matrix
+from mvg_dask.engine.cluster import local_cluster
 
 
 def spec(store: str, out: str, query: str) -> dict[str, object]:
@@ -79,14 +80,7 @@ def main() -> None:
     M = args.features
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mvg-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=":0",
-        memory_limit=args.memory_limit,
-    )
+    cluster = local_cluster(2, memory_limit=args.memory_limit)
     client = Client(cluster)
     print(
         f"workers: 2 x 1 thread, memory limit {args.memory_limit}; features M={M}; "

@@ -1,0 +1,392 @@
+"""The release format: where a release is written, what it contains, commit and abort.
+
+A release is an xarray-readable Zarr v3 group: the privatized variable (identity: the input's
+name, dims and coordinates; covariance: ``covariance`` over ``{feature}_row``/``{feature}_col``),
+the noise description as variables (``row_cov``, ``col_cov`` for equi-modal noise,
+``directions``, ``noise_variances``, and ``dp_pca_eigenvalues`` for DP-PCA directions) and the
+provenance attributes named in :data:`ATTRS`. Every attribute is a function of the plan, never of
+the data (DESIGN.md §7); values that depend on the data are noisy data variables.
+
+Local stores are written to a staging directory and renamed into place; object stores are
+written in place with ``status = incomplete`` until the last metadata write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import xarray as xr
+
+from mvg_dask._version import __version__
+from mvg_dask.engine.blocks import PROGRESS_DIR
+from mvg_dask.engine.metadata import is_local, local_path
+from mvg_dask.errors import IncompleteReleaseError, ReleaseError
+from mvg_dask.plan.directions import Directions
+from mvg_dask.plan.noise_plan import NoisePlan
+from mvg_dask.plan.release_plan import ReleasePlan
+
+PREFIX = "mvg_dask_"
+STATUS_ATTR = f"{PREFIX}status"
+RELEASE_ID_ATTR = f"{PREFIX}release_id"
+PLAN_ATTR = f"{PREFIX}plan"
+#: every provenance attribute a release carries (without the prefix), in writing order
+ATTRS = (
+    "release_id",
+    "name",
+    "version",
+    "created",
+    "query",
+    "algorithm",
+    "calibration",
+    "epsilon",
+    "delta",
+    "neighbours",
+    "sensitivity",
+    "gamma",
+    "mahalanobis_sensitivity",
+    "precision_budget",
+    "composition",
+    "record_domain",
+    "on_violation",
+    "seeded",
+    "seeded_note",
+    "tile_records",
+    "input_store",
+    "input_variable",
+    "plan",
+)
+PLAN_FILE = "plan.json"
+MAX_EAGER_COORD = 10_000_000
+
+
+def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
+    """The provenance attributes of a release: functions of its plan only.
+
+    For DP-PCA releases the direction-dependent quantities (``Delta_M`` of a paper calibration,
+    the noise variances) are not attributes: they are in the noisy data variables.
+    """
+    public = rplan.public_noise_dict()
+    values: dict[str, Any] = {
+        "release_id": rplan.release_id,
+        "name": rplan.name,
+        "version": __version__,
+        "created": rplan.created,
+        "query": rplan.query.kind,
+        "algorithm": rplan.algorithm,
+        "calibration": rplan.calibration,
+        "epsilon": rplan.epsilon,
+        "delta": rplan.delta,
+        "neighbours": rplan.neighbours,
+        "sensitivity": public["sensitivity"],
+        "gamma": public["gamma"],
+        "mahalanobis_sensitivity": public["mahalanobis_sensitivity"],
+        "precision_budget": public["precision_budget"],
+        "composition": rplan.split.composition,
+        "record_domain": json.dumps(rplan.domain.to_dict()),
+        "on_violation": rplan.on_violation,
+        "seeded": seeded,
+        "seeded_note": "noise derived from a user seed: reproducible, NOT private"
+        if seeded
+        else "",
+        "tile_records": rplan.tile_records,
+        "input_store": rplan.input.store,
+        "input_variable": rplan.input.variable,
+        "plan": json.dumps(public),
+    }
+    return {f"{PREFIX}{name}": values[name] for name in ATTRS if values[name] is not None}
+
+
+def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArray]:
+    """The noise description as data variables (they depend on the data through DP-PCA only,
+    and then only through its noisy output)."""
+    fd = rplan.input.feature_dim
+    rows, cols = f"{fd}_row", f"{fd}_col"
+    out = {
+        "row_cov": xr.DataArray(plan.row_cov, dims=(rows, cols)),
+        "directions": xr.DataArray(plan.directions.matrix, dims=(rows, "direction")),
+        "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
+    }
+    if plan.algorithm == "equi-modal":
+        out["col_cov"] = xr.DataArray(plan.row_cov, dims=(rows, cols))
+    if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
+        out["dp_pca_eigenvalues"] = xr.DataArray(plan.directions.eigenvalues, dims=("direction",))
+    return out
+
+
+def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
+    names = rplan.input.feature_names
+    if names is None:
+        return {}
+    fd = rplan.input.feature_dim
+    # strings as objects: xarray stores them as Zarr v3 variable-length strings
+    values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
+    return {f"{fd}_row": values, f"{fd}_col": values}
+
+
+def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
+    """Coordinates small enough to copy eagerly into the output."""
+    return {
+        str(name): coord.load()
+        for name, coord in variable.coords.items()
+        if coord.size <= MAX_EAGER_COORD
+    }
+
+
+class OutputTarget:
+    """Where a release is written: a staging directory renamed into place (local stores), or the
+    final location with ``status = incomplete`` until the end (object stores).
+
+    Parameters
+    ----------
+    store : str
+        Final output store.
+    release_id : str
+        Release id (names the staging directory).
+    storage_options : dict, optional
+        fsspec options for object stores.
+    """
+
+    def __init__(
+        self, store: str, release_id: str, storage_options: dict[str, Any] | None = None
+    ) -> None:
+        self.store = store
+        self.release_id = release_id
+        self.storage_options = storage_options
+        self.local = is_local(store)
+        if self.local:
+            final = local_path(store)
+            self.final: Path | None = final
+            self.write_store = str(final.with_name(f"{final.name}.staging-{release_id}"))
+        else:
+            self.final = None
+            self.write_store = store
+
+    @classmethod
+    def for_plan(cls, rplan: ReleasePlan) -> OutputTarget:
+        """The target of a planned release."""
+        return cls(rplan.output_store, rplan.release_id, rplan.output_storage_options)
+
+    def _fs(self) -> tuple[Any, str]:
+        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
+        return fs, root
+
+    def _open(self) -> xr.Dataset | None:
+        try:
+            return xr.open_zarr(
+                self.store, consolidated=False, storage_options=self.storage_options
+            )
+        except Exception:
+            return None
+
+    def check_free(self) -> None:
+        """Refuse an output location that already holds something else."""
+        if self.local:
+            assert self.final is not None
+            if self.final.exists():
+                raise ReleaseError(
+                    f"output.store: {self.store} already exists "
+                    f"({_describe_existing(self.store)}); choose another output.store or remove it"
+                )
+            return
+        ds = self._open()
+        if ds is not None and ds.attrs.get(RELEASE_ID_ATTR) != self.release_id:
+            raise ReleaseError(
+                f"output.store: {self.store} already holds other data; choose another store"
+            )
+
+    def is_complete(self) -> bool:
+        """True when the final location holds this release, complete."""
+        ds = self._open()
+        return bool(
+            ds is not None
+            and ds.attrs.get(STATUS_ATTR) == "complete"
+            and ds.attrs.get(RELEASE_ID_ATTR) == self.release_id
+        )
+
+    def has_skeleton(self) -> bool:
+        """True when an earlier run of this release created the output skeleton."""
+        fs, root = self._fs()
+        return bool(fs.exists(f"{root}/zarr.json") and fs.exists(f"{root}/{PROGRESS_DIR}"))
+
+    def make_progress_dir(self) -> None:
+        """Create the directory of per-chunk completion markers."""
+        fs, root = self._fs()
+        fs.makedirs(f"{root}/{PROGRESS_DIR}", exist_ok=True)
+        if not self.local:  # object stores have no directories: keep a key there
+            fs.pipe_file(f"{root}/{PROGRESS_DIR}/.keep", b"")
+
+    def save_plan(self, rplan: ReleasePlan) -> None:
+        """Keep the plan beside the progress markers (removed at commit), for a resume."""
+        fs, root = self._fs()
+        fs.pipe_file(f"{root}/{PROGRESS_DIR}/{PLAN_FILE}", json.dumps(rplan.to_dict()).encode())
+
+    def load_plan(self) -> dict[str, Any] | None:
+        """The plan an interrupted run of this release saved, if any."""
+        fs, root = self._fs()
+        path = f"{root}/{PROGRESS_DIR}/{PLAN_FILE}"
+        if not fs.exists(path):
+            return None
+        return dict(json.loads(fs.cat_file(path)))
+
+    def clear_staging(self) -> None:
+        """Remove a leftover staging directory of this release id."""
+        if self.local and Path(self.write_store).exists():
+            shutil.rmtree(self.write_store)
+
+    def abort(self) -> None:
+        """Remove everything this release wrote: the staging directory (local stores) or the
+        in-place output (object stores; :meth:`check_free` made sure it held nothing else)."""
+        if self.local:
+            shutil.rmtree(self.write_store, ignore_errors=True)
+            return
+        fs, root = self._fs()
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
+    # -- writing -------------------------------------------------------------------------------
+    def write_identity_skeleton(self, rplan: ReleasePlan, variable: xr.DataArray) -> None:
+        """Create the identity output: same name, dims and (small) coords as the input, one
+        output chunk per task, the noise variables, ``status = incomplete``."""
+        import dask.array as da
+
+        plan = rplan.noise_plan()
+        info = rplan.input
+        self.clear_staging()
+        rec = info.record_chunk
+        chunks = (rec, info.features) if info.records_first else (info.features, rec)
+        placeholder = da.zeros(info.shape, chunks=chunks, dtype=np.float64)
+        out = xr.Dataset(
+            {
+                info.variable: xr.DataArray(placeholder, dims=info.dims),
+                **noise_variables(rplan, plan),
+            },
+            coords={**small_coords(variable), **_feature_coords(rplan)},
+        )
+        out.attrs[STATUS_ATTR] = "incomplete"
+        out.attrs[RELEASE_ID_ATTR] = rplan.release_id
+        out.to_zarr(
+            self.write_store,
+            mode="w-",
+            compute=False,
+            zarr_format=3,
+            consolidated=False,
+            encoding={info.variable: {"chunks": chunks}},
+            storage_options=self.storage_options,
+        )
+        self.make_progress_dir()
+        self.save_plan(rplan)
+
+    def write_matrix(self, rplan: ReleasePlan, name: str, value: np.ndarray) -> None:
+        """Write a square privatized query output (covariance) with the noise variables."""
+        plan = rplan.noise_plan()
+        fd = rplan.input.feature_dim
+        ds = xr.Dataset(
+            {
+                name: xr.DataArray(value, dims=(f"{fd}_row", f"{fd}_col")),
+                **noise_variables(rplan, plan),
+            },
+            coords=_feature_coords(rplan),
+        )
+        ds.attrs[STATUS_ATTR] = "incomplete"
+        ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
+        self.clear_staging()
+        ds.to_zarr(
+            self.write_store,
+            mode="w-",
+            zarr_format=3,
+            consolidated=False,
+            storage_options=self.storage_options,
+        )
+
+    def commit(self, attrs: dict[str, Any]) -> None:
+        """Write the final attrs with ``status = complete`` last, then move into place."""
+        import zarr
+
+        fs, root = self._fs()
+        if fs.exists(f"{root}/{PROGRESS_DIR}"):
+            fs.rm(f"{root}/{PROGRESS_DIR}", recursive=True)
+        if self.local:  # leftovers of writes interrupted by a crash (zarr writes tmp + rename)
+            for partial in Path(self.write_store).rglob("*.partial"):
+                partial.unlink()
+        group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
+        # one metadata write; status "complete" is part of the last write of the release
+        group.update_attributes({**attrs, STATUS_ATTR: "complete"})
+        if self.local:
+            assert self.final is not None
+            os.replace(self.write_store, self.final)
+
+
+def _describe_existing(store: str) -> str:
+    try:
+        ds = xr.open_zarr(store, consolidated=False)
+    except Exception:
+        return "not a Zarr store of mvg_dask"
+    rid = ds.attrs.get(RELEASE_ID_ATTR)
+    return f"release {rid!r}" if rid else "data that is not an mvg_dask release"
+
+
+def open_release(store: str, **kwargs: Any) -> xr.Dataset:
+    """Open a released dataset, refusing one whose status is not ``complete``.
+
+    Parameters
+    ----------
+    store : str
+        Output store path or URL.
+    **kwargs
+        Passed to :func:`xarray.open_zarr`.
+
+    Returns
+    -------
+    xarray.Dataset
+        The release with its provenance attrs.
+
+    Raises
+    ------
+    IncompleteReleaseError
+        When the store is not a complete mvg_dask release.
+    """
+    import mvg_dask.xarray  # noqa: F401  (registers the .mvg accessor)
+
+    kwargs.setdefault("consolidated", False)
+    try:
+        ds = xr.open_zarr(store, **kwargs)
+    except Exception as exc:
+        raise IncompleteReleaseError(f"{store} is not a readable release ({exc})") from None
+    status = ds.attrs.get(STATUS_ATTR)
+    if status != "complete":
+        raise IncompleteReleaseError(
+            f"{store} is not a complete release (status: {status!r}); it may still be running, "
+            "or it crashed: re-run the release with the same release_id to finish it"
+        )
+    return ds
+
+
+def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
+    """The plan a complete release was made with, reloaded from the release itself.
+
+    The published plan is checked against ``rplan`` (planned again from the same spec); DP-PCA
+    directions and eigenvalues come from the release's noisy data variables.
+    """
+    public = json.loads(ds.attrs[PLAN_ATTR])
+    if public != rplan.public_noise_dict():
+        raise ReleaseError(
+            f"release {rplan.release_id!r} at {rplan.output_store} was made with another plan "
+            "than this spec gives; choose a new release_id"
+        )
+    if not rplan.uses_dp_pca:
+        return rplan
+    assert rplan.dp_pca is not None
+    eig = ds["dp_pca_eigenvalues"].values if "dp_pca_eigenvalues" in ds else None
+    directions = Directions(
+        "dp-pca",
+        np.asarray(ds["directions"].values, dtype=np.float64),
+        tuple(range(rplan.dp_pca.k)),
+        None if eig is None else np.asarray(eig, dtype=np.float64),
+    )
+    return rplan.resolve(directions)

@@ -1,0 +1,642 @@
+"""The release plan: a plain, serialisable value that says everything a release will do.
+
+:func:`plan_release` is pure: from a validated spec and the input's metadata (read by the engine
+without touching a chunk) it builds a :class:`ReleasePlan` — input and output references, the
+record domain, the query, the budget split, the ledger charge and either a complete
+:class:`~mvg_dask.plan.noise_plan.NoisePlan` or, when DP-PCA chooses the directions, a pending
+plan whose directions the engine fills in at run time (:meth:`ReleasePlan.resolve`). The engine
+only executes a plan. A plan round-trips through :meth:`ReleasePlan.to_dict` /
+:meth:`ReleasePlan.from_dict`; the output stores the public part, and resume and retry reload it.
+
+Nothing in a plan depends on the data: it is byte-identical for neighbouring datasets (under
+add-remove neighbours the record count is not part of the published form).
+"""
+
+from __future__ import annotations
+
+import html
+import secrets
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from mvg_dask.errors import DataError
+from mvg_dask.noise.tiles import TILE_RECORDS
+from mvg_dask.plan.directions import Directions
+from mvg_dask.plan.domain import BoxDomain, L2BallDomain, RecordDomain, domain_from_dict
+from mvg_dask.plan.noise_plan import (
+    AllocationSpec,
+    BudgetSplit,
+    NoisePlan,
+    build_noise_plan,
+    noise_plan_from_dict,
+    split_budget,
+)
+from mvg_dask.plan.query import QuerySpec
+from mvg_dask.privacy import calibration as cal
+from mvg_dask.spec import ReleaseSpec, spec_hash
+
+# plan fields that depend on the directions, unknown before DP-PCA has run
+_DIRECTION_DEPENDENT = (
+    "row_variances",
+    "col_variances",
+    "mahalanobis_sensitivity",
+    "implied_epsilon",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputMetadata:
+    """What a release knows about its input, from metadata only (no chunk is read).
+
+    Attributes
+    ----------
+    store, variable : str
+        Zarr store (path or URL) and variable name.
+    record_dim, feature_dim : str
+        Dimension names.
+    dims : tuple of str
+        The stored order of the two dims.
+    shape : tuple of int
+        The stored shape.
+    dtype : str
+        Stored dtype.
+    record_chunk : int
+        Records per stored chunk (the release's task size).
+    feature_names : tuple or None
+        Values of the feature coordinate, when the store has one.
+    storage_options : dict or None
+        fsspec options (never serialised: they may hold credentials).
+    """
+
+    store: str
+    variable: str
+    record_dim: str
+    feature_dim: str
+    dims: tuple[str, str]
+    shape: tuple[int, int]
+    dtype: str
+    record_chunk: int
+    feature_names: tuple[Any, ...] | None = None
+    storage_options: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def records_first(self) -> bool:
+        """True when the stored array is ``records x features``."""
+        return self.dims[0] == self.record_dim
+
+    @property
+    def features(self) -> int:
+        """``M``."""
+        return self.shape[self.dims.index(self.feature_dim)]
+
+    @property
+    def records(self) -> int:
+        """``N``."""
+        return self.shape[self.dims.index(self.record_dim)]
+
+    def record_ranges(self) -> list[tuple[int, int]]:
+        """One ``[start, stop)`` record range per stored chunk: the release's task grid."""
+        c, n = self.record_chunk, self.records
+        return [(a, min(a + c, n)) for a in range(0, n, c)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (without storage options)."""
+        return {
+            "store": self.store,
+            "variable": self.variable,
+            "record_dim": self.record_dim,
+            "feature_dim": self.feature_dim,
+            "dims": list(self.dims),
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "features": self.features,
+            "records": self.records,
+            "records_first": self.records_first,
+            "record_chunk": self.record_chunk,
+            "feature_names": None if self.feature_names is None else list(self.feature_names),
+        }
+
+    @classmethod
+    def from_dict(
+        cls, data: dict[str, Any], storage_options: dict[str, Any] | None = None
+    ) -> InputMetadata:
+        """Inverse of :meth:`to_dict`."""
+        names = data.get("feature_names")
+        return cls(
+            store=data["store"],
+            variable=data["variable"],
+            record_dim=data["record_dim"],
+            feature_dim=data["feature_dim"],
+            dims=(data["dims"][0], data["dims"][1]),
+            shape=(int(data["shape"][0]), int(data["shape"][1])),
+            dtype=data["dtype"],
+            record_chunk=int(data["record_chunk"]),
+            feature_names=None if names is None else tuple(names),
+            storage_options=storage_options,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerCharge:
+    """What the release charges to which dataset's budget (the ledger's location is not part
+    of the serialised plan: it may hold credentials).
+
+    Attributes
+    ----------
+    location : str
+        Ledger file path or URL.
+    dataset : str
+        Dataset name.
+    budget_epsilon, budget_delta : float
+        The dataset's total budget.
+    epsilon, delta : float
+        This release's guarantee (direction step included).
+    calibration : str
+        The release's calibration.
+    mu : float or None
+        Gaussian-DP parameter (``exact``).
+    neighbours : str
+        Neighbouring relation of the guarantee.
+    """
+
+    location: str = field(compare=False)
+    dataset: str
+    budget_epsilon: float
+    budget_delta: float
+    epsilon: float
+    delta: float
+    calibration: str
+    mu: float | None
+    neighbours: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (without the location)."""
+        return {
+            "dataset": self.dataset,
+            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "calibration": self.calibration,
+            "mu": self.mu,
+            "neighbours": self.neighbours,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], location: str) -> LedgerCharge:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            location=location,
+            dataset=data["dataset"],
+            budget_epsilon=float(data["budget"]["epsilon"]),
+            budget_delta=float(data["budget"]["delta"]),
+            epsilon=float(data["epsilon"]),
+            delta=float(data["delta"]),
+            calibration=data["calibration"],
+            mu=data["mu"],
+            neighbours=data["neighbours"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DpPcaStep:
+    """A DP-PCA direction step that runs before the release (Analyze Gauss).
+
+    Attributes
+    ----------
+    k : int
+        Number of important directions.
+    budget_share : float
+        Fraction of the budget the step spends.
+    """
+
+    k: int
+    budget_share: float
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ReleasePlan:
+    """A release, fully planned from its spec and the input's metadata.
+
+    Attributes
+    ----------
+    release_id, name : str
+        Identity of the release.
+    created : str
+        When the plan was made (ISO 8601, UTC): before any data is read.
+    spec_hash : str
+        Hash of the spec (recognises a resume).
+    input : InputMetadata
+        The input.
+    output_store : str
+        Where the release is written.
+    output_storage_options : dict or None
+        fsspec options of the output (not serialised).
+    ledger : LedgerCharge or None
+        The budget charge.
+    query : QuerySpec
+        The query.
+    domain : BoxDomain or L2BallDomain
+        The declared record domain.
+    on_violation : {"clip", "error"}
+        What happens to records outside the domain.
+    epsilon, delta : float
+        The total guarantee.
+    neighbours : str
+        Neighbouring relation.
+    algorithm, calibration : str
+        The mechanism.
+    allocation : AllocationSpec
+        Precision allocation.
+    split : BudgetSplit
+        Budget split between the DP-PCA step and the release.
+    dp_pca : DpPcaStep or None
+        The direction step, when directions are chosen at run time.
+    noise : NoisePlan or None
+        The noise plan; ``None`` while DP-PCA's directions are pending.
+    tile_records : int
+        Records per noise tile.
+    """
+
+    release_id: str
+    name: str
+    created: str
+    spec_hash: str
+    input: InputMetadata
+    output_store: str
+    output_storage_options: dict[str, Any] | None = None
+    ledger: LedgerCharge | None
+    query: QuerySpec
+    domain: RecordDomain
+    on_violation: str
+    epsilon: float
+    delta: float
+    neighbours: str
+    algorithm: str
+    calibration: str
+    allocation: AllocationSpec
+    split: BudgetSplit
+    dp_pca: DpPcaStep | None
+    noise: NoisePlan | None
+    tile_records: int = TILE_RECORDS
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def uses_dp_pca(self) -> bool:
+        """True when DP-PCA picks the directions at run time."""
+        return self.dp_pca is not None
+
+    @property
+    def is_resolved(self) -> bool:
+        """True when the noise plan is complete."""
+        return self.noise is not None
+
+    def build(self, directions: Directions) -> NoisePlan:
+        """The noise plan for DP-PCA's ``directions``."""
+        if self.dp_pca is None:
+            raise ValueError("this release has fixed directions; its noise plan is `noise`")
+        return build_noise_plan(
+            self.query,
+            self.domain,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            algorithm=self.algorithm,  # type: ignore[arg-type]
+            calibration=self.calibration,  # type: ignore[arg-type]
+            directions=directions,
+            allocation=self.allocation,
+            neighbours=self.neighbours,  # type: ignore[arg-type]
+            direction_share=self.split.share,
+        )
+
+    def resolve(self, directions: Directions) -> ReleasePlan:
+        """This plan with DP-PCA's directions filled in."""
+        return replace(self, noise=self.build(directions))
+
+    def noise_plan(self) -> NoisePlan:
+        """The complete noise plan (raises while it is pending)."""
+        if self.noise is None:
+            raise ValueError("the noise plan is pending until DP-PCA has chosen the directions")
+        return self.noise
+
+    # -- serialisation -----------------------------------------------------------------------
+    def public_noise_dict(self) -> dict[str, Any]:
+        """The noise plan as published: for DP-PCA releases the pending (data-independent) form,
+        whose direction-dependent fields are ``null`` (the directions are noisy data variables
+        of the output, never attributes)."""
+        if self.dp_pca is None:
+            return self.noise_plan().to_dict()
+        m = self.query.shape[0]
+        k = self.dp_pca.k
+        stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
+        preview = self.build(stand_in).to_dict()
+        for name in _DIRECTION_DEPENDENT:
+            preview[name] = None
+        preview["allocation"]["theta"] = None
+        preview["directions"] = {
+            "method": "dp-pca",
+            "k": k,
+            "matrix": None,
+            "important": list(range(k)),
+            "eigenvalues": None,
+        }
+        return preview
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data (never a key, storage options or the ledger's location).
+
+        The ``plan`` entry is the noise plan as published (see :meth:`public_noise_dict`);
+        ``resolved`` holds the complete noise plan of a DP-PCA release once its directions are
+        known (curator side: it depends on the data through DP-PCA).
+        """
+        out: dict[str, Any] = {
+            "release_id": self.release_id,
+            "name": self.name,
+            "created": self.created,
+            "spec_hash": self.spec_hash,
+            "input": self.input.to_dict(),
+            "output": {"store": self.output_store},
+            "ledger": None if self.ledger is None else self.ledger.to_dict(),
+            "on_violation": self.on_violation,
+            "tile_records": self.tile_records,
+            "dp_pca": (
+                None
+                if self.dp_pca is None
+                else {"k": self.dp_pca.k, "budget_share": self.dp_pca.budget_share}
+            ),
+            "plan": self.public_noise_dict(),
+        }
+        if self.dp_pca is not None and self.noise is not None:
+            out["resolved"] = self.noise.to_dict()
+        return out
+
+    def public_dict(self) -> dict[str, Any]:
+        """What the dry run prints and the output may carry: :meth:`to_dict` without anything
+        that depends on the data. Under add-remove neighbours the record count is private."""
+        out = self.to_dict()
+        out.pop("resolved", None)
+        if self.neighbours == "add-remove":
+            out["input"] = {**out["input"], "records": None, "shape": None}
+        return out
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: dict[str, Any],
+        *,
+        input_storage_options: dict[str, Any] | None = None,
+        output_storage_options: dict[str, Any] | None = None,
+        ledger_location: str | None = None,
+    ) -> ReleasePlan:
+        """Rebuild a plan from :meth:`to_dict` (the noise plan is recomputed and checked).
+
+        Parameters
+        ----------
+        data : dict
+            A plan dictionary.
+        input_storage_options, output_storage_options : dict, optional
+            fsspec options (not part of the serialised plan).
+        ledger_location : str, optional
+            The ledger's path or URL (required when the plan charges a ledger).
+
+        Returns
+        -------
+        ReleasePlan
+            The plan.
+        """
+        inp = InputMetadata.from_dict(data["input"], input_storage_options)
+        noise_d = data["plan"]
+        query = QuerySpec.from_dict(noise_d["query"])
+        domain = domain_from_dict(noise_d["domain"], query.features)
+        a = noise_d["allocation"]
+        allocation = AllocationSpec(
+            strategy=a["strategy"],
+            important=a.get("important"),
+            share=a.get("share"),
+            theta=a.get("theta") if a["strategy"] == "custom" else None,
+        )
+        step = data.get("dp_pca")
+        dp = (
+            None if step is None else DpPcaStep(k=int(step["k"]), budget_share=step["budget_share"])
+        )
+        split = split_budget(
+            noise_d["calibration"],
+            float(noise_d["epsilon"]),
+            float(noise_d["delta"]),
+            0.0 if dp is None else dp.budget_share,
+        )
+        if dp is None:
+            noise: NoisePlan | None = noise_plan_from_dict(noise_d)
+        elif "resolved" in data:
+            noise = noise_plan_from_dict(data["resolved"])
+        else:
+            noise = None
+        ledger = data.get("ledger")
+        if ledger is not None and ledger_location is None:
+            raise ValueError("this plan charges a ledger: pass ledger_location")
+        return cls(
+            release_id=data["release_id"],
+            name=data["name"],
+            created=data["created"],
+            spec_hash=data["spec_hash"],
+            input=inp,
+            output_store=data["output"]["store"],
+            output_storage_options=output_storage_options,
+            ledger=(
+                None if ledger is None else LedgerCharge.from_dict(ledger, ledger_location or "")
+            ),
+            query=query,
+            domain=domain,
+            on_violation=data["on_violation"],
+            epsilon=float(noise_d["epsilon"]),
+            delta=float(noise_d["delta"]),
+            neighbours=noise_d["neighbours"],
+            algorithm=noise_d["algorithm"],
+            calibration=noise_d["calibration"],
+            allocation=allocation,
+            split=split,
+            dp_pca=dp,
+            noise=noise,
+            tile_records=int(data["tile_records"]),
+        )
+
+    # -- presentation ------------------------------------------------------------------------
+    def summary(self) -> str:
+        """Human-readable lines: input, output and the noise plan."""
+        inp = self.input
+        records = "?" if self.neighbours == "add-remove" else str(inp.records)
+        head = (
+            f"release {self.release_id}: {self.query.kind} of {inp.store} "
+            f"({inp.features} features x {records} records) -> {self.output_store}"
+        )
+        if self.dp_pca is None:
+            return f"{head}\n{self.noise_plan().summary()}"
+        assert self.dp_pca is not None
+        return (
+            f"{head}\n  directions by DP-PCA at run time ({self.split.share:.0%} of the budget, "
+            f"{self.split.composition} composition); calibration {self.calibration}"
+        )
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def new_release_id(name: str) -> str:
+    """``name`` plus a timestamp and a random suffix."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def _domain(spec: ReleaseSpec, m: int) -> RecordDomain:
+    try:
+        if spec.domain.box is not None:
+            return BoxDomain.create(spec.domain.box.lower, spec.domain.box.upper, m)
+        assert spec.domain.l2_norm is not None
+        return L2BallDomain(spec.domain.l2_norm, m)
+    except ValueError as exc:
+        raise DataError(f"domain: {exc}") from None
+
+
+def _fixed_directions(
+    spec: ReleaseSpec, m: int, matrix: np.ndarray | None
+) -> tuple[Directions | None, DpPcaStep | None]:
+    d = spec.mechanism.directions
+    important = tuple(spec.mechanism.allocation.important or ())
+    if d.method == "standard":
+        return Directions.standard(m, important), None
+    if d.method == "matrix":
+        if matrix is None:
+            raise DataError("mechanism.directions.path: the direction matrix was not loaded")
+        try:
+            return Directions.from_matrix(matrix, important), None
+        except ValueError as exc:
+            raise DataError(f"mechanism.directions.path: {exc}") from None
+    a = spec.mechanism.allocation
+    k = d.k if d.k is not None else len(a.important or ()) or 1
+    if not 1 <= k <= m:
+        raise DataError(f"mechanism.directions.k: must lie in 1..{m}, got {k}")
+    return None, DpPcaStep(k=k, budget_share=d.budget_share)
+
+
+def plan_release(
+    spec: ReleaseSpec,
+    metadata: InputMetadata,
+    *,
+    release_id: str | None = None,
+    directions_matrix: np.ndarray | None = None,
+    created: str | None = None,
+) -> ReleasePlan:
+    """Plan a release from its spec and the input's metadata. Pure: reads nothing.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        The validated spec.
+    metadata : InputMetadata
+        The input's metadata (:func:`mvg_dask.engine.metadata.read_input_metadata`).
+    release_id : str, optional
+        Overrides ``spec.release_id``; a fresh id is made when neither is given.
+    directions_matrix : ndarray, optional
+        The matrix of ``directions: {method: matrix}`` (loaded by the caller).
+    created : str, optional
+        Plan time (ISO 8601); now by default.
+
+    Returns
+    -------
+    ReleasePlan
+        The plan.
+
+    Raises
+    ------
+    DataError
+        When the spec does not fit the data or a parameter is invalid.
+    """
+    rid = release_id or spec.release_id or new_release_id(spec.name)
+    m = metadata.features
+    domain = _domain(spec, m)
+    mech = spec.mechanism
+    try:
+        query = QuerySpec(
+            kind=spec.query,
+            features=m,
+            records=metadata.records,
+            sensitivity=mech.sensitivity,
+            gamma=mech.gamma,
+            entry_range=mech.entry_range,
+        )
+    except ValueError as exc:
+        raise DataError(f"mechanism: {exc}") from None
+    a = mech.allocation
+    allocation = AllocationSpec(
+        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
+    )
+    directions, step = _fixed_directions(spec, m, directions_matrix)
+    share = 0.0 if step is None else step.budget_share
+    privacy = spec.privacy
+    try:
+        split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share)
+        noise = None
+        if directions is not None:
+            noise = build_noise_plan(
+                query,
+                domain,
+                epsilon=privacy.epsilon,
+                delta=privacy.delta,
+                algorithm=mech.algorithm,
+                calibration=mech.calibration,
+                directions=directions,
+                allocation=allocation,
+                neighbours=privacy.neighbours,
+            )
+    except ValueError as exc:
+        raise DataError(f"mechanism: {exc}") from None
+    ledger = None
+    if spec.ledger is not None:
+        mu = (
+            cal.analytic_gaussian_mu(privacy.epsilon, privacy.delta)
+            if mech.calibration == "exact"
+            else None
+        )
+        ledger = LedgerCharge(
+            location=spec.ledger.path,
+            dataset=spec.ledger.dataset,
+            budget_epsilon=spec.ledger.budget.epsilon,
+            budget_delta=spec.ledger.budget.delta,
+            epsilon=privacy.epsilon,
+            delta=privacy.delta,
+            calibration=mech.calibration,
+            mu=mu,
+            neighbours=privacy.neighbours,
+        )
+    plan = ReleasePlan(
+        release_id=rid,
+        name=spec.name,
+        created=created or datetime.now(UTC).isoformat(timespec="seconds"),
+        spec_hash=spec_hash(spec),
+        input=metadata,
+        output_store=spec.output.store,
+        output_storage_options=spec.output.storage_options,
+        ledger=ledger,
+        query=query,
+        domain=domain,
+        on_violation=spec.domain.on_violation,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        neighbours=privacy.neighbours,
+        algorithm=mech.algorithm,
+        calibration=mech.calibration,
+        allocation=allocation,
+        split=split,
+        dp_pca=step,
+        noise=noise,
+    )
+    if step is not None:
+        try:  # the pending form must build (it checks the calibration against the query)
+            plan.public_noise_dict()
+        except ValueError as exc:
+            raise DataError(f"mechanism: {exc}") from None
+    return plan
