@@ -22,6 +22,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## Lint, type-check and run the whole test suite, slow tests included (what CI runs).
 test: $(STAMP) lint typecheck

@@ -113,6 +113,7 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
     xarray.Dataset
         The release, with the ``.mvg`` accessor registered.
     """
+    import mvg_dask.xarray  # noqa: F401  (registers the .mvg accessor)
     from mvg_dask.engine.output import open_release as _open
 
     return _open(store, **kwargs)

@@ -351,8 +351,6 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
     IncompleteReleaseError
         When the store is not a complete mvg_dask release.
     """
-    import mvg_dask.xarray  # noqa: F401  (registers the .mvg accessor)
-
     kwargs.setdefault("consolidated", False)
     try:
         ds = xr.open_zarr(store, **kwargs)

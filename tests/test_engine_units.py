@@ -1,0 +1,165 @@
+"""Engine pieces without a cluster: clipping, task outcomes, the tile grid, the output format."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from mvg_dask.engine.blocks import (
+    Clipper,
+    Outcome,
+    ZarrMatrix,
+    abort_marker,
+    combine_grams,
+    gram_task,
+    identity_task,
+    progress_marker,
+)
+from mvg_dask.engine.metadata import read_input_metadata
+from mvg_dask.engine.output import ATTRS, PREFIX, OutputTarget, provenance
+from mvg_dask.errors import DataError, ReleaseError
+from mvg_dask.noise import NoiseKey, record_noise, tile_normals
+from mvg_dask.plan.release_plan import plan_release
+from mvg_dask.spec import InputSpec, parse_spec
+from tests.pipeline_helpers import data, make_input, spec_dict
+
+
+def _box(on_violation: str = "clip") -> Clipper:
+    return Clipper("box", np.zeros((3, 1)), np.ones((3, 1)), None, on_violation)
+
+
+def test_box_clipper_clips_and_counts():
+    x = np.array([[0.5, -1.0], [2.0, 0.1], [0.3, 0.3]])
+    y, count = _box()(x, 10)
+    np.testing.assert_array_equal(y, np.clip(x, 0, 1))
+    assert count == 2
+
+
+def test_box_clipper_error_names_the_records():
+    x = np.array([[0.5, -1.0], [0.2, 0.1], [0.3, 0.3]])
+    with pytest.raises(DataError, match=r"records 10\.\.11"):
+        _box("error")(x, 10)
+
+
+def test_l2_clipper_projects_onto_the_ball():
+    c = Clipper("l2", None, None, 1.0, "clip")
+    x = np.array([[3.0, 0.1], [4.0, 0.2]])
+    y, count = c(x, 0)
+    np.testing.assert_allclose(np.linalg.norm(y, axis=0), [1.0, np.hypot(0.1, 0.2)])
+    assert count == 1
+
+
+def test_nonfinite_values_are_rejected_whatever_the_policy():
+    x = np.array([[np.nan], [0.0], [0.0]])
+    with pytest.raises(DataError, match="NaN or infinite"):
+        _box()(x, 0)
+
+
+def test_outcome_carries_expected_errors_as_values():
+    ok = Outcome(3)
+    assert ok.unwrap() == 3
+    bad = Outcome.failure(ReleaseError("chunk 7 unreadable"))
+    with pytest.raises(ReleaseError, match="chunk 7"):
+        bad.unwrap()
+    parts = [Outcome((np.eye(2), 1)), bad, Outcome.failure(DataError("later"))]
+    assert combine_grams(parts) is bad  # the first failure in record order wins
+    total = combine_grams([Outcome((np.eye(2), 1)), Outcome((2 * np.eye(2), 3))])
+    np.testing.assert_array_equal(total.value[0], 3 * np.eye(2))
+    assert total.value[1] == 4
+
+
+@pytest.mark.parametrize("cuts", [[0, 1024, 2500], [0, 1, 1500, 2049, 2500], [0, 2500]])
+def test_tile_grid_gives_the_same_noise_whatever_the_cuts(cuts):
+    key = NoiseKey.from_seed(3)
+    whole = tile_normals(key, 4, 0, 2500, tile=1024, n_total=2500)
+    parts = [
+        tile_normals(key, 4, a, b, tile=1024, n_total=2500) for a, b in itertools.pairwise(cuts)
+    ]
+    assert np.concatenate(parts, axis=1).tobytes() == whole.tobytes()
+    # a tile is one draw of the keyed generator: M x tile, C order
+    np.testing.assert_array_equal(whole[:, :1024], key.tile_normals(0, (4, 1024)))
+
+
+def test_record_noise_diagonal_equals_the_dense_product():
+    key = NoiseKey.from_seed(4)
+    B = np.diag([1.0, 2.0, 3.0])
+    fast = record_noise(key, B, 5, 900, tile=256, n_total=1000, diagonal=True)
+    dense = record_noise(key, B, 5, 900, tile=256, n_total=1000, diagonal=False)
+    np.testing.assert_allclose(fast, dense, rtol=0, atol=0)
+
+
+def test_identity_and_gram_tasks_without_a_cluster(tmp_path):
+    X = data(3, 300, seed=2)
+    src = ZarrMatrix(make_input(tmp_path / "in.zarr", X, chunk=100), "X", False)
+    out = make_input(tmp_path / "out.zarr", np.zeros_like(X), chunk=100)
+    sink = ZarrMatrix(out, "X", False)
+    (tmp_path / "out.zarr" / ".mvg_dask_progress").mkdir()
+    key = NoiseKey.from_seed(9)
+    B = np.diag([0.1, 0.2, 0.3])
+    kw = dict(source=src, sink=sink, clipper=_box(), noise_key=key, factor=B, tile=64, n_total=300)
+    res = identity_task(100, 200, diagonal=True, **kw)
+    clipped = int(np.sum((X[:, 100:200] < 0) | (X[:, 100:200] > 1)))
+    np.testing.assert_array_equal(res.unwrap(), [clipped, 100])
+    noise = record_noise(key, B, 100, 200, tile=64, n_total=300, diagonal=True)
+    np.testing.assert_array_equal(sink.read(100, 200), np.clip(X[:, 100:200], 0, 1) + noise)
+    assert json.loads((tmp_path / progress_marker("out.zarr", 100)).read_text())["records"] == 100
+    # after an abort the remaining tasks do nothing
+    (tmp_path / abort_marker("out.zarr")).write_bytes(b"")
+    assert identity_task(200, 300, diagonal=True, **kw).skipped
+    np.testing.assert_array_equal(sink.read(200, 300), 0.0)
+    g = gram_task(0, 100, source=src, clipper=_box()).unwrap()
+    Xc = np.clip(X[:, :100], 0, 1)
+    np.testing.assert_allclose(g[0], Xc @ Xc.T)
+
+
+def test_a_data_error_in_a_task_is_an_outcome_not_an_exception(tmp_path):
+    X = data(3, 200, seed=3)
+    X[0, 150] = np.inf
+    src = ZarrMatrix(make_input(tmp_path / "in.zarr", X, chunk=100), "X", False)
+    res = gram_task(100, 200, source=src, clipper=_box())
+    assert res.error is not None and "records 100..199" in res.error
+
+
+def test_metadata_is_read_without_chunks(tmp_path):
+    X = data(4, 500, seed=4)
+    store = make_input(tmp_path / "in.zarr", X, chunk=128, records_first=True)
+    meta = read_input_metadata(InputSpec(store=store))
+    assert (meta.features, meta.records, meta.record_chunk) == (4, 500, 128)
+    assert meta.records_first and meta.feature_names == ("f0", "f1", "f2", "f3")
+    assert meta.record_ranges()[-1] == (384, 500)
+    with pytest.raises(DataError, match="'Y' is not in"):
+        read_input_metadata(InputSpec(store=store, variable="Y"))
+    with pytest.raises(DataError, match="does not exist"):
+        read_input_metadata(InputSpec(store=str(tmp_path / "nope.zarr")))
+
+
+def test_provenance_is_a_function_of_the_plan_only(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=5), chunk=100)
+    spec = parse_spec(spec_dict(store, str(tmp_path / "o.zarr"), release_id="r1"))
+    meta = read_input_metadata(spec.input)
+    a = provenance(plan_release(spec, meta, created="t"), seeded=False)
+    b = provenance(plan_release(spec, meta, created="t"), seeded=False)
+    assert a == b
+    assert set(a) <= {PREFIX + name for name in ATTRS}
+    assert "mvg_dask_clipped_count" not in a
+
+
+def test_output_target_stages_commits_and_aborts(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=6), chunk=100)
+    spec = parse_spec(spec_dict(store, str(tmp_path / "o.zarr"), query="covariance"))
+    rplan = plan_release(spec, read_input_metadata(spec.input), release_id="r2")
+    target = OutputTarget.for_plan(rplan)
+    target.check_free()
+    target.write_matrix(rplan, "covariance", np.eye(3))
+    assert not target.is_complete() and (tmp_path / "o.zarr.staging-r2").exists()
+    target.commit(provenance(rplan, seeded=True))
+    assert target.is_complete() and not (tmp_path / "o.zarr.staging-r2").exists()
+    with pytest.raises(ReleaseError, match="already exists"):
+        OutputTarget.for_plan(rplan).check_free()
+    other = OutputTarget(str(tmp_path / "p.zarr"), "r3")
+    other.write_matrix(rplan, "covariance", np.eye(3))
+    other.abort()
+    assert not (tmp_path / "p.zarr.staging-r3").exists() and not (tmp_path / "p.zarr").exists()

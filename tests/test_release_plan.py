@@ -1,0 +1,178 @@
+"""The release plan as a plain value: round trips, purity, and the dry run's imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mvg_dask.plan import Directions
+from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, plan_release
+from mvg_dask.spec import parse_spec
+from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
+
+META = InputMetadata(
+    store="in.zarr",
+    variable="X",
+    record_dim="record",
+    feature_dim="feature",
+    dims=("feature", "record"),
+    shape=(5, 3000),
+    dtype="float64",
+    record_chunk=700,
+    feature_names=tuple(f"f{i}" for i in range(5)),
+)
+
+
+def _orthonormal(m: int, seed: int) -> np.ndarray:
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(m, m)))
+    return q
+
+
+# (query, overrides) of every plan kind: fixed directions of each method, each calibration
+# family, each domain kind and neighbour relation, and DP-PCA (pending and resolved)
+KINDS = {
+    "identity-standard-exact": ("identity", {}),
+    "identity-binary-thm2": (
+        "identity",
+        {
+            "mechanism": {
+                "calibration": "mvg-thm2",
+                "allocation": {"strategy": "binary", "important": [1, 3], "share": 0.7},
+            }
+        },
+    ),
+    "identity-matrix-mgm-udn": (
+        "identity",
+        {"mechanism": {"calibration": "mgm-udn", "directions": {"method": "matrix"}}},
+    ),
+    "identity-custom-l2": (
+        "identity",
+        {
+            "domain": {"box": None, "l2_norm": 2.0},
+            "mechanism": {"allocation": {"strategy": "custom", "theta": [0.3, 0.2, 0.2, 0.2, 0.1]}},
+        },
+    ),
+    "identity-idn": ("identity", {"mechanism": {"calibration": "mgm-idn"}}),
+    "covariance-exact": ("covariance", {}),
+    "covariance-thm3": ("covariance", {"mechanism": {"calibration": "mvg-thm3"}}),
+    "covariance-mgm-declared": (
+        "covariance",
+        {"mechanism": {"calibration": "mgm", "sensitivity": 1e-3, "gamma": 2.0}},
+    ),
+    "covariance-dp-pca-max-pnr": (
+        "covariance",
+        {
+            "mechanism": {
+                "directions": {"method": "dp-pca", "k": 2, "budget_share": 0.25},
+                "allocation": {"strategy": "max-pnr"},
+            }
+        },
+    ),
+    "covariance-dp-pca-thm2": (
+        "covariance",
+        {
+            "mechanism": {
+                "calibration": "mvg-thm2",
+                "directions": {"method": "dp-pca", "k": 1},
+                "allocation": {"strategy": "binary", "share": 0.9},
+            }
+        },
+    ),
+}
+
+
+def _spec(tmp_path: Path, query: str, overrides: dict) -> tuple:
+    spec = spec_dict("in.zarr", "out.zarr", query=query, release_id="rid-1", **overrides)
+    matrix = None
+    if spec["mechanism"].get("directions", {}).get("method") == "matrix":
+        matrix = _orthonormal(5, 3)
+        np.save(tmp_path / "W.npy", matrix)
+        spec["mechanism"]["directions"]["path"] = str(tmp_path / "W.npy")
+    spec["ledger"] = {"path": "l.sqlite", "dataset": "d", "budget": {"epsilon": 5, "delta": 1e-4}}
+    return parse_spec(spec), matrix
+
+
+def _resolved(rplan: ReleasePlan) -> ReleasePlan:
+    """A DP-PCA plan with directions filled in as the engine would (any orthonormal W)."""
+    m = rplan.query.shape[0]
+    eig = np.linspace(3.0, 0.5, m)
+    return rplan.resolve(Directions("dp-pca", _orthonormal(m, 7), (0, 1)[:m], eig))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_plan_kind_round_trips(tmp_path, kind):
+    query, overrides = KINDS[kind]
+    spec, matrix = _spec(tmp_path, query, overrides)
+    rplan = plan_release(spec, META, directions_matrix=matrix, created="2026-01-01T00:00:00+00:00")
+    variants = [rplan] + ([_resolved(rplan)] if rplan.uses_dp_pca else [])
+    for p in variants:
+        d = json.loads(json.dumps(p.to_dict()))  # through JSON, as the output stores it
+        back = ReleasePlan.from_dict(d, ledger_location="l.sqlite")
+        assert back.to_dict() == p.to_dict()
+        assert back.is_resolved == p.is_resolved
+        if p.is_resolved:
+            np.testing.assert_array_equal(back.noise_plan().row_cov, p.noise_plan().row_cov)
+            assert back.noise_plan().theorem_check() == p.noise_plan().theorem_check()
+
+
+def test_a_tampered_plan_is_refused(tmp_path):
+    spec, _ = _spec(tmp_path, "identity", {})
+    d = plan_release(spec, META).to_dict()
+    d["plan"]["row_variances"][0] *= 0.5  # less noise than the calibration gives
+    with pytest.raises(ValueError, match="does not reproduce its own noise variances"):
+        ReleasePlan.from_dict(d, ledger_location="l.sqlite")
+
+
+def test_plan_is_pure_and_carries_no_secrets(tmp_path):
+    spec, _ = _spec(tmp_path, "covariance", {"input": {"storage_options": {"key": "SECRET"}}})
+    meta = InputMetadata(**{**META.__dict__, "storage_options": {"key": "SECRET"}})
+    a = plan_release(spec, meta, created="t")
+    b = plan_release(spec, meta, created="t")
+    assert a.to_dict() == b.to_dict()
+    text = json.dumps(a.to_dict())
+    assert "SECRET" not in text and "l.sqlite" not in text
+
+
+def test_dp_pca_publishes_only_the_pending_plan(tmp_path):
+    spec, _ = _spec(tmp_path, *KINDS["covariance-dp-pca-max-pnr"])
+    rplan = plan_release(spec, META)
+    done = _resolved(rplan)
+    assert done.public_dict() == rplan.public_dict()  # directions are data, not metadata
+    assert done.public_dict()["plan"]["row_variances"] is None
+    assert "resolved" in done.to_dict() and "resolved" not in done.public_dict()
+
+
+def test_add_remove_plan_does_not_publish_the_record_count(tmp_path):
+    spec, _ = _spec(tmp_path, "covariance", {"privacy": {"neighbours": "add-remove"}})
+    public = plan_release(spec, META).public_dict()
+    assert public["input"]["records"] is None and public["input"]["shape"] is None
+
+
+def test_dry_run_imports_neither_dask_nor_distributed(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=1), chunk=100)
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        spec_dict(
+            store,
+            str(tmp_path / "out.zarr"),
+            query="covariance",
+            mechanism={"directions": {"method": "dp-pca", "k": 1}},
+        ),
+    )
+    code = (
+        "import sys, json\n"
+        "from mvg_dask import api\n"
+        f"plan = api.dry_run({str(spec)!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
+        "print(json.dumps({'heavy': heavy, 'features': plan.input.features}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    result = json.loads(out.stdout)
+    assert result == {"heavy": [], "features": 3}
