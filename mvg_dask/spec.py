@@ -137,11 +137,27 @@ class MechanismSpec(_Strict):
 
 
 class PrivacySpec(_Strict):
-    """The privacy parameters of the whole release (direction step included)."""
+    """The privacy parameters of the whole release (direction step included).
+
+    Under add-remove neighbours the record count is private: a covariance release divides by a
+    declared public normaliser ``records`` (``N0``), or, without one, releases the sum
+    ``X X^T`` and a noisy record count that spends ``count_share`` of the budget.
+    """
 
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     delta: Annotated[float, Field(gt=0, lt=1)]
     neighbours: Literal["replace-one", "add-remove"] = "replace-one"
+    records: Annotated[int, Field(ge=1)] | None = None
+    count_share: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+
+    @model_validator(mode="after")
+    def _records_is_for_add_remove(self) -> PrivacySpec:
+        if self.records is not None and self.neighbours != "add-remove":
+            raise ValueError(
+                "records is a public normaliser for add-remove neighbours; under replace-one "
+                "the record count is public and used as it is: remove privacy.records"
+            )
+        return self
 
 
 class OutputSpec(_Strict):

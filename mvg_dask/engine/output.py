@@ -282,13 +282,27 @@ class OutputTarget:
         self.make_progress_dir()
         self.save_plan(rplan)
 
-    def write_matrix(self, rplan: ReleasePlan, name: str, value: np.ndarray) -> None:
-        """Write a square privatized query output (covariance) with the noise variables."""
+    def write_matrix(
+        self,
+        rplan: ReleasePlan,
+        name: str,
+        value: np.ndarray,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a square privatized query output (covariance) with the noise variables; the
+        ``extra`` noisy values (a noisy sum and count) are written beside it."""
         plan = rplan.noise_plan()
         fd = rplan.input.feature_dim
+        square = (f"{fd}_row", f"{fd}_col")
+        more = {
+            k: xr.DataArray(v, dims=square if np.ndim(v) == 2 else ())
+            for k, v in (extra or {}).items()
+        }
         ds = xr.Dataset(
             {
-                name: xr.DataArray(value, dims=(f"{fd}_row", f"{fd}_col")),
+                name: xr.DataArray(value, dims=square),
+                **more,
                 **noise_variables(rplan, plan),
             },
             coords=_feature_coords(rplan),

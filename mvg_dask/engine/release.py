@@ -124,13 +124,21 @@ class _Stages:
     def _private_n(self) -> bool:
         return self.rplan.neighbours == "add-remove"
 
-    def directions(self, gram: np.ndarray) -> ReleasePlan:
+    def noisy_count(self) -> float:
+        """The record count with Gaussian noise (sensitivity 1 under add-remove), charged in the
+        release's own accounting (its share of the budget: ``split.count_mu``)."""
+        count_mu = self.rplan.split.count_mu
+        assert count_mu is not None
+        z = float(self.key.derive("count").tile_normals(0, (1,))[0])
+        return self.rplan.input.records + z / count_mu
+
+    def directions(self, gram: np.ndarray, normaliser: float) -> ReleasePlan:
         """The DP-PCA step: the plan with its directions filled in."""
         rplan = self.rplan
         assert rplan.dp_pca is not None and rplan.split.step_mu is not None
         directions = dp_pca(
             gram,
-            records=rplan.input.records,
+            records=normaliser,
             k=rplan.dp_pca.k,
             mu=rplan.split.step_mu,
             sensitivity=gram_sensitivity(rplan.domain, rplan.neighbours),  # type: ignore[arg-type]
@@ -138,14 +146,25 @@ class _Stages:
         )
         return rplan.resolve(directions)
 
-    def covariance(self, rplan: ReleasePlan, gram: np.ndarray) -> None:
-        """Privatize ``X X^T / N`` and write it."""
+    def covariance(self, rplan: ReleasePlan, gram: np.ndarray, count: float | None) -> None:
+        """Privatize ``X X^T / N`` (``N`` public: replace-one, or a declared ``N0``) and write it;
+        with a noisy count, write the noisy sum ``X X^T`` and the count, and their ratio as the
+        covariance estimate (post-processing)."""
         plan = rplan.noise_plan()
         B = plan.row_factor
         Z = matrix_noise(
             self.key.derive("release"), B, B if plan.algorithm == "equi-modal" else None
         )
-        self.target.write_matrix(rplan, "covariance", gram / rplan.input.records + Z)
+        noisy = gram / rplan.query.records + Z
+        if count is None:
+            self.target.write_matrix(rplan, "covariance", noisy)
+            return
+        self.target.write_matrix(
+            rplan,
+            "covariance",
+            noisy / max(count, 1.0),
+            extra={"gram": noisy, "record_count": count},
+        )
 
     def identity(self, rplan: ReleasePlan, *, resume: bool, progress: bool) -> None:
         """Read, check, clip, add noise and write every chunk (skipping written ones)."""
@@ -199,13 +218,16 @@ class _Stages:
         rplan = self.rplan
         inp = rplan.input
         check_chunks_present(inp.store, inp.variable, inp.storage_options)
-        gram = None
+        covariance = rplan.query.kind == "covariance"
+        # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
+        gram = self.gram(progress) if covariance or rplan.uses_dp_pca else None
+        count = self.noisy_count() if rplan.releases_count else None
         if rplan.uses_dp_pca:
-            # one pass gives the Gram matrix for DP-PCA (and, for covariance, the query itself)
-            gram = self.gram(progress)
-            rplan = self.directions(gram)
-        if rplan.query.kind == "covariance":
-            self.covariance(rplan, gram if gram is not None else self.gram(progress))
+            assert gram is not None
+            rplan = self.directions(gram, rplan.query.records if count is None else max(count, 1))
+        if covariance:
+            assert gram is not None
+            self.covariance(rplan, gram, count)
         else:
             self.identity(rplan, resume=resume, progress=progress)
         return rplan

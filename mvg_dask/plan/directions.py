@@ -134,7 +134,7 @@ def symmetric_noise(key: NoiseKey, m: int, sigma: float) -> np.ndarray:
 def dp_pca(
     gram: np.ndarray,
     *,
-    records: int,
+    records: float,
     k: int,
     mu: float,
     sensitivity: float,
@@ -146,8 +146,9 @@ def dp_pca(
     ----------
     gram : ndarray
         ``X X^T`` (a sum, not divided by ``N``) of the clipped records.
-    records : int
-        ``N`` (public), to report eigenvalues of ``X X^T / N``.
+    records : float
+        The public normaliser ``N`` (replace-one), ``N0`` or the noisy count (add-remove), to
+        report eigenvalues of ``X X^T / N``.
     k : int
         Number of important directions.
     mu : float

@@ -88,6 +88,10 @@ class BudgetSplit:
         What the paper calibration of the release is given.
     release_mu : float or None
         ``mu`` available to the release (``exact``).
+    count_share : float
+        Fraction given to a noisy record count (add-remove covariance without a public
+        normaliser): a Gaussian mechanism of sensitivity 1 with ratio ``count_mu``, or the basic
+        share ``(count_epsilon, count_delta)``.
     """
 
     composition: Composition
@@ -98,12 +102,20 @@ class BudgetSplit:
     release_epsilon: float
     release_delta: float
     release_mu: float | None
+    count_share: float = 0.0
+    count_mu: float | None = None
+    count_epsilon: float | None = None
+    count_delta: float | None = None
 
 
 def split_budget(
-    calibration: Calibration, epsilon: float, delta: float, share: float = 0.0
+    calibration: Calibration,
+    epsilon: float,
+    delta: float,
+    share: float = 0.0,
+    count_share: float = 0.0,
 ) -> BudgetSplit:
-    """Split the budget between an optional DP-PCA step and the release.
+    """Split the budget between an optional DP-PCA step, an optional noisy count and the release.
 
     Parameters
     ----------
@@ -113,18 +125,28 @@ def split_budget(
         Total privacy parameters.
     share : float, default 0
         Fraction for the direction step, ``0 <= share < 1``.
+    count_share : float, default 0
+        Fraction for a noisy record count, ``0 <= count_share``, ``share + count_share < 1``.
 
     Returns
     -------
     BudgetSplit
-        The split.
+        The split. ``gaussian-dp`` (``exact``): each step is a Gaussian mechanism after whitening,
+        so ``mu^2 = mu_step^2 + mu_count^2 + mu_release^2`` with each ``mu_i^2`` its share of
+        ``mu*(epsilon, delta)^2``. ``basic``: each step gets its share of ``epsilon`` and
+        ``delta``.
     """
     cal._check_privacy(epsilon, delta)
     if not 0 <= share < 1:
         raise ValueError(f"directions budget_share must lie in [0, 1), got {share!r}")
+    if not 0 <= count_share < 1 or share + count_share >= 1:
+        raise ValueError(
+            f"the count's share ({count_share!r}) and the directions' share ({share!r}) must "
+            "leave a positive share for the release"
+        )
     exact = calibration == "exact"
     mu = cal.analytic_gaussian_mu(epsilon, delta) if exact else None
-    if share == 0:
+    if share == 0 and count_share == 0:
         return BudgetSplit(
             composition="none",
             share=0.0,
@@ -135,27 +157,35 @@ def split_budget(
             release_delta=delta,
             release_mu=mu,
         )
-    if mu is not None:  # exact: both steps are Gaussian mechanisms, mu^2 = mu_1^2 + mu_2^2
+    rest = 1.0 - share - count_share
+    if mu is not None:  # exact: every step is a Gaussian mechanism, mu^2 adds up
         return BudgetSplit(
             composition="gaussian-dp",
             share=share,
-            step_mu=math.sqrt(share) * mu,
+            step_mu=math.sqrt(share) * mu if share else None,
             step_epsilon=None,
             step_delta=None,
             release_epsilon=epsilon,
             release_delta=delta,
-            release_mu=math.sqrt(1.0 - share) * mu,
+            release_mu=math.sqrt(rest) * mu,
+            count_share=count_share,
+            count_mu=math.sqrt(count_share) * mu if count_share else None,
         )
     e1, d1 = share * epsilon, share * delta
+    ec, dc = count_share * epsilon, count_share * delta
     return BudgetSplit(
         composition="basic",
         share=share,
-        step_mu=cal.analytic_gaussian_mu(e1, d1),
-        step_epsilon=e1,
-        step_delta=d1,
-        release_epsilon=epsilon - e1,
-        release_delta=delta - d1,
+        step_mu=cal.analytic_gaussian_mu(e1, d1) if share else None,
+        step_epsilon=e1 if share else None,
+        step_delta=d1 if share else None,
+        release_epsilon=rest * epsilon,
+        release_delta=rest * delta,
         release_mu=None,
+        count_share=count_share,
+        count_mu=cal.analytic_gaussian_mu(ec, dc) if count_share else None,
+        count_epsilon=ec if count_share else None,
+        count_delta=dc if count_share else None,
     )
 
 
@@ -416,9 +446,9 @@ class NoisePlan:
         sig_inv = 1.0 / np.linalg.eigvalsh(self.row_cov)
         unimodal = self.algorithm == "unimodal"
         if self.calibration == "exact":
-            mu = self.mahalanobis_sensitivity
-            if self.split.step_mu is not None:
-                mu = math.hypot(mu, self.split.step_mu)
+            mu = math.hypot(
+                self.mahalanobis_sensitivity, self.split.step_mu or 0.0, self.split.count_mu or 0.0
+            )
             return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
         budget = self.budget_detail
         assert budget is not None
@@ -472,6 +502,10 @@ class NoisePlan:
                 "release_epsilon": self.split.release_epsilon,
                 "release_delta": self.split.release_delta,
                 "release_mu": self.split.release_mu,
+                "count_share": self.split.count_share,
+                "count_mu": self.split.count_mu,
+                "count_epsilon": self.split.count_epsilon,
+                "count_delta": self.split.count_delta,
             },
         }
 
@@ -513,6 +547,7 @@ def build_noise_plan(
     allocation: AllocationSpec | None = None,
     neighbours: Neighbours = "replace-one",
     direction_share: float = 0.0,
+    count_share: float = 0.0,
 ) -> NoisePlan:
     """Build and check a noise plan from metadata only.
 
@@ -536,6 +571,8 @@ def build_noise_plan(
         Neighbouring relation.
     direction_share : float, default 0
         Fraction of the budget already spent by a DP-PCA step that chose ``directions``.
+    count_share : float, default 0
+        Fraction of the budget spent on a noisy record count (add-remove covariance).
 
     Returns
     -------
@@ -552,7 +589,7 @@ def build_noise_plan(
     directions = directions or Directions.standard(m)
     allocation = allocation or AllocationSpec()
     _check_compatible(query, algorithm, calibration, directions)
-    split = split_budget(calibration, epsilon, delta, direction_share)
+    split = split_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     W = directions.matrix
 
@@ -692,6 +729,7 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         allocation=AllocationSpec(strategy="custom", theta=[float(t) for t in a["theta"]]),
         neighbours=data["neighbours"],
         direction_share=float(comp["direction_share"]),
+        count_share=float(comp.get("count_share", 0.0)),
     )
     stored = np.asarray(data["row_variances"], dtype=np.float64)
     if not np.allclose(plan.row_variances, stored, rtol=1e-12, atol=0.0):

@@ -42,6 +42,13 @@ class QuerySpec:
         Declared range of every output entry (MGM Thm. 3).
     symmetric, psd : bool
         Structure of a custom query's output.
+    records_known : bool, default True
+        ``True``: ``records`` is the dataset's record count, public (replace-one neighbours).
+        ``False`` (add-remove covariance): the record count is private and never used;
+        ``records`` is a public normaliser ``N0`` (``1`` for the unnormalised ``X X^T``), so
+        ``f(X) = X X^T / N0`` changes by exactly ``x x^T / N0`` when a record is added or
+        removed, and ``gamma`` or an entry range (which grow with the private count) must be
+        declared by calibrations that need them.
     """
 
     kind: QueryKind
@@ -53,6 +60,7 @@ class QuerySpec:
     entry_range: tuple[float, float] | None = None
     symmetric: bool = False
     psd: bool = False
+    records_known: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in QUERIES:
@@ -191,6 +199,12 @@ class QuerySpec:
         if self.gamma is not None:
             return self.gamma
         R = domain.sup_norm_sq()
+        if not self.records_known:
+            raise ValueError(
+                "sup ||X X^T / N0||_F grows with the private record count: declare "
+                "mechanism.gamma (a bound that holds for every dataset, e.g. N_max R / N0) or "
+                "use calibration: exact"
+            )
         if self.kind == "identity":
             return math.sqrt(self.records * R)
         if self.kind == "covariance":
@@ -216,6 +230,11 @@ class QuerySpec:
             return self.entry_range
         if self.kind == "identity":
             return domain.entry_range()
+        if not self.records_known:
+            raise ValueError(
+                "the entries of X X^T / N0 grow with the private record count: declare "
+                "mechanism.entry_range or use calibration: exact"
+            )
         if self.kind == "covariance":
             if isinstance(domain, L2BallDomain):
                 return -(domain.radius**2), domain.radius**2
@@ -293,6 +312,8 @@ class QuerySpec:
         if self.kind == "custom":
             out["symmetric"] = self.symmetric
             out["psd"] = self.psd
+        if not self.records_known:
+            out["records_known"] = False
         return out
 
     @classmethod
@@ -309,4 +330,5 @@ class QuerySpec:
             entry_range=None if rng is None else (float(rng[0]), float(rng[1])),
             symmetric=bool(data.get("symmetric", False)),
             psd=bool(data.get("psd", False)),
+            records_known=bool(data.get("records_known", True)),
         )

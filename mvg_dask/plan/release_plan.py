@@ -289,6 +289,11 @@ class ReleasePlan:
         return self.dp_pca is not None
 
     @property
+    def releases_count(self) -> bool:
+        """True when the release adds a noisy record count (add-remove, no public ``N0``)."""
+        return self.split.count_share > 0
+
+    @property
     def is_resolved(self) -> bool:
         """True when the noise plan is complete."""
         return self.noise is not None
@@ -308,6 +313,7 @@ class ReleasePlan:
             allocation=self.allocation,
             neighbours=self.neighbours,  # type: ignore[arg-type]
             direction_share=self.split.share,
+            count_share=self.split.count_share,
         )
 
     def resolve(self, directions: Directions) -> ReleasePlan:
@@ -425,6 +431,7 @@ class ReleasePlan:
             float(noise_d["epsilon"]),
             float(noise_d["delta"]),
             0.0 if dp is None else dp.budget_share,
+            float(noise_d["composition"].get("count_share", 0.0)),
         )
         if dp is None:
             noise: NoisePlan | None = noise_plan_from_dict(noise_d)
@@ -559,14 +566,20 @@ def plan_release(
     m = metadata.features
     domain = _domain(spec, m)
     mech = spec.mechanism
+    privacy = spec.privacy
+    # add-remove: the record count is private; divide by a public N0, or release the sum and
+    # a noisy count (DESIGN.md §7)
+    private_count = privacy.neighbours == "add-remove"
+    count_share = privacy.count_share if private_count and privacy.records is None else 0.0
     try:
         query = QuerySpec(
             kind=spec.query,
             features=m,
-            records=metadata.records,
+            records=(privacy.records or 1) if private_count else metadata.records,
             sensitivity=mech.sensitivity,
             gamma=mech.gamma,
             entry_range=mech.entry_range,
+            records_known=not private_count,
         )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
@@ -576,9 +589,8 @@ def plan_release(
     )
     directions, step = _fixed_directions(spec, m, directions_matrix)
     share = 0.0 if step is None else step.budget_share
-    privacy = spec.privacy
     try:
-        split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share)
+        split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
         noise = None
         if directions is not None:
             noise = build_noise_plan(
@@ -591,6 +603,7 @@ def plan_release(
                 directions=directions,
                 allocation=allocation,
                 neighbours=privacy.neighbours,
+                count_share=count_share,
             )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
