@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mvg_dask.privacy.allocation import AllocationStrategy
 from mvg_dask.privacy.calibration import Algorithm, Calibration
+from mvg_dask.privacy.registry import CompatibilityError, check_compatible
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -207,27 +208,23 @@ class ReleaseSpec(_Strict):
     @model_validator(mode="after")
     def _mechanism_fits_query(self) -> ReleaseSpec:
         mech = self.mechanism
-        if self.query == "identity" and mech.algorithm == "equi-modal":
-            raise ValueError(
-                "mechanism.algorithm: equi-modal noise needs a square query; use unimodal for "
-                "the identity query"
+        try:
+            # the identity query is m x N with N unknown here: treated as not square
+            check_compatible(
+                mech.calibration,
+                mech.algorithm,
+                query_kind=self.query,
+                psd=self.query == "covariance",
+                square=self.query == "covariance",
+                standard_directions=mech.directions.method == "standard",
             )
+        except CompatibilityError as exc:
+            raise ValueError(f"mechanism.{exc.field}: {exc}") from None
         if self.query == "identity" and self.privacy.neighbours == "add-remove":
             raise ValueError(
                 "privacy.neighbours: the identity query has one column per record, so "
                 "add-remove changes its shape; use replace-one"
             )
-        if mech.calibration == "mvg-thm3" and (
-            self.query != "covariance" or mech.algorithm != "equi-modal"
-        ):
-            raise ValueError(
-                "mechanism.calibration: mvg-thm3 needs a symmetric PSD query with equi-modal "
-                "noise (query: covariance, algorithm: equi-modal)"
-            )
-        if mech.calibration in ("mgm-udn", "mgm-idn") and mech.algorithm != "unimodal":
-            raise ValueError(f"mechanism.calibration: {mech.calibration} needs algorithm: unimodal")
-        if mech.calibration == "mgm-idn" and mech.directions.method != "standard":
-            raise ValueError("mechanism.calibration: mgm-idn needs directions: {method: standard}")
         if self.ledger is not None and self.privacy.epsilon > self.ledger.budget.epsilon:
             raise ValueError(
                 f"privacy.epsilon ({self.privacy.epsilon:g}) exceeds the dataset's whole "

@@ -28,7 +28,8 @@ from mvg_dask.plan.domain import (
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
-from mvg_dask.privacy.calibration import ALGORITHMS, CALIBRATIONS, Algorithm, Calibration
+from mvg_dask.privacy.calibration import Algorithm, Calibration
+from mvg_dask.privacy.registry import CalibrationRule, check_compatible, get_calibration
 
 Composition = Literal["none", "basic", "gaussian-dp"]
 
@@ -144,8 +145,8 @@ def split_budget(
             f"the count's share ({count_share!r}) and the directions' share ({share!r}) must "
             "leave a positive share for the release"
         )
-    exact = calibration == "exact"
-    mu = cal.analytic_gaussian_mu(epsilon, delta) if exact else None
+    gaussian_dp = get_calibration(calibration).gaussian_dp
+    mu = cal.analytic_gaussian_mu(epsilon, delta) if gaussian_dp else None
     if share == 0 and count_share == 0:
         return BudgetSplit(
             composition="none",
@@ -191,38 +192,21 @@ def split_budget(
 
 def _check_compatible(
     query: QuerySpec, algorithm: Algorithm, calibration: Calibration, directions: Directions
-) -> None:
-    if calibration not in CALIBRATIONS:
-        raise ValueError(
-            f"calibration must be one of {', '.join(CALIBRATIONS)}, got {calibration!r}"
-        )
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+) -> CalibrationRule:
     m, n = query.shape
-    if algorithm == "equi-modal" and m != n:
-        raise ValueError(
-            f"equi-modal noise (Alg. 2, Psi = Sigma) needs a square query; the {query.kind} "
-            f"query is {m} x {n}: use algorithm: unimodal"
-        )
-    if calibration == "mvg-thm3":
-        if not query.is_psd:
-            raise ValueError(
-                f"mvg-thm3 (MVG Thm. 3) holds only for symmetric PSD queries; the {query.kind} "
-                "query is not: use mvg-thm2 or exact"
-            )
-        if algorithm != "equi-modal":
-            raise ValueError("mvg-thm3 (MVG Thm. 3) sets Psi = Sigma: use algorithm: equi-modal")
-    if calibration in ("mgm-udn", "mgm-idn") and algorithm != "unimodal":
-        raise ValueError(f"{calibration} is for unimodal noise (Psi = I): use algorithm: unimodal")
-    if calibration == "mgm-idn" and not directions.is_standard:
-        raise ValueError(
-            "mgm-idn (MGM Thm. 3) needs independent noise per row (diagonal U_1): use "
-            "directions: standard"
-        )
+    rule = check_compatible(
+        calibration,
+        algorithm,
+        query_kind=query.kind,
+        psd=query.is_psd,
+        square=m == n,
+        standard_directions=directions.is_standard,
+    )
     if directions.matrix.shape != (m, m):
         raise ValueError(
             f"directions are {directions.matrix.shape[0]}-dimensional but the query has {m} rows"
         )
+    return rule
 
 
 def paper_budget(
@@ -256,33 +240,20 @@ def paper_budget(
     PrecisionBudget
         The budget.
     """
+    rule = get_calibration(calibration)
+    if not rule.has_precision_budget:
+        raise ValueError(f"{rule.label} is not a paper calibration: it has no precision budget")
     m, n = query.shape
-    s2 = query.l2_sensitivity(domain, neighbours)
-    if calibration == "mvg-thm2":
-        return cal.mvg_thm2_budget(
-            m=m,
-            n=n,
-            epsilon=epsilon,
-            delta=delta,
-            sensitivity=s2,
-            gamma=query.sup_frobenius(domain),
-            algorithm=algorithm,
-        )
-    if calibration == "mvg-thm3":
-        return cal.mvg_thm3_budget(
-            m=m, epsilon=epsilon, delta=delta, sensitivity=s2, gamma=query.sup_frobenius(domain)
-        )
-    if calibration == "mgm":
-        return cal.mgm_budget(
-            m=m, n=n, epsilon=epsilon, delta=delta, sensitivity=s2, algorithm=algorithm
-        )
-    if calibration == "mgm-udn":
-        return cal.mgm_udn_budget(m=m, n=n, epsilon=epsilon, delta=delta, sensitivity=s2)
-    if calibration == "mgm-idn":
-        return cal.mgm_idn_budget(
-            m=m, n=n, epsilon=epsilon, delta=delta, entry_range=query.output_entry_range(domain)
-        )
-    raise ValueError(f"{calibration!r} is not a paper calibration")
+    return rule.budget(
+        m=m,
+        n=n,
+        epsilon=epsilon,
+        delta=delta,
+        algorithm=algorithm,
+        sensitivity=query.l2_sensitivity(domain, neighbours),
+        gamma=query.sup_frobenius(domain) if rule.uses_gamma else None,
+        entry_range=query.output_entry_range(domain) if rule.uses_entry_range else None,
+    )
 
 
 def _resolve_allocation(
@@ -442,25 +413,16 @@ class NoisePlan:
         variances the plan was built with. ``lhs <= rhs`` must hold. For ``exact`` it is
         ``(delta_AG(eps, Delta_M), delta)``.
         """
-        n = self.shape[1]
-        sig_inv = 1.0 / np.linalg.eigvalsh(self.row_cov)
-        unimodal = self.algorithm == "unimodal"
-        if self.calibration == "exact":
+        rule = get_calibration(self.calibration)
+        if not rule.has_precision_budget:  # exact: the analytic Gaussian on Delta_M
             mu = math.hypot(
                 self.mahalanobis_sensitivity, self.split.step_mu or 0.0, self.split.count_mu or 0.0
             )
             return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
         budget = self.budget_detail
         assert budget is not None
-        if self.calibration == "mvg-thm2":
-            psi_norm = math.sqrt(n) if unimodal else float(np.linalg.norm(sig_inv))
-            return float(np.linalg.norm(sig_inv)) * psi_norm, budget.bound
-        if self.calibration == "mvg-thm3":
-            return float(np.sum(sig_inv**2)), budget.bound
-        if self.calibration == "mgm":
-            tr_psi = float(n) if unimodal else float(np.sum(sig_inv))
-            return float(np.sum(sig_inv)) * tr_psi, budget.bound
-        return float(np.sum(sig_inv)), budget.bound  # mgm-udn, mgm-idn
+        eig = np.linalg.eigvalsh(self.row_cov)
+        return rule.theorem_lhs(eig, n=self.shape[1], algorithm=self.algorithm), budget.bound
 
     # -- presentation ------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -588,12 +550,12 @@ def build_noise_plan(
     m, _ = query.shape
     directions = directions or Directions.standard(m)
     allocation = allocation or AllocationSpec()
-    _check_compatible(query, algorithm, calibration, directions)
+    rule = _check_compatible(query, algorithm, calibration, directions)
     split = split_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     W = directions.matrix
 
-    if calibration == "exact":
+    if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
         assert split.release_mu is not None
         weights = None
         if query.kind == "identity" and directions.is_standard and isinstance(domain, BoxDomain):
@@ -603,7 +565,11 @@ def build_noise_plan(
             query, domain, neighbours, algorithm, W, alloc.uniform(m), split.release_mu
         )
         theta = _resolve_allocation(
-            allocation, directions, kind="linear", total_precision=uniform_total, weights=weights
+            allocation,
+            directions,
+            kind=rule.allocation_kind,
+            total_precision=uniform_total,
+            weights=weights,
         )
         c = _exact_scale(query, domain, neighbours, algorithm, W, theta, split.release_mu)
         # round toward more privacy on the matrices the release really uses
@@ -631,7 +597,7 @@ def build_noise_plan(
             allocation, directions, kind=budget.kind, total_precision=total, weights=None
         )
         row_variances = budget.variances(theta)
-        gamma = query.sup_frobenius(domain) if calibration in ("mvg-thm2", "mvg-thm3") else None
+        gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
     precision = (W / row_variances) @ W.T
     d_m = query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm)
     return NoisePlan(
@@ -647,7 +613,7 @@ def build_noise_plan(
         theta=theta,
         row_variances=np.asarray(row_variances),
         precision_budget=None if budget is None else budget.budget,
-        budget_kind="linear" if budget is None else budget.kind,
+        budget_kind=rule.allocation_kind if budget is None else budget.kind,
         sensitivity=s2,
         gamma=gamma,
         mahalanobis_sensitivity=d_m,

@@ -36,6 +36,7 @@ from mvg_dask.plan.noise_plan import (
 )
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.spec import ReleaseSpec, spec_hash
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
@@ -611,7 +612,7 @@ def plan_release(
     if spec.ledger is not None:
         mu = (
             cal.analytic_gaussian_mu(privacy.epsilon, privacy.delta)
-            if mech.calibration == "exact"
+            if get_calibration(mech.calibration).gaussian_dp
             else None
         )
         ledger = LedgerCharge(

@@ -2,7 +2,6 @@
 
 from mvg_dask.privacy.calibration import (
     ALGORITHMS,
-    CALIBRATIONS,
     Algorithm,
     Calibration,
     PrecisionBudget,
@@ -19,17 +18,34 @@ from mvg_dask.privacy.calibration import (
     quadratic_root_bound,
     zeta,
 )
+from mvg_dask.privacy.registry import (
+    CALIBRATIONS,
+    REGISTRY,
+    CalibrationRule,
+    CompatibilityError,
+    Requirements,
+    check_compatible,
+    compatible_calibrations,
+    get_calibration,
+)
 
 __all__ = [
     "ALGORITHMS",
     "CALIBRATIONS",
+    "REGISTRY",
     "Algorithm",
     "Calibration",
+    "CalibrationRule",
+    "CompatibilityError",
     "PrecisionBudget",
+    "Requirements",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "analytic_gaussian_mu",
+    "check_compatible",
     "classic_gaussian_sigma",
+    "compatible_calibrations",
+    "get_calibration",
     "harmonic_number",
     "mgm_budget",
     "mgm_idn_budget",

@@ -26,19 +26,14 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+#: Calibration names; :mod:`mvg_dask.privacy.registry` describes each (and checks they agree).
 Calibration = Literal["exact", "mvg-thm2", "mvg-thm3", "mgm", "mgm-udn", "mgm-idn"]
 Algorithm = Literal["unimodal", "equi-modal"]
 BudgetKind = Literal["squared", "linear"]
 
-CALIBRATIONS: tuple[Calibration, ...] = (
-    "exact",
-    "mvg-thm2",
-    "mvg-thm3",
-    "mgm",
-    "mgm-udn",
-    "mgm-idn",
-)
 ALGORITHMS: tuple[Algorithm, ...] = ("unimodal", "equi-modal")
+#: The one wording of the rule that equi-modal noise (``Psi = Sigma``) needs ``m == n``.
+EQUI_MODAL_NEEDS_SQUARE = "equi-modal noise (Alg. 2, Psi = Sigma) needs a square query"
 
 _BLOCK = 1 << 20
 
@@ -48,6 +43,11 @@ def _check_privacy(epsilon: float, delta: float) -> None:
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if not (math.isfinite(delta) and 0 < delta < 1):
         raise ValueError(f"delta must lie in the open interval (0, 1), got {delta!r}")
+
+
+def _check_square(algorithm: Algorithm, m: int, n: int) -> None:
+    if algorithm == "equi-modal" and m != n:
+        raise ValueError(f"{EQUI_MODAL_NEEDS_SQUARE}, got {m} x {n}: use algorithm: unimodal")
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -237,8 +237,7 @@ def mvg_thm2_budget(
     _check_privacy(epsilon, delta)
     _check_positive("sensitivity", sensitivity)
     _check_positive("gamma", gamma)
-    if algorithm == "equi-modal" and m != n:
-        raise ValueError(f"equi-modal noise needs a square query, got {m}x{n}")
+    _check_square(algorithm, m, n)
     r = min(m, n)
     h_r = harmonic_number(r)
     h_half = harmonic_number(r, 0.5)
@@ -340,8 +339,7 @@ def mgm_budget(
     """
     _check_privacy(epsilon, delta)
     _check_positive("sensitivity", sensitivity)
-    if algorithm == "equi-modal" and m != n:
-        raise ValueError(f"equi-modal noise needs a square query, got {m}x{n}")
+    _check_square(algorithm, m, n)
     z = zeta(delta, m, n)
     alpha = sensitivity**2
     beta = 2.0 * z * sensitivity

@@ -1,29 +1,11 @@
-"""The ``mvg-dask`` command line (click).
-
-Every mistake in the arguments ends with a one-line ``mvg-dask: error: ...`` on stderr and exit
-code 2, never a traceback.
-"""
+"""``mvg-dask calibrate``: a noise plan from metadata only (no data is read, no dask)."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from mvg_dask._version import __version__
-
-CALIBRATION_NAMES = ("exact", "mvg-thm2", "mvg-thm3", "mgm", "mgm-udn", "mgm-idn")
-
-
-@click.group(
-    name="mvg-dask",
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
-@click.version_option(
-    __version__, "--version", prog_name="mvg-dask", message="%(prog)s %(version)s"
-)
-def app() -> None:
-    """Differentially private matrix-valued releases with the MVG mechanism."""
+from mvg_dask.privacy.calibration import ALGORITHMS
+from mvg_dask.privacy.registry import CALIBRATIONS
 
 
 def _parse_indices(text: str | None) -> list[int] | None:
@@ -37,7 +19,7 @@ def _parse_indices(text: str | None) -> list[int] | None:
         ) from None
 
 
-@app.command()
+@click.command()
 @click.option(
     "--query",
     type=click.Choice(["identity", "covariance"]),
@@ -50,15 +32,15 @@ def _parse_indices(text: str | None) -> list[int] | None:
 @click.option("--delta", type=float, required=True, help="Privacy parameter delta in (0, 1).")
 @click.option(
     "--algorithm",
-    type=click.Choice(["unimodal", "equi-modal"]),
+    type=click.Choice(ALGORITHMS),
     required=True,
     help="Alg. 1 (Psi = I) or Alg. 2 (Psi = Sigma).",
 )
 @click.option(
     "--calibration",
-    type=click.Choice(CALIBRATION_NAMES),
+    type=click.Choice(CALIBRATIONS),
     required=True,
-    help="Calibration theorem.",
+    help="Calibration (theorem); see mvg_dask.privacy.registry.",
 )
 @click.option(
     "--bounds",
@@ -158,42 +140,3 @@ def calibrate(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(plan.to_json() if as_json else plan.summary())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mvg-dask`` script.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        Arguments (default: ``sys.argv[1:]``).
-
-    Returns
-    -------
-    int
-        Exit code: 0 on success, 2 for invalid input, 1 for a failed run.
-    """
-    from mvg_dask import cli_commands  # noqa: F401  (registers the other subcommands)
-
-    try:
-        result = app.main(
-            args=argv if argv is not None else sys.argv[1:],
-            prog_name="mvg-dask",
-            standalone_mode=False,
-        )
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.ClickException as exc:
-        message = " ".join(exc.format_message().split())
-        click.echo(f"mvg-dask: error: {message}", err=True)
-        return exc.exit_code if exc.exit_code else 2
-    except click.exceptions.Abort:
-        click.echo("mvg-dask: aborted", err=True)
-        return 130
-    return int(result) if isinstance(result, int) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from mvg_dask.cli import main as _package_main  # the module the subcommands register on
-
-    sys.exit(_package_main())
