@@ -9,9 +9,11 @@ name               experiment                                  module
 =================  ==========================================  ==============================
 
 Each experiment runs every method (non-private, random guess, MVG with the paper's
-calibrations, MGM, MVG with ``exact``, and the baselines) over ``epsilon in {0.1, 0.3, 1, 3}`` at
-``delta = 1/N`` (:func:`run_experiment`); :mod:`.report` writes the CSV files, Markdown tables,
-plots and the results document; :mod:`.cli` is the ``mvg-dask experiments`` command.
+calibrations, MGM, MVG with ``exact``, and the paper's four basic mechanisms: iid Gaussian and
+Laplace, the JL transform and the exponential mechanism, :mod:`.literature`) over
+``epsilon in {0.1, 0.3, 1, 3}`` at ``delta = 1/N`` (:func:`run_experiment`); :mod:`.report` writes
+the CSV files, Markdown tables and plots, :mod:`.document` the results document from
+``templates/``; :mod:`.cli` is the ``mvg-dask experiments`` command.
 
 Examples
 --------

@@ -56,7 +56,8 @@ def experiments(
     experiment, <name>.csv, <name>_tau_sweep.csv, <name>.md and <name>.png into --out.
     """
     from mvg_dask.experiments import EXPERIMENTS, run_experiment
-    from mvg_dask.experiments.report import write_experiment_files, write_results_document
+    from mvg_dask.experiments.document import write_results_document
+    from mvg_dask.experiments.report import write_experiment_files
 
     if results_doc is not None and which != "all":
         raise click.UsageError("--results-doc needs all three experiments: use 'all'")

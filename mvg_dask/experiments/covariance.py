@@ -16,6 +16,7 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_ctg
+from mvg_dask.experiments.literature import blr_method, jl_method
 from mvg_dask.experiments.runner import (
     MethodSpec,
     PaperExperiment,
@@ -41,6 +42,8 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
     binary_method("mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), entries in [0, 1]"),
     binary_method("exact", _IMPORTANT, f"exact, {_ID}"),
     *baseline_methods("b = s1 / ε, s1 = ||w||_1 = 21"),
+    jl_method("JL transform (BBDS, for Upadhyay [46])"),
+    blr_method("Exponential (Blum et al. [104], public candidates)"),
 )
 
 
@@ -129,3 +132,7 @@ class CovarianceExperiment(PaperExperiment):
 
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(noise)
+
+    def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
+        S = np.swapaxes(records, 1, 2) @ records / records.shape[1]
+        return residual_sum_of_squares(self.S, principal_axes(S))

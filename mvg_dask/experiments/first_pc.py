@@ -22,6 +22,7 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import MovementSample, PaperDataset, load_movement
+from mvg_dask.experiments.literature import jl_method, ppca_method
 from mvg_dask.experiments.runner import (
     Evaluation,
     MethodSpec,
@@ -74,6 +75,8 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         description="symmetric Gaussian noise on X X^T (upper triangle, "
         "s2 = sqrt(2) max||x||^2, analytic sigma), top eigenvector",
     ),
+    jl_method("JL transform (Blocki et al. [42])"),
+    ppca_method(),
 )
 
 
@@ -177,6 +180,12 @@ class FirstPCExperiment(PaperExperiment):
 
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(self.S[None] + noise)
+
+    def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
+        return self.errors(np.swapaxes(records, 1, 2) @ records / records.shape[1])
+
+    def _vector_errors(self, vectors: np.ndarray) -> np.ndarray:
+        return captured_variance_gap(self.S, vectors)
 
     def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
         """The paper's rows use its own sensitivities; MGM's calibrations add unimodal noise."""

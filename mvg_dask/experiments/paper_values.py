@@ -41,7 +41,7 @@ class PaperRow:
         As printed (``"-"``, ``"1.0"``, ``"1/n"``, ``"0"``).
     ours : str or None
         Key of the method of this package that reproduces the row, or ``None`` when the row has
-        no counterpart here (JL transform; exponential mechanisms).
+        no counterpart here.
     """
 
     label: str
@@ -126,9 +126,11 @@ TABLE_3: Final = PaperTable(
         PaperRow(
             label="Gaussian (Dwork et al. [2])", mean=1.913, ci=0.069, ours="gaussian-classic"
         ),
-        PaperRow(label="JL transform (Upadhyay [46])", mean=1.682, ci=0.015),
+        PaperRow(label="JL transform (Upadhyay [46])", mean=1.682, ci=0.015, ours="jl"),
         _laplace(2.482, 0.189),
-        PaperRow(label="Exponential (Blum et al. [104])", mean=2.202, ci=0.721, delta="0"),
+        PaperRow(
+            label="Exponential (Blum et al. [104])", mean=2.202, ci=0.721, delta="0", ours="blr"
+        ),
     ),
 )
 
@@ -142,9 +144,15 @@ TABLE_4: Final = PaperTable(
         PaperRow(label="MVG with Theorem 2", mean=2.138, ci=0.192, ours="mvg-thm2"),
         PaperRow(label="MVG with Theorem 3", mean=1.434, ci=0.192, ours="mvg-thm3"),
         PaperRow(label="Gaussian (Dwork et al. [25])", mean=2.290, ci=0.185, ours="analyze-gauss"),
-        PaperRow(label="JL transform (Blocki et al. [42])", mean=2.258, ci=0.186),
+        PaperRow(label="JL transform (Blocki et al. [42])", mean=2.258, ci=0.186, ours="jl"),
         _laplace(2.432, 0.177),
-        PaperRow(label="Exponential (Chaudhuri et al. [27])", mean=1.742, ci=0.188, delta="0"),
+        PaperRow(
+            label="Exponential (Chaudhuri et al. [27])",
+            mean=1.742,
+            ci=0.188,
+            delta="0",
+            ours="ppca",
+        ),
     ),
 )
 
@@ -159,9 +167,11 @@ TABLE_5: Final = PaperTable(
         PaperRow(
             label="Gaussian (Dwork et al. [2])", mean=7.029, ci=0.216, ours="gaussian-classic"
         ),
-        PaperRow(label="JL transform (Upadhyay [46])", mean=6.718, ci=0.229),
+        PaperRow(label="JL transform (Upadhyay [46])", mean=6.718, ci=0.229, ours="jl"),
         _laplace(7.109, 0.211),
-        PaperRow(label="Exponential (Blum et al. [104])", mean=7.223, ci=0.211, delta="0"),
+        PaperRow(
+            label="Exponential (Blum et al. [104])", mean=7.223, ci=0.211, delta="0", ours="blr"
+        ),
     ),
 )
 

@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_liver
+from mvg_dask.experiments.literature import blr_method, jl_method
 from mvg_dask.experiments.mechanisms import plan_implied_epsilon, plan_noise, plan_std_range
 from mvg_dask.experiments.runner import (
     Evaluation,
@@ -88,6 +89,8 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         "b = s1 / ε, s1 = ||w||_1 = 6",
         classic="sigma = sqrt(2 ln(1.25/δ)) s2 / ε (Dwork & Roth; proof only for ε < 1)",
     ),
+    jl_method("JL transform (BBDS, for Upadhyay [46])"),
+    blr_method("Exponential (Blum et al. [104], public candidates)"),
 )
 
 
@@ -224,6 +227,9 @@ class RegressionExperiment(PaperExperiment):
 
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(self.dataset.X[None] + noise)
+
+    def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
+        return self.errors(np.swapaxes(records, 1, 2))
 
     def _evaluate_extra(
         self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey

@@ -335,6 +335,10 @@ class ExperimentResult:
         Declared range of one entry of the query output (for scale comparisons).
     elapsed : float
         Wall-clock seconds of the run.
+    important : tuple of str
+        The domain-knowledge features of the binary allocation.
+    held_out : int
+        Number of held-out (non-private test) records, 0 if none.
     """
 
     name: str
@@ -350,6 +354,8 @@ class ExperimentResult:
     settings: Mapping[str, str] = field(default_factory=dict)
     output_range: tuple[float, float] = (0.0, 1.0)
     elapsed: float = 0.0
+    important: tuple[str, ...] = ()
+    held_out: int = 0
 
     @property
     def methods(self) -> tuple[MethodSpec, ...]:
@@ -455,10 +461,22 @@ class PaperExperiment(ABC):
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
 
+    def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
+        """The errors of synthetic record sets ``(T, m, d)`` (one record per row) as releases."""
+        raise NotImplementedError(f"{self.name}: no metric for synthetic records")
+
+    def _vector_errors(self, vectors: np.ndarray) -> np.ndarray:
+        """The errors of released first principal components ``(T, d)``."""
+        raise NotImplementedError(f"{self.name}: no metric for released vectors")
+
     def _evaluate_extra(
         self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
         """Run a row that is neither a reference, a binary MVG row nor an iid baseline."""
+        from mvg_dask.experiments.literature import LITERATURE_KEYS, evaluate_literature
+
+        if method.key in LITERATURE_KEYS:
+            return evaluate_literature(self, method, epsilon, delta, trials, key)
         raise ValueError(f"{self.name}: unknown method {method.key!r}")
 
     def evaluate(
@@ -609,4 +627,6 @@ def run_experiment(
         settings=dict(experiment.settings),
         output_range=experiment.output_range,
         elapsed=time.perf_counter() - start,
+        important=tuple(ds.feature_names[i] for i in ds.important),
+        held_out=0 if ds.X_test is None else int(ds.X_test.shape[1]),
     )

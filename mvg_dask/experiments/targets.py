@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from mvg_dask.experiments.runner import REFERENCE_EPSILON, ExperimentResult, Row
+from mvg_dask.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
 
 __all__ = ["PAPER_RATIO_TARGET", "TargetCheck", "check_targets", "fmt", "position"]
 
@@ -106,8 +106,8 @@ def _sweep_text(row: Row) -> str:
             f" The exact row's τ sweep is best at its smallest share and its error grows with τ "
             f"({pairs}): concentrating the precision on the domain-knowledge features does not "
             "help this metric. With the uniform allocation the exact plan *is* the iid analytic "
-            "Gaussian mechanism (same s₂, same noise), and the paper's τ grid (≥ 0.55) never "
-            "reaches it."
+            f"Gaussian mechanism (same s₂, same noise), and the paper's τ grid (≥ {min(TAUS):g}) "
+            "never reaches it."
         )
     return f" The exact row's τ sweep: {pairs}."
 
@@ -147,7 +147,8 @@ def _why_paper(result: ExperimentResult, exact: Row, paper: Row, ratio: float) -
     return (
         f"{head} The paper-calibrated row{std_text} is already at the random-guess "
         f"level (position {pp:.2f}; random guess {fmt(rand)}), and this metric is bounded near "
-        f"that level, so the ratio cannot grow with more noise. Reaching 10x would need "
+        f"that level, so the ratio cannot grow with more noise. Reaching "
+        f"{PAPER_RATIO_TARGET:g}x would need "
         f"exact ≤ {fmt(paper.mean / PAPER_RATIO_TARGET)}, far below the error the exact plan "
         f"achieves at ε = 1 (position {pe:.2f})."
     )

@@ -1,4 +1,4 @@
-"""Baseline mechanisms the experiments compare against, on the same query and ``(epsilon, delta)``.
+"""The iid additive-noise baselines, on the same query and ``(epsilon, delta)`` as MVG.
 
 * iid Gaussian, classic calibration ``sigma = sqrt(2 ln(1.25/delta)) s_2 / eps`` (Dwork & Roth
   Thm. A.1; a proof exists only for ``eps < 1``, so :attr:`IidMechanism.valid` is False above),
