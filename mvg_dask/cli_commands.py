@@ -68,17 +68,75 @@ def _fail(exc: BaseException) -> None:
     help="Reproducible noise for tests and demos; recorded as NOT private.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-def release(spec: str, scheduler: str | None, dry_run: bool, seed: int | None, quiet: bool) -> None:
+@click.option("--release-id", default=None, help="Overrides the spec's release_id (resume key).")
+@click.option("--output", default=None, metavar="STORE", help="Overrides the spec's output.store.")
+@click.option(
+    "--cluster",
+    type=click.Choice(["local", "kubernetes"]),
+    default="local",
+    show_default=True,
+    help="kubernetes: an ephemeral dask-kubernetes cluster, deleted at the end.",
+)
+@click.option("--cluster-spec", type=click.Path(dir_okay=False), help="Options YAML for it.")
+@click.option("--tls-ca-file", type=click.Path(dir_okay=False), help="TLS CA bundle (PEM).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="TLS client certificate.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="TLS client key.")
+@click.option(
+    "--tls-dir", type=click.Path(file_okay=False), help="Dir with ca.crt/tls.crt/tls.key."
+)
+@click.option(
+    "--insecure-transport",
+    is_flag=True,
+    help="Allow a private release key over plaintext tcp:// to a non-loopback scheduler.",
+)
+def release(
+    spec: str,
+    scheduler: str | None,
+    dry_run: bool,
+    seed: int | None,
+    quiet: bool,
+    release_id: str | None,
+    output: str | None,
+    cluster: str,
+    cluster_spec: str | None,
+    tls_ca_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_dir: str | None,
+    insecure_transport: bool,
+) -> None:
     """Run the release described by the YAML file SPEC."""
     from mvg_dask import api
+    from mvg_dask.engine.kube import release_client
+    from mvg_dask.engine.security import make_security
+    from mvg_dask.spec import load_spec, parse_spec
 
     try:
+        the_spec = load_spec(spec)
+        if release_id is not None or output is not None:
+            data = the_spec.model_dump(mode="json")
+            data["release_id"] = release_id or data["release_id"]
+            if output is not None:
+                store = output if "://" in output else str(Path(output).resolve())
+                data["output"]["store"] = store
+            the_spec = parse_spec(data, source="--release-id/--output")
         if dry_run:
-            click.echo(json.dumps(api.dry_run(spec).to_dict(), indent=2))
+            click.echo(json.dumps(api.dry_run(the_spec).to_dict(), indent=2))
             return
         if not quiet:
             _setup_logging()
-        result = api.release(spec, scheduler=scheduler, seed=seed, progress=not quiet)
+        security = make_security(ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir)
+        with release_client(
+            scheduler,
+            cluster=cluster,
+            cluster_spec_file=cluster_spec,
+            security=security,
+            seeded=seed is not None,
+            insecure=insecure_transport,
+        ) as client:
+            result = api.release(
+                the_spec, client=client, scheduler=scheduler, seed=seed, progress=not quiet
+            )
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         _fail(exc)
         return
