@@ -29,6 +29,7 @@ from mvg_dask.engine.kube import (
     VersionMismatchError,
     check_versions,
     cluster_spec,
+    kube_cluster,
     load_cluster_options,
     release_client,
     validate_resource,
@@ -225,3 +226,22 @@ def test_a_release_through_dask_scheduler_address(tmp_path):
     attrs = api.open_release(str(tmp_path / "env-run.zarr")).attrs
     assert attrs["mvg_dask_release_id"] == "env-run"
     assert attrs["mvg_dask_status"] == "complete"
+
+
+def test_kubecluster_accepts_the_keywords_kube_cluster_passes():
+    """The injected stand-in gets the same keywords as the real KubeCluster; they must bind."""
+    import inspect
+
+    from dask_kubernetes.operator import KubeCluster
+
+    LoopbackKubeCluster.created.clear()
+    options = ClusterOptions(workers=1)
+    with kube_cluster(options, cluster_class=LoopbackKubeCluster):
+        pass
+    (cluster,) = LoopbackKubeCluster.created
+    bound = inspect.signature(KubeCluster).bind(
+        custom_cluster_spec=cluster.resource, **cluster.kwargs
+    )
+    assert bound.arguments["shutdown_on_close"] is True
+    assert cluster.resource["metadata"]["name"].startswith("mvg-")
+    assert cluster.status.name == "closed"
