@@ -19,20 +19,43 @@ if TYPE_CHECKING:
 
     from mvg_dask.engine.release import ReleaseResult
 
-__all__ = ["dry_run", "open_release", "release"]
+__all__ = ["dry_run", "load", "open_release", "release"]
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
 
 
-def _as_spec(spec: SpecLike) -> ReleaseSpec:
+def load(spec: SpecLike, *, output: str | None = None) -> ReleaseSpec:
+    """A validated spec, from a :class:`ReleaseSpec`, a mapping or a YAML file.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        The spec. Relative paths of a mapping resolve against the working directory, those of a
+        file against the file's directory.
+    output : str, optional
+        Overrides ``output.store`` (relative to the working directory): a scheduled job writes
+        each run to its own store.
+
+    Returns
+    -------
+    ReleaseSpec
+        The spec.
+    """
     if isinstance(spec, ReleaseSpec):
-        return spec
-    if isinstance(spec, dict):
-        return resolve_paths(parse_spec(spec), Path.cwd())
-    return load_spec(spec)
+        s = spec
+    elif isinstance(spec, dict):
+        s = resolve_paths(parse_spec(spec), Path.cwd())
+    else:
+        s = load_spec(spec)
+    if output is not None:
+        store = output if "://" in output else str(Path(output).resolve())
+        s = s.model_copy(update={"output": s.output.model_copy(update={"store": store})})
+    return s
 
 
-def dry_run(spec: SpecLike, *, release_id: str | None = None) -> ReleasePlan:
+def dry_run(
+    spec: SpecLike, *, release_id: str | None = None, output: str | None = None
+) -> ReleasePlan:
     """Validate a spec and plan its release from metadata only (no chunk is read).
 
     Parameters
@@ -41,13 +64,15 @@ def dry_run(spec: SpecLike, *, release_id: str | None = None) -> ReleasePlan:
         The spec, or a YAML file.
     release_id : str, optional
         Overrides the spec's release id.
+    output : str, optional
+        Overrides the spec's output store.
 
     Returns
     -------
     ReleasePlan
         The plan; ``.public_dict()`` is what ``mvg-dask release --dry-run`` prints.
     """
-    s = _as_spec(spec)
+    s = load(spec, output=output)
     return plan_release(
         s,
         read_input_metadata(s.input),
@@ -64,6 +89,11 @@ def release(
     seed: int | None = None,
     progress: bool = True,
     release_id: str | None = None,
+    output: str | None = None,
+    cluster: str = "local",
+    cluster_spec: str | Path | None = None,
+    security: Any = None,
+    insecure_transport: bool = False,
 ) -> ReleaseResult:
     """Plan and run a release.
 
@@ -82,6 +112,16 @@ def release(
         Show progress.
     release_id : str, optional
         Overrides the spec's release id.
+    output : str, optional
+        Overrides the spec's output store.
+    cluster : {"local", "kubernetes"}
+        ``kubernetes``: an ephemeral dask-kubernetes cluster (extra ``[kubernetes]``).
+    cluster_spec : path, optional
+        Options of the ephemeral cluster.
+    security : distributed.Security, optional
+        TLS for ``scheduler`` (:func:`mvg_dask.engine.security.make_security`).
+    insecure_transport : bool
+        Accept sending a private key in plaintext to a remote scheduler.
 
     Returns
     -------
@@ -91,11 +131,22 @@ def release(
     from mvg_dask.engine.cluster import connect
     from mvg_dask.engine.release import execute_release
 
-    rplan = dry_run(spec, release_id=release_id)
+    rplan = dry_run(spec, release_id=release_id, output=output)
     if client is not None:
-        return execute_release(rplan, client, seed=seed, progress=progress)
-    with connect(scheduler) as new_client:
-        return execute_release(rplan, new_client, seed=seed, progress=progress)
+        return execute_release(
+            rplan, client, seed=seed, progress=progress, insecure_transport=insecure_transport
+        )
+    with connect(
+        scheduler,
+        cluster=cluster,
+        cluster_spec=cluster_spec,
+        security=security,
+        seeded=seed is not None,
+        insecure_transport=insecure_transport,
+    ) as new_client:
+        return execute_release(
+            rplan, new_client, seed=seed, progress=progress, insecure_transport=insecure_transport
+        )
 
 
 def open_release(store: str, **kwargs: Any) -> xr.Dataset:

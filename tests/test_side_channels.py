@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import subprocess
 import sys
 
@@ -16,7 +15,6 @@ from mvg_dask import api
 from mvg_dask.errors import ReleaseError
 from mvg_dask.plan import BoxDomain, Directions, L2BallDomain, QuerySpec, build_noise_plan
 from mvg_dask.privacy import calibration as cal
-from tests.cluster_helpers import loopback_cluster
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
 
@@ -181,32 +179,7 @@ def test_cli_data_error_is_one_line_without_worker_traceback(tmp_path):
 
 
 # -- DASK_SCHEDULER_ADDRESS ------------------------------------------------------------------------
-@pytest.mark.cluster
-def test_release_through_dask_scheduler_address(tmp_path):
-    store = make_input(tmp_path / "in.zarr", data(3, 900, seed=24), chunk=300)
-    spec = write_spec(tmp_path / "s.yaml", spec_dict(store, str(tmp_path / "o.zarr")))
-    with loopback_cluster(tmp_path) as address:
-        code = (
-            "import logging, sys\n"
-            "from distributed import LocalCluster\n"
-            "def refuse(*a, **k):\n"
-            "    raise SystemExit('a LocalCluster was started')\n"
-            "LocalCluster.__init__ = refuse\n"
-            "from mvg_dask.cli import main\n"
-            "sys.argv = ['mvg-dask', 'release', sys.argv[1], '--seed', '1', '--quiet']\n"
-            "main()\n"
-        )
-        env = {**os.environ, "DASK_SCHEDULER_ADDRESS": address}
-        out = subprocess.run(
-            [sys.executable, "-c", code, str(spec)],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=env,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr
-    assert api.open_release(str(tmp_path / "o.zarr"))["X"].shape == (3, 900)
+# a release through DASK_SCHEDULER_ADDRESS on a loopback scheduler: tests/test_kube.py
 
 
 def test_unreachable_scheduler_address_is_a_clear_error(tmp_path, monkeypatch):

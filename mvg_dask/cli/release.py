@@ -27,6 +27,7 @@ from mvg_dask.errors import MvgDaskError
     metavar="ID",
     help="Release id (overrides the spec's); re-running an id resumes or finds it complete.",
 )
+@click.option("--output", default=None, metavar="STORE", help="Overrides the spec's output.store.")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -39,26 +40,65 @@ from mvg_dask.errors import MvgDaskError
     help="Reproducible noise for tests and demos; recorded as NOT private.",
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--cluster",
+    type=click.Choice(["local", "kubernetes"]),
+    default="local",
+    show_default=True,
+    help="kubernetes: an ephemeral dask-kubernetes cluster, deleted at the end.",
+)
+@click.option("--cluster-spec", type=click.Path(dir_okay=False), help="Options YAML for it.")
+@click.option("--tls-ca-file", type=click.Path(dir_okay=False), help="TLS CA bundle (PEM).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="TLS client certificate.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="TLS client key.")
+@click.option(
+    "--tls-dir", type=click.Path(file_okay=False), help="Dir with ca.crt/tls.crt/tls.key."
+)
+@click.option(
+    "--insecure-transport",
+    is_flag=True,
+    help="Allow a private release key over plaintext tcp:// to a non-loopback scheduler.",
+)
 def release(
     spec: str,
     scheduler: str | None,
     release_id: str | None,
+    output: str | None,
     dry_run: bool,
     seed: int | None,
     quiet: bool,
+    cluster: str,
+    cluster_spec: str | None,
+    tls_ca_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_dir: str | None,
+    insecure_transport: bool,
 ) -> None:
     """Run the release described by the YAML file SPEC."""
     from mvg_dask import api
 
     try:
         if dry_run:
-            plan = api.dry_run(spec, release_id=release_id)
+            plan = api.dry_run(spec, release_id=release_id, output=output)
             click.echo(json.dumps(plan.public_dict(), indent=2))
             return
+        from mvg_dask.engine.security import make_security
+
+        security = make_security(ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir)
         if not quiet:
             setup_logging()
         result = api.release(
-            spec, scheduler=scheduler, seed=seed, progress=not quiet, release_id=release_id
+            spec,
+            scheduler=scheduler,
+            seed=seed,
+            progress=not quiet,
+            release_id=release_id,
+            output=output,
+            cluster=cluster,
+            cluster_spec=cluster_spec,
+            security=security,
+            insecure_transport=insecure_transport,
         )
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         fail(exc)

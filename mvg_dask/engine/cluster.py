@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from distributed import Client, LocalCluster, as_completed, wait
@@ -43,16 +44,24 @@ def local_cluster(
     distributed.LocalCluster
         The running cluster (close it, or use it as a context manager).
     """
+    import dask
+
+    from mvg_dask.engine.kube import WORKER_MALLOC_ENV
+
     kwargs: dict[str, Any] = {} if memory_limit is None else {"memory_limit": memory_limit}
     if processes:
         kwargs["host"] = "127.0.0.1"
-    return LocalCluster(
-        n_workers=n_workers or max(1, os.cpu_count() or 1),
-        threads_per_worker=threads_per_worker,
-        processes=processes,
-        dashboard_address=":0",
-        **kwargs,
-    )
+    # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
+    # workers (DESIGN.md §6), so chunk-sized buffers are reused instead of mmapped afresh
+    env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+        return LocalCluster(
+            n_workers=n_workers or max(1, os.cpu_count() or 1),
+            threads_per_worker=threads_per_worker,
+            processes=processes,
+            dashboard_address=":0",
+            **kwargs,
+        )
 
 
 def scheduler_address(scheduler: str | None = None) -> tuple[str | None, str]:
@@ -79,23 +88,42 @@ def scheduler_address(scheduler: str | None = None) -> tuple[str | None, str]:
 def connect(
     scheduler: str | None = None,
     *,
+    cluster: str = "local",
+    cluster_spec: str | Path | None = None,
+    security: Any = None,
+    seeded: bool = False,
+    insecure_transport: bool = False,
     n_workers: int | None = None,
     memory_limit: str | None = None,
     timeout: str = "30s",
+    cluster_class: Any = None,
 ) -> Iterator[Client]:
-    """Yield a client: to ``scheduler`` (or ``DASK_SCHEDULER_ADDRESS``), else to a new
-    LocalCluster on loopback.
+    """Yield a client: an ephemeral Kubernetes cluster, a given scheduler (or
+    ``DASK_SCHEDULER_ADDRESS``), else a new LocalCluster on loopback.
 
     Parameters
     ----------
     scheduler : str, optional
-        Scheduler address such as ``tcp://127.0.0.1:8786``.
+        Scheduler address such as ``tls://10.0.0.5:8786``.
+    cluster : {"local", "kubernetes"}
+        ``kubernetes``: an ephemeral dask-kubernetes cluster, deleted on exit
+        (:func:`mvg_dask.engine.kube.kube_cluster`).
+    cluster_spec : path, optional
+        Options of the ephemeral cluster (YAML).
+    security : distributed.Security, optional
+        TLS settings (:func:`mvg_dask.engine.security.make_security`).
+    seeded : bool
+        The release uses a user seed (its key is not secret).
+    insecure_transport : bool
+        Accept plaintext transport of a private key to a remote scheduler.
     n_workers : int, optional
         LocalCluster workers (default: one per core, one thread each).
     memory_limit : str, optional
         LocalCluster memory limit per worker (default: machine memory / workers).
     timeout : str, default "30s"
         How long to try to reach an existing scheduler.
+    cluster_class : type, optional
+        The ``KubeCluster`` class (tests inject one that runs on loopback).
 
     Yields
     ------
@@ -105,12 +133,38 @@ def connect(
     Raises
     ------
     ReleaseError
-        When a given scheduler cannot be reached (never a silent local run instead).
+        When a given scheduler cannot be reached (never a silent local run instead), or the
+        transport would expose a private key (checked before connecting).
     """
+    from mvg_dask.engine.security import check_transport
+
+    if cluster == "kubernetes":
+        from mvg_dask.engine.kube import KubernetesError, kube_cluster, load_cluster_options
+
+        if scheduler is not None:
+            raise KubernetesError(
+                "--cluster kubernetes creates its own scheduler: drop --scheduler"
+            )
+        if security is not None:
+            raise KubernetesError(
+                "--cluster kubernetes cannot use TLS (dask-kubernetes' KubeCluster connects over "
+                "tcp:// only): run a DaskJob or DaskCluster with TLS from cluster/ instead"
+            )
+        options = load_cluster_options(cluster_spec)
+        # the operator's scheduler service: plaintext, inside the pod network
+        check_transport(f"tcp://{options.name or 'mvg'}-scheduler:8786", seeded, insecure_transport)
+        with kube_cluster(options, cluster_class=cluster_class) as client:
+            yield client
+        return
+    if cluster != "local":
+        raise ReleaseError(f"--cluster must be local or kubernetes, got {cluster!r}")
+    if cluster_spec is not None:
+        raise ReleaseError("--cluster-spec needs --cluster kubernetes")
     address, source = scheduler_address(scheduler)
     if address is not None:
+        check_transport(address, seeded, insecure_transport)
         try:
-            client = Client(address, timeout=timeout)
+            client = Client(address, timeout=timeout, security=security)
         except (OSError, TimeoutError) as exc:
             raise ReleaseError(
                 f"cannot reach the Dask scheduler at {address} (from {source}): "
@@ -121,13 +175,15 @@ def connect(
         finally:
             client.close()
         return
-    cluster = local_cluster(n_workers, memory_limit=memory_limit)
-    client = Client(cluster)
+    if security is not None:
+        raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
+    cluster_ = local_cluster(n_workers, memory_limit=memory_limit)
+    client = Client(cluster_)
     try:
         yield client
     finally:
         client.close()
-        cluster.close()
+        cluster_.close()
 
 
 class Progress:

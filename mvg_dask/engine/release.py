@@ -253,6 +253,7 @@ def execute_release(
     *,
     seed: int | None = None,
     progress: bool = True,
+    insecure_transport: bool = False,
 ) -> ReleaseResult:
     """Run a planned release on ``client``: reserve, compute, write, commit.
 
@@ -271,13 +272,23 @@ def execute_release(
         Reproducible noise (tests, demos), recorded as NOT private.
     progress : bool
         Show progress.
+    insecure_transport : bool
+        Accept sending a private key in plaintext to a remote scheduler.
 
     Returns
     -------
     ReleaseResult
         Summary of the complete release.
     """
+    from mvg_dask.engine.kube import check_versions
+    from mvg_dask.engine.security import check_transport
+
     t0 = time.perf_counter()
+    # before anything is reserved: the key must not travel in plaintext to another machine, and
+    # the client, scheduler and workers must run the same code (nothing is charged if not)
+    address = client.scheduler.address if client.scheduler is not None else None
+    check_transport(address, seed is not None, insecure_transport)
+    check_versions(client)
     target = OutputTarget.for_plan(rplan)
     ledger = _open_ledger(rplan)
     log.info("%s", rplan.summary().splitlines()[0])
