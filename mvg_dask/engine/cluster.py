@@ -215,8 +215,12 @@ class Progress:
         if self._bar is not None:
             self._bar.update(n)
         elif self.enabled and self.done / self.total >= self._next_log:
-            if self.private_total:  # the chunk count would tell the record count
-                log.info("%s: %.0f%%", self.label, 100 * self._next_log)
+            if self.private_total:
+                # the chunk count would tell the record count: every 10% step is logged once,
+                # so the lines are the same for any number of chunks
+                while self._next_log <= self.done / self.total:
+                    log.info("%s: %.0f%%", self.label, 100 * self._next_log)
+                    self._next_log += 0.1
             else:
                 log.info(
                     "%s: %d/%d chunks (%.0f%%)",

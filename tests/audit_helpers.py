@@ -1,0 +1,154 @@
+"""Helpers of the empirical privacy audit (tests/test_audit.py).
+
+The audit estimates, from many independent runs of the release code on a worst-case
+neighbouring pair ``(D, D')``, the rates ``p0 = P[T > t | D]`` and ``p1 = P[T > t | D']`` of a
+test statistic ``T``, and turns them into a lower bound on epsilon: an ``(epsilon, delta)``-DP
+mechanism has ``p1 <= e^epsilon p0 + delta`` for every ``t``, so
+
+    epsilon >= ln((p1_lower - delta) / p0_upper)
+
+with one-sided Clopper-Pearson bounds. The thresholds are a fixed grid (:data:`GRID`, chosen
+before any trial is drawn) and every bound of the grid is taken at level ``ALPHA / (2 * len(GRID))``
+(Bonferroni), so with probability at least ``1 - ALPHA`` every bound holds at once and the
+largest value over the grid is a valid lower bound.
+
+``T`` is the likelihood-ratio statistic of the pair (Neyman-Pearson: the most powerful test),
+standardised with the claimed ``mu`` of the Gaussian mechanism: ``T = (log LR + mu^2 / 2) / mu``,
+which is ``N(0, 1)`` under ``D`` and ``N(mu, 1)`` under ``D'`` when the pair's whitened shift is
+exactly the claimed ``mu`` (the grid is in these units).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from mvg_dask.engine.release import _Stages
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.release_plan import ReleasePlan
+
+#: family-wise error of one audit (all Clopper-Pearson bounds of the grid hold at once)
+ALPHA = 0.01
+#: thresholds on the standardised statistic, fixed before any trial
+GRID = tuple(float(t) for t in np.arange(1.0, 3.51, 0.25))
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """The best threshold of the grid and its bound."""
+
+    epsilon_lower: float
+    threshold: float
+    trials: tuple[int, int]
+    hits: tuple[int, int]
+    p0_upper: float
+    p1_lower: float
+
+    def describe(self, claimed: float) -> str:
+        """One line for the test log."""
+        return (
+            f"eps_lb={self.epsilon_lower:.3f} (claimed {claimed:g}, "
+            f"{self.epsilon_lower / claimed:.0%}) at t={self.threshold:g}: "
+            f"{self.hits[0]}/{self.trials[0]} under D, {self.hits[1]}/{self.trials[1]} under D'"
+        )
+
+
+def epsilon_lower_bound(
+    t0: np.ndarray, t1: np.ndarray, delta: float, *, alpha: float = ALPHA
+) -> AuditResult:
+    """The Clopper-Pearson lower bound on epsilon over :data:`GRID`.
+
+    Parameters
+    ----------
+    t0, t1 : ndarray
+        The statistic on independent runs with ``D`` and with ``D'``.
+    delta : float
+        The claimed delta.
+    alpha : float
+        Family-wise error (Bonferroni over the grid and the two bounds of each threshold).
+
+    Returns
+    -------
+    AuditResult
+        ``epsilon_lower = -inf`` when no threshold separates the two at this confidence.
+    """
+    n0, n1 = len(t0), len(t1)
+    level = alpha / (2 * len(GRID))
+    best = AuditResult(-math.inf, math.nan, (n0, n1), (0, 0), 1.0, 0.0)
+    for t in GRID:
+        k0, k1 = int(np.count_nonzero(t0 > t)), int(np.count_nonzero(t1 > t))
+        p0_hi = 1.0 if k0 == n0 else float(stats.beta.ppf(1 - level, k0 + 1, n0 - k0))
+        p1_lo = 0.0 if k1 == 0 else float(stats.beta.ppf(level, k1, n1 - k1 + 1))
+        if p1_lo <= delta:
+            continue
+        eps = math.log((p1_lo - delta) / p0_hi)
+        if eps > best.epsilon_lower:
+            best = AuditResult(eps, t, (n0, n1), (k0, k1), p0_hi, p1_lo)
+    return best
+
+
+def standardise(log_lr: np.ndarray, mu: float) -> np.ndarray:
+    """``(log LR + mu^2 / 2) / mu``: ``N(0, 1)`` under ``D`` for a Gaussian shift of ``mu``."""
+    return (log_lr + mu * mu / 2) / mu
+
+
+def gaussian_log_lr(whitened: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``log p(y | D') - log p(y | D)`` of a whitened Gaussian: ``<e, s> - ||s||^2 / 2`` per trial,
+    ``e`` the whitened residual against ``D`` (trials on the first axis)."""
+    e = whitened.reshape(len(whitened), -1)
+    s = np.asarray(shift).ravel()
+    return np.asarray(e @ s - float(s @ s) / 2)
+
+
+def whiten(residual: np.ndarray, factor: np.ndarray, equi_modal: bool) -> np.ndarray:
+    """``B^-1 R`` (unimodal, ``Psi = I``) or ``B^-1 R B^-T`` (equi-modal, ``Psi = Sigma``)."""
+    left = np.linalg.solve(factor, residual)
+    if not equi_modal:
+        return left
+    return np.swapaxes(np.linalg.solve(factor, np.swapaxes(left, -1, -2)), -1, -2)
+
+
+class CapturedOutput:
+    """Stands where the engine's :class:`~mvg_dask.engine.output.OutputTarget` stands and keeps
+    what ``_Stages.covariance`` hands it to write (the audit runs thousands of releases in
+    process; writing each to Zarr would only add time). The values are the ones a release
+    publishes: ``test_trial_sampler_is_the_release`` checks them against a real release."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.value: np.ndarray | None = None
+        self.extra: dict[str, Any] = {}
+        self.rplan: ReleasePlan | None = None
+
+    def write_matrix(
+        self,
+        rplan: ReleasePlan,
+        name: str,
+        value: np.ndarray,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.rplan, self.name, self.value, self.extra = rplan, name, value, dict(extra or {})
+
+
+def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> CapturedOutput:
+    """One covariance release of the dataset whose clipped Gram matrix is ``gram`` (from the
+    engine's own Gram pass), with the noise key ``execute_release`` makes for ``seed``.
+
+    The stages run in the order of ``_Stages.run`` after its Gram pass: the noisy count, the
+    DP-PCA step (the real :func:`~mvg_dask.plan.dp_pca` and :meth:`ReleasePlan.resolve`), then
+    the covariance (the real :func:`~mvg_dask.noise.tiles.matrix_noise` with the plan's
+    ``row_factor``); every draw comes from the sub-keys those stages derive themselves.
+    """
+    out = CapturedOutput()
+    stages = _Stages(rplan, None, NoiseKey.from_seed(seed), out)  # type: ignore[arg-type]
+    count = stages.noisy_count() if rplan.releases_count else None
+    resolved = rplan
+    if rplan.uses_dp_pca:
+        resolved = stages.directions(gram, rplan.query.records if count is None else max(count, 1))
+    stages.covariance(resolved, gram, count)
+    return out

@@ -1,0 +1,342 @@
+"""Empirical privacy audit of the release code on worst-case neighbouring pairs.
+
+Each audit runs the real mechanism many times on ``D`` and on ``D'``, computes the
+likelihood-ratio statistic of the pair from what a release publishes, and gives a
+Clopper-Pearson lower bound on epsilon (tests/audit_helpers.py: ``ALPHA = 0.01`` family-wise,
+a fixed grid of thresholds with a Bonferroni correction). Every bound must be at most the
+claimed epsilon; the bounds are printed (``pytest -s``) and reported in the issue notes.
+
+"Through the real release code":
+
+* covariance: the plan comes from :func:`mvg_dask.api.dry_run`, the clipped Gram matrices of
+  ``D`` and ``D'`` from the engine's own Gram pass on the cluster (``_Stages.gram``: the real
+  reads, the real ``Clipper``), and every trial runs the engine's stages after that pass
+  (``_Stages.noisy_count``, ``_Stages.directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
+  ``_Stages.covariance`` = the real ``matrix_noise`` with the plan's ``row_factor``) with the key
+  ``execute_release`` makes from ``--seed`` (``NoiseKey.from_seed(seed)``, and the stages derive
+  ``count``, ``dp-pca`` and ``release`` from it themselves); trial ``t`` uses seed
+  ``SEED + t`` (``D``) or ``SEED + TRIALS + t`` (``D'``). ``test_trial_sampler_is_the_release``
+  checks that a trial is bit for bit the release the cluster publishes for that seed.
+* identity: whole releases through :func:`mvg_dask.api.release` on the cluster. With
+  ``Psi = I`` every record's column gets its own independent noise ``B_Sigma n_j`` (the tile
+  grid draws iid normals), so a release of a dataset whose ``N`` records are all the worst-case
+  record ``x`` gives ``N`` independent samples of "the column of the changed record under D",
+  and a dataset of ``N`` copies of the out-of-domain neighbour gives the samples under ``D'``.
+  The other columns of a real neighbouring pair have the same law under both datasets and are
+  independent of the changed one, so the most powerful test depends on that column only.
+
+Under-noised control: ``test_audit_flags_an_under_noised_mechanism`` halves the noise of the
+covariance release (``matrix_noise`` * 0.5) and the same audit must then exceed the claim.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mvg_dask import api
+from mvg_dask.engine import release as engine_release
+from mvg_dask.engine.release import _Stages
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.privacy import calibration as cal
+from tests.audit_helpers import (
+    CapturedOutput,
+    covariance_trial,
+    epsilon_lower_bound,
+    gaussian_log_lr,
+    standardise,
+    whiten,
+)
+from tests.pipeline_helpers import make_input
+
+EPSILON, DELTA = 1.0, 1e-2  # the claim of every audited release
+MU = cal.analytic_gaussian_mu(EPSILON, DELTA)  # its Gaussian-DP ratio (0.533)
+SEED = 8_000_000  # trial t of D uses SEED + t, of D' SEED + TRIALS + t
+TRIALS = 30_000  # per dataset, covariance audits
+M = 4
+N = 40  # records of the covariance datasets
+N0 = 50  # the public normaliser of the add-remove release that declares one
+CORNER = np.ones(M)  # x x^T with ||x||^2 = R = 4, the largest record of [-1, 1]^4
+OUTSIDE = np.array([3.0, -3.0, 3.0, -3.0])  # clipped to (1, -1, 1, -1), orthogonal to CORNER
+OUTSIDE_CORNER = 3.0 * CORNER  # clipped to CORNER
+
+
+def _spec(root: Path, tag: str, **privacy: Any) -> dict[str, Any]:
+    mech = privacy.pop("mechanism", {})
+    return {
+        "name": "audit",
+        "release_id": f"audit-{tag}",
+        "input": {"store": str(root / f"{tag}.zarr"), "variable": "X"},
+        "domain": {"box": {"lower": -1.0, "upper": 1.0}, "on_violation": "clip"},
+        "query": "covariance",
+        "mechanism": {"algorithm": "equi-modal", "calibration": "exact", **mech},
+        "privacy": {"epsilon": EPSILON, "delta": DELTA, **privacy},
+        "output": {"store": str(root / f"{tag}-out.zarr")},
+    }
+
+
+def _base() -> np.ndarray:
+    """``N`` records of ``[-1, 1]^4``; the first is the corner ``(1, 1, 1, 1)``."""
+    X = np.random.default_rng(11).uniform(-1, 1, (M, N))
+    X[:, 0] = CORNER
+    return X
+
+
+def _pair(root: Path, neighbours: str, **privacy: Any) -> tuple[ReleasePlan, ReleasePlan]:
+    """Plans of the worst-case pair: replace-one swaps the corner for a record outside the box
+    (clipped to an orthogonal corner: ``||xx^T - x'x'^T||_F = sqrt(2) R``, the sensitivity);
+    add-remove appends a record outside the box (clipped to the corner: ``||xx^T||_F = R``)."""
+    X = _base()
+    if neighbours == "replace-one":
+        Y = X.copy()
+        Y[:, 0] = OUTSIDE
+    else:
+        Y = np.concatenate([X, OUTSIDE_CORNER[:, None]], axis=1)
+        privacy["neighbours"] = "add-remove"
+    plans = []
+    for tag, data in (("d", X), ("d2", Y)):
+        shutil.rmtree(root / f"{tag}.zarr", ignore_errors=True)
+        make_input(root / f"{tag}.zarr", data, chunk=16)
+        plans.append(api.dry_run(_spec(root, tag, **privacy)))
+    return plans[0], plans[1]
+
+
+def engine_gram(rplan: ReleasePlan, client: Any) -> np.ndarray:
+    """The clipped ``X X^T`` from the engine's Gram pass on the cluster."""
+    stages = _Stages(rplan, client, NoiseKey.from_seed(0), CapturedOutput())  # type: ignore[arg-type]
+    return stages.gram(progress=False)
+
+
+def _trials(rplan: ReleasePlan, gram: np.ndarray, first_seed: int, n: int) -> list[Any]:
+    return [covariance_trial(rplan, gram, first_seed + t) for t in range(n)]
+
+
+def _report(name: str, result: Any) -> None:
+    print(f"\naudit {name}: {result.describe(EPSILON)}")
+
+
+# -- covariance ---------------------------------------------------------------------------------
+def _covariance_statistic(
+    runs: list[Any], plan_d: ReleasePlan, gram_d: np.ndarray, gram_d2: np.ndarray
+) -> np.ndarray:
+    """Whitened projection of the published ``covariance`` onto the pair's shift."""
+    noise = plan_d.noise_plan()
+    B = noise.row_factor
+    equi = noise.algorithm == "equi-modal"
+    f_d = gram_d / plan_d.query.records
+    shift = whiten(gram_d2 / plan_d.query.records - f_d, B, equi)
+    Y = np.stack([r.value for r in runs])
+    return standardise(gaussian_log_lr(whiten(Y - f_d, B, equi), shift), MU)
+
+
+def _audit_covariance(root: Path, client: Any, neighbours: str, n: int, **privacy: Any) -> Any:
+    plan_d, plan_d2 = _pair(root, neighbours, **privacy)
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    # the pair is worst case: its whitened shift is the plan's Mahalanobis sensitivity, which
+    # the exact calibration set to the claim's mu
+    noise = plan_d.noise_plan()
+    shift = whiten((gram_d2 - gram_d) / plan_d.query.records, noise.row_factor, True)
+    assert float(np.linalg.norm(shift)) == pytest.approx(noise.mahalanobis_sensitivity, rel=1e-9)
+    assert noise.mahalanobis_sensitivity == pytest.approx(MU, rel=1e-9)
+    t0 = _covariance_statistic(_trials(plan_d, gram_d, SEED, n), plan_d, gram_d, gram_d2)
+    t1 = _covariance_statistic(_trials(plan_d2, gram_d2, SEED + n, n), plan_d, gram_d, gram_d2)
+    return epsilon_lower_bound(t0, t1, DELTA)
+
+
+@pytest.mark.slow
+def test_covariance_replace_one(tmp_path: Path, client) -> None:
+    result = _audit_covariance(tmp_path, client, "replace-one", TRIALS)
+    _report("covariance replace-one (equi-modal, exact)", result)
+    assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
+def test_covariance_add_remove_public_normaliser(tmp_path: Path, client) -> None:
+    result = _audit_covariance(tmp_path, client, "add-remove", TRIALS, records=N0)
+    _report("covariance add-remove, N0 (equi-modal, exact)", result)
+    assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
+def test_covariance_add_remove_noisy_count(tmp_path: Path, client) -> None:
+    """The published ``gram`` (noisy ``X X^T``) and ``record_count`` (noisy ``N``) together;
+    the published ``covariance`` is their ratio (post-processing, nothing more to test)."""
+    plan_d, plan_d2 = _pair(tmp_path, "add-remove")
+    assert plan_d.releases_count
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    noise = plan_d.noise_plan()
+    B = noise.row_factor
+    count_mu = plan_d.split.count_mu
+    assert count_mu is not None and plan_d.query.records == 1
+    shift = whiten(gram_d2 - gram_d, B, True)
+    # worst case: the shifts of the sum and of the count make up the whole claim
+    total = float(np.hypot(np.linalg.norm(shift), count_mu))
+    assert total == pytest.approx(MU, rel=1e-9)
+
+    def statistic(runs: list[Any]) -> np.ndarray:
+        G = np.stack([r.extra["gram"] for r in runs])
+        count = np.array([r.extra["record_count"] for r in runs])
+        # the count's whitened residual against D's N and its shift (one record) for D'
+        lr_count = (count - N) * count_mu * count_mu - count_mu**2 / 2
+        return standardise(gaussian_log_lr(whiten(G - gram_d, B, True), shift) + lr_count, MU)
+
+    t0 = statistic(_trials(plan_d, gram_d, SEED, TRIALS))
+    t1 = statistic(_trials(plan_d2, gram_d2, SEED + TRIALS, TRIALS))
+    result = epsilon_lower_bound(t0, t1, DELTA)
+    _report("covariance add-remove, noisy count (equi-modal, exact)", result)
+    assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
+def test_exact_with_dp_pca(tmp_path: Path, client) -> None:
+    """DP-PCA directions (a quarter of the budget) then the release, composed as Gaussian DP.
+
+    A release publishes the directions and the eigenvalues of the noisy Gram matrix of the
+    Analyze Gauss step, so ``G~ = N V diag(lambda) V^T`` is known to the analyst; the log LR
+    is that of ``G~`` (upper triangle, iid ``N(0, sigma_1^2)``) plus that of the covariance
+    given the directions, whitened with the ``row_factor`` of that trial's plan."""
+    n = TRIALS // 3  # a trial also runs DP-PCA and resolves the plan
+    mech = {"directions": {"method": "dp-pca", "k": 2, "budget_share": 0.25}}
+    plan_d, plan_d2 = _pair(tmp_path, "replace-one", mechanism=mech)
+    assert plan_d.uses_dp_pca and plan_d.split.step_mu is not None
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    from mvg_dask.plan import gram_sensitivity
+
+    sigma1 = gram_sensitivity(plan_d.domain, "replace-one") / plan_d.split.step_mu
+    iu = np.triu_indices(M)
+    step_shift = (gram_d2 - gram_d)[iu] / sigma1
+    f_d, f_d2 = gram_d / N, gram_d2 / N
+
+    def statistic(runs: list[Any]) -> np.ndarray:
+        out = []
+        for r in runs:
+            noise = r.rplan.noise_plan()
+            V = noise.directions.matrix
+            G = N * (V * noise.directions.eigenvalues) @ V.T  # the published noisy Gram
+            step = gaussian_log_lr(((G - gram_d)[iu] / sigma1)[None], step_shift)[0]
+            B = noise.row_factor
+            rel = gaussian_log_lr(
+                whiten((r.value - f_d)[None], B, True), whiten(f_d2 - f_d, B, True)
+            )
+            out.append(step + rel[0])
+        return standardise(np.array(out), MU)
+
+    t0 = statistic(_trials(plan_d, gram_d, SEED, n))
+    t1 = statistic(_trials(plan_d2, gram_d2, SEED + n, n))
+    result = epsilon_lower_bound(t0, t1, DELTA)
+    _report("covariance replace-one, exact + DP-PCA (k=2, share 0.25)", result)
+    assert 0.3 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+def test_trial_sampler_is_the_release(tmp_path: Path, client) -> None:
+    """A trial of the audit is the release the cluster publishes for the same seed, bit for
+    bit (noisy count and DP-PCA included): the audit samples the real mechanism."""
+    mech = {"directions": {"method": "dp-pca", "k": 2, "budget_share": 0.25}}
+    plan_d, _ = _pair(tmp_path, "add-remove", mechanism=mech)
+    gram_d = engine_gram(plan_d, client)
+    seed = SEED + 5
+    trial = covariance_trial(plan_d, gram_d, seed)
+    api.release(
+        _spec(tmp_path, "d", neighbours="add-remove", mechanism=mech),
+        client=client,
+        seed=seed,
+        progress=False,
+    )
+    ds = api.open_release(str(tmp_path / "d-out.zarr"))
+    assert trial.value is not None and trial.rplan is not None
+    np.testing.assert_array_equal(ds["covariance"].values, trial.value)
+    np.testing.assert_array_equal(ds["gram"].values, trial.extra["gram"])
+    assert float(ds["record_count"].values) == trial.extra["record_count"]
+    directions = trial.rplan.noise_plan().directions
+    np.testing.assert_array_equal(ds["directions"].values, directions.matrix)
+    np.testing.assert_array_equal(ds["dp_pca_eigenvalues"].values, directions.eigenvalues)
+    np.testing.assert_array_equal(ds["row_cov"].values, trial.rplan.noise_plan().row_cov)
+    assert json.loads(ds.attrs["mvg_dask_plan"]) == plan_d.public_noise_dict()
+
+
+@pytest.mark.slow
+def test_audit_flags_an_under_noised_mechanism(tmp_path: Path, client, monkeypatch) -> None:
+    """The same audit as ``test_covariance_replace_one`` with the noise of the release halved
+    (``matrix_noise`` * 0.5, everything else unchanged) must exceed the claim: it can fail."""
+    real = engine_release.matrix_noise
+    monkeypatch.setattr(engine_release, "matrix_noise", lambda *a, **k: 0.5 * real(*a, **k))
+    result = _audit_covariance(tmp_path, client, "replace-one", TRIALS // 2)
+    _report("UNDER-NOISED covariance replace-one (noise * 0.5)", result)
+    assert result.epsilon_lower > EPSILON
+
+
+# -- identity ---------------------------------------------------------------------------------
+ID_RECORDS = 600_000  # samples per dataset (one release each)
+ID_CHUNK = 100_000
+LOWER = np.array([0.0, -1.0, 0.0, -0.5])
+UPPER = np.array([1.0, 1.0, 2.0, 0.5])
+
+
+@pytest.mark.slow
+def test_identity_rotated_directions(tmp_path: Path, client) -> None:
+    """Unimodal ``exact`` noise along a random rotation with a binary allocation (so that
+    ``Sigma`` is not isotropic and the rotation matters)."""
+    W = np.linalg.qr(np.random.default_rng(5).standard_normal((M, M)))[0]
+    np.save(tmp_path / "W.npy", W)
+
+    def spec(tag: str) -> dict[str, Any]:
+        return {
+            "name": "audit",
+            "release_id": f"audit-identity-{tag}",
+            "input": {"store": str(tmp_path / f"{tag}.zarr"), "variable": "X"},
+            "domain": {"box": {"lower": LOWER.tolist(), "upper": UPPER.tolist()}},
+            "query": "identity",
+            "mechanism": {
+                "algorithm": "unimodal",
+                "calibration": "exact",
+                "directions": {"method": "matrix", "path": str(tmp_path / "W.npy")},
+                "allocation": {"strategy": "binary", "important": [0], "share": 0.7},
+            },
+            "privacy": {"epsilon": EPSILON, "delta": DELTA},
+            "output": {"store": str(tmp_path / f"{tag}-out.zarr")},
+        }
+
+    # the worst case pair of records: opposite corners along the sign pattern that maximises
+    # d^T Sigma^-1 d (the maximum of a convex quadratic over the box is at a vertex); the plan
+    # is made from metadata only, so D's input is first written with placeholder records
+    widths = UPPER - LOWER
+    signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * M)).reshape(M, -1).T
+    placeholder = np.tile(((LOWER + UPPER) / 2)[:, None], (1, ID_RECORDS))
+    make_input(tmp_path / "d.zarr", placeholder, chunk=ID_CHUNK)
+    plan = api.dry_run(spec("d")).noise_plan()
+    P = plan.row_precision
+    s = max(signs, key=lambda sg: float((sg * widths) @ P @ (sg * widths)))
+    d = s * widths
+    x_d = np.where(s > 0, LOWER, UPPER)  # D's record
+    x_d2 = x_d + d  # D''s record, the opposite corner ...
+    outside = x_d2 + s  # ... reached by clipping a record outside the box
+    shift_norm = float(np.sqrt(d @ P @ d))
+    # the pair attains the plan's Mahalanobis sensitivity, which the calibration made MU
+    assert shift_norm == pytest.approx(plan.mahalanobis_sensitivity, rel=1e-9)
+    assert shift_norm == pytest.approx(MU, rel=1e-6)
+
+    columns = {}
+    for tag, record, seed in (("d", x_d, SEED), ("d2", outside, SEED + 1)):
+        shutil.rmtree(tmp_path / f"{tag}.zarr", ignore_errors=True)
+        make_input(
+            tmp_path / f"{tag}.zarr", np.tile(record[:, None], (1, ID_RECORDS)), chunk=ID_CHUNK
+        )
+        api.release(spec(tag), client=client, seed=seed, progress=False)
+        columns[tag] = api.open_release(str(tmp_path / f"{tag}-out.zarr"))["X"].values
+    # the projection of each column's whitened residual (against D's record) on the shift
+    proj = P @ d / shift_norm
+    t0 = (columns["d"] - x_d[:, None]).T @ proj
+    t1 = (columns["d2"] - x_d[:, None]).T @ proj
+    result = epsilon_lower_bound(
+        standardise(shift_norm * t0 - shift_norm**2 / 2, MU),
+        standardise(shift_norm * t1 - shift_norm**2 / 2, MU),
+        DELTA,
+    )
+    _report("identity, rotated directions (unimodal, exact, binary allocation)", result)
+    assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
