@@ -187,7 +187,11 @@ def connect(
 
 
 class Progress:
-    """Progress over a known number of tasks: a bar in a terminal, log lines otherwise."""
+    """Progress over a known number of tasks: a bar in a terminal, log lines otherwise.
+
+    With a private total (add-remove neighbours: the chunk count would tell the record count)
+    there is no bar, only one log line per 10 % step, the same lines for any chunk count.
+    """
 
     def __init__(
         self, total: int, label: str, *, enabled: bool = True, private_total: bool = False
@@ -199,13 +203,10 @@ class Progress:
         self.enabled = enabled
         self._bar: Any = None
         self._next_log = 0.1
-        if enabled and sys.stderr.isatty():
+        if enabled and sys.stderr.isatty() and not private_total:
             from tqdm import tqdm
 
-            fmt = "{l_bar}{bar}" if private_total else None
-            self._bar = tqdm(
-                total=self.total, desc=label, unit="chunk", file=sys.stderr, bar_format=fmt
-            )
+            self._bar = tqdm(total=self.total, desc=label, unit="chunk", file=sys.stderr)
         elif enabled and not private_total:
             log.info("%s: %d chunks", label, total)
 
