@@ -176,3 +176,22 @@ def test_dry_run_imports_neither_dask_nor_distributed(tmp_path):
     )
     result = json.loads(out.stdout)
     assert result == {"heavy": [], "features": 3}
+
+
+@pytest.mark.parametrize("query", ["identity", "covariance"])
+def test_one_sampling_path_the_plan_draws_what_the_release_adds(tmp_path, client, query):
+    """``NoisePlan.draw`` (used by the experiments) gives the bytes a release adds."""
+    from mvg_dask import api
+    from mvg_dask.noise import NoiseKey
+
+    X = data(4, 2500, seed=6, low=0, high=1)
+    store = make_input(tmp_path / "in.zarr", X, chunk=600)
+    mech = {"algorithm": "equi-modal"} if query == "covariance" else {}
+    spec = spec_dict(store, str(tmp_path / "o.zarr"), query=query, mechanism=mech)
+    res = api.release(spec, client=client, seed=17, progress=False)
+    ds = api.open_release(res.output)
+    Z = res.plan.draw(NoiseKey.from_seed(17).derive("release"))
+    if query == "identity":
+        assert (X + Z).tobytes() == ds["X"].values.tobytes()
+    else:
+        np.testing.assert_allclose(ds["covariance"].values, X @ X.T / 2500 + Z, rtol=0, atol=1e-12)

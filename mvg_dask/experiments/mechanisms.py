@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mvg_dask.baselines import IidMechanism
-from mvg_dask.noise import affine_sample
+from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import AllocationSpec, Directions, NoisePlan, build_noise_plan
 from mvg_dask.plan.domain import RecordDomain
 from mvg_dask.plan.query import QuerySpec
@@ -79,15 +79,18 @@ def binary_plan(
     )
 
 
-def plan_noise(plan: NoisePlan, rng: np.random.Generator, trials: int) -> np.ndarray:
-    """Draw ``trials`` MVG noise matrices of a plan (affine sampler, MVG Lemma 7).
+def plan_noise(plan: NoisePlan, key: NoiseKey, trials: int) -> np.ndarray:
+    """Draw ``trials`` MVG noise matrices of a plan, as a release draws them.
+
+    Trial ``t`` is :meth:`NoisePlan.draw` under ``key.derive(f"trial/{t}")``: the canonical tile
+    grid and the affine sampler (MVG Lemma 7) of the release engine, the one sampling path.
 
     Parameters
     ----------
     plan : NoisePlan
         The plan.
-    rng : numpy.random.Generator
-        Keyed generator.
+    key : NoiseKey
+        Keyed generator of this set of trials.
     trials : int
         Number of independent draws.
 
@@ -97,10 +100,7 @@ def plan_noise(plan: NoisePlan, rng: np.random.Generator, trials: int) -> np.nda
         Shape ``(trials, m, n)``: ``B_Sigma N`` (unimodal) or ``B_Sigma N B_Sigma^T``
         (equi-modal) per trial.
     """
-    m, n = plan.shape
-    normals = rng.standard_normal((trials, m, n))
-    col = plan.row_factor if plan.algorithm == "equi-modal" else None
-    return affine_sample(normals, plan.row_factor, col)
+    return np.stack([plan.draw(key.derive(f"trial/{t}")) for t in range(trials)])
 
 
 def plan_std_range(plan: NoisePlan) -> tuple[float, float]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_liver
 from mvg_dask.experiments.literature import blr_method, jl_method
-from mvg_dask.experiments.mechanisms import plan_implied_epsilon, plan_noise, plan_std_range
+from mvg_dask.experiments.mechanisms import plan_implied_epsilon, plan_std_range
 from mvg_dask.experiments.runner import (
     Evaluation,
     MethodSpec,
@@ -264,7 +264,7 @@ class RegressionExperiment(PaperExperiment):
                 allocation=AllocationSpec(strategy="max-pnr"),
                 direction_share=DP_PCA_SHARE,
             )
-            Z[t] = plan_noise(plan, key.derive(f"release/{t}").generator(), 1)[0]
+            Z[t] = plan.draw(key.derive(f"release/{t}"))
             lo, hi = plan_std_range(plan)
             lows.append(lo)
             highs.append(hi)

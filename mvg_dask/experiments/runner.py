@@ -508,7 +508,7 @@ class PaperExperiment(ABC):
                 tau=tau,
             )
             return Evaluation(
-                errors=self._noisy_errors(plan_noise(plan, key.generator(), trials)),
+                errors=self._noisy_errors(plan_noise(plan, key, trials)),
                 noise_std=plan_std_range(plan),
                 implied_epsilon=plan_implied_epsilon(plan),
             )

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import TILE_RECORDS, matrix_noise, record_noise
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import (
     NEIGHBOURS,
@@ -398,6 +400,32 @@ class NoisePlan:
         if self.algorithm == "equi-modal":
             return np.asarray(np.sqrt(np.outer(d, d)))
         return np.asarray(np.sqrt(d)[:, None])
+
+    def draw(self, key: NoiseKey, *, tile: int = TILE_RECORDS) -> np.ndarray:
+        """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
+
+        The same function of the key as a release's (whose identity tasks draw the same tiles
+        record range by record range): ``B_Sigma N`` (unimodal) or ``B_Sigma N B_Sigma^T``
+        (equi-modal).
+
+        Parameters
+        ----------
+        key : NoiseKey
+            The key of this noise (a release uses its ``derive("release")`` sub-key).
+        tile : int
+            Records per tile (the release's ``tile_records``).
+
+        Returns
+        -------
+        ndarray
+            ``m x n`` noise.
+        """
+        B = self.row_factor
+        m, n = self.shape
+        if self.algorithm == "unimodal" and (self.query.kind == "identity" or m != n):
+            standard = self.directions.is_standard
+            return record_noise(key, B, 0, n, tile=tile, n_total=n, diagonal=standard)
+        return matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
 
     def implied_epsilon(self) -> float:
         """Smallest ``epsilon`` the release step really has at its ``delta`` (analytic Gaussian).
