@@ -23,7 +23,7 @@ from distributed import Client
 from mvg_dask._version import __version__
 from mvg_dask.engine.blocks import Clipper, ZarrMatrix, combine_grams, gram_task, identity_task
 from mvg_dask.engine.cluster import Progress, gather_with_progress
-from mvg_dask.engine.ledger import Ledger
+from mvg_dask.engine.ledger import Ledger, open_ledger
 from mvg_dask.engine.store import (
     RELEASE_ID_ATTR,
     STATUS_ATTR,
@@ -447,7 +447,11 @@ def execute_release(
     t0 = time.perf_counter()
     spec = rplan.spec
     target = OutputTarget(spec.output.store, rplan.release_id, spec.output.storage_options)
-    ledger = Ledger(spec.ledger.path) if spec.ledger is not None else None
+    ledger = (
+        open_ledger(spec.ledger.location, password_file=spec.ledger.password_file)
+        if spec.ledger is not None
+        else None
+    )
     log.info(
         "release %s: %s query of %s (%d x %d) -> %s",
         rplan.release_id,
@@ -480,7 +484,7 @@ def execute_release(
             raise
         crash_point("before-ledger-commit")
         if ledger is not None:
-            ledger.commit(rplan.release_id)
+            ledger.commit(rplan.release_id, clipped=clipped)
     finally:
         if ledger is not None:
             ledger.close()
@@ -510,7 +514,8 @@ def _reserve(
         target.clear_staging()
         return fresh, False
     assert spec.ledger is not None
-    ledger.ensure_dataset(spec.ledger.dataset, spec.ledger.budget.epsilon, spec.ledger.budget.delta)
+    budget = spec.ledger.budget
+    ledger.ensure_dataset(spec.ledger.dataset, budget.epsilon, budget.delta, budget.neighbours)
     entry = ledger.lookup(rplan.release_id)
     digest = spec_hash(spec)
     if entry is not None:
@@ -547,6 +552,8 @@ def _reserve(
         output=spec.output.store,
         noise_key=fresh.to_hex(),
         seeded=fresh.seeded,
+        neighbours=spec.privacy.neighbours,
+        convert_neighbours=spec.ledger.convert_neighbours,
     )
     return fresh, False
 
