@@ -171,3 +171,63 @@ class PgServer:
         except RuntimeError:
             pass
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# PostgreSQL's CommandComplete message for COMMIT: 'C', length 11, "COMMIT\0"
+_COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"
+
+
+class CommitDroppingProxy:
+    """A loopback TCP proxy in front of the server that, when armed, cuts the connection right
+    after the server has committed a transaction and before the client hears it: the one
+    outcome a client cannot tell from a failed commit (a network failure, made on purpose)."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self._target = ("127.0.0.1", port)
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
+        self.armed = threading.Event()
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            for src, dst, from_server in ((client, server, False), (server, client, True)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst, from_server), daemon=True
+                ).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_server: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if from_server and self.armed.is_set() and _COMMIT_DONE in data:
+                    self.armed.clear()
+                    self.dropped += 1
+                    break  # committed on the server; the client never hears it
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def url(self, db: str) -> str:
+        """The ledger URL through the proxy (plain TCP, so that the proxy can read it)."""
+        return f"postgresql://mvg_ledger@127.0.0.1:{self.port}/{db}?sslmode=disable"
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self._sock.close()

@@ -221,28 +221,31 @@ def test_server_restart_mid_release_charges_exactly_once(pg_server, pg_location,
     assert pg_server.ledger_password not in caplog.text
 
 
-def test_retried_reservation_recognises_its_own_row(pg_server, pg_location):
-    """A reservation whose COMMIT was sent but whose answer was lost is retried: the retry finds
-    the row with its own key and does not reserve twice (nor refuse)."""
-    with open_ledger(pg_location) as book:
-        book.ensure_dataset("d", 5.0, 1e-5)
-        _reserve(book, "r")
-        # the retry path, run as the backend runs it after a lost connection
-        fn_calls = []
-        real_run = book._run
+def test_a_commit_whose_answer_is_lost_takes_effect_exactly_once(pg_server, pg_location):
+    """The server commits, the connection breaks before the client hears it: the retry must
+    recognise the committed step (its own key, its own status), never repeat or refuse it."""
+    from tests.pg_helpers import CommitDroppingProxy
 
-        def run_as_retry(fn):
-            fn_calls.append(fn)
-            return real_run(lambda ex, retrying: fn(ex, True))
-
-        book._run = run_as_retry  # type: ignore[method-assign]
-        after = _reserve(book, "r")
-        assert after.epsilon == pytest.approx(1.0)
-        with pytest.raises(ReleaseError, match="already in the ledger"):
-            _reserve(book, "r", key="f" * 32)  # another key: another release, refused
-        book._run = real_run  # type: ignore[method-assign]
-        (entry,) = book.releases()
-        assert entry.status == "pending"
+    proxy = CommitDroppingProxy(pg_server.port)
+    try:
+        with open_ledger(proxy.url(pg_location.rsplit("/", 1)[1])) as book:
+            book.ensure_dataset("d", 2.0, 1e-5)
+            proxy.armed.set()
+            after = _reserve(book, "r")  # committed; answer lost; retried
+            assert proxy.dropped == 1 and after.epsilon == pytest.approx(1.0)
+            proxy.armed.set()
+            book.commit("r")
+            proxy.armed.set()
+            _reserve(book, "s", key=KEY[::-1])
+            proxy.armed.set()
+            book.abort("s", "failed after reading")
+            assert proxy.dropped == 4
+            entries = {e.release_id: e.status for e in book.releases()}
+            (s,) = book.summary()
+    finally:
+        proxy.close()
+    assert entries == {"r": "committed", "s": "aborted"}
+    assert s["spent"]["epsilon"] == pytest.approx(2.0)  # each charged once
 
 
 # -- keys -----------------------------------------------------------------------------------------
