@@ -361,6 +361,20 @@ def ledger_export(location: str, password_file: str | None, out: str | None) -> 
         Path(out).write_text(text + "\n")
 
 
+@ledger.command("abort")
+@_ledger_options
+@click.argument("release_id")
+@click.option("--reason", required=True, help="Why (kept in the ledger, curator-side).")
+def ledger_abort(location: str, password_file: str | None, release_id: str, reason: str) -> None:
+    """Abort a pending (crashed) release: it stays charged and its key is erased."""
+    with _open_existing(location, password_file) as book:
+        try:
+            book.abort(release_id, reason)
+        except MvgDaskError as exc:
+            raise RunFailed(str(exc)) from None
+    click.echo(f"release {release_id} aborted; it stays charged")
+
+
 @ledger.command("migrate")
 @_ledger_options
 def ledger_migrate(location: str, password_file: str | None) -> None:

@@ -597,6 +597,14 @@ def test_ledger_show_and_export_cli(location, tmp_path):
     assert [r["release_id"] for r in exported["releases"]] == ["r1", "r2"]
     assert exported["schema_version"] == 2 and exported["datasets"][0]["dataset"] == "d"
     assert all("noise_key" not in r for r in exported["releases"])
+    out = _cli("abort", "--ledger", location, "r2", "--reason", "crashed; not resumed")
+    assert "stays charged" in out.stdout
+    with open_ledger(location) as book:
+        entry = book.lookup("r2")
+        assert entry.status == "aborted" and entry.noise_key is None
+        assert entry.reason == "crashed; not resumed"
+    again = _cli("abort", "--ledger", location, "r2", "--reason", "twice", check=False)
+    assert again.returncode == 1 and "aborted, not pending" in again.stderr
 
 
 def test_cli_on_a_missing_ledger_is_one_clean_line(tmp_path):
@@ -710,3 +718,38 @@ def test_the_postgres_pipeline_spec_is_valid_and_holds_no_password():
     spec = load_spec(path)
     assert spec.ledger is not None and spec.ledger.url is not None
     assert spec.ledger.url.startswith("postgresql://") and spec.ledger.password_file is None
+
+
+def test_a_release_aborted_in_the_ledger_is_never_rerun(tmp_path, client):
+    from mvg_dask import api
+    from mvg_dask.spec import parse_spec, spec_hash
+    from tests.pipeline_helpers import data, make_input, spec_dict
+
+    store = make_input(tmp_path / "in.zarr", data(3, 200, seed=1), chunk=100)
+    ledger = {
+        "path": str(tmp_path / "l.sqlite"),
+        "dataset": "d",
+        "budget": {"epsilon": 5.0, "delta": 1e-4},
+    }
+    spec = spec_dict(store, str(tmp_path / "out.zarr"), release_id="rel", ledger=ledger)
+    with open_ledger(ledger["path"]) as book:
+        book.ensure_dataset("d", 5.0, 1e-4)
+        book.reserve(
+            dataset="d",
+            release_id="rel",
+            epsilon=1.0,
+            delta=1e-5,
+            calibration="exact",
+            mu=cal.analytic_gaussian_mu(1.0, 1e-5),
+            spec_hash=spec_hash(parse_spec(spec)),
+            output=str(tmp_path / "out.zarr"),
+            noise_key=KEY,
+            seeded=True,
+        )
+        book.abort("rel", "NaN in the data")
+    with pytest.raises(ReleaseError, match="was aborted after reading data and stays charged"):
+        api.release(spec, client=client, seed=0, progress=False)
+    assert not (tmp_path / "out.zarr").exists()
+    with open_ledger(ledger["path"]) as book:
+        (entry,) = book.releases()
+        assert entry.status == "aborted"

@@ -531,6 +531,11 @@ def _reserve(
                 f"release {rplan.release_id!r} is committed in the ledger but its output "
                 f"{entry.output} is missing or incomplete; it was charged: choose a new release_id"
             )
+        if entry.status == "aborted":
+            raise ReleaseError(
+                f"release {rplan.release_id!r} was aborted after reading data and stays "
+                "charged; choose a new release_id"
+            )
         assert entry.noise_key is not None
         log.info("resuming pending release %s", rplan.release_id)
         return NoiseKey.from_hex(entry.noise_key, seeded=entry.seeded), True
