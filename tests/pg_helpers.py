@@ -27,6 +27,31 @@ def _bindir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
+def _reachable_copy(bindir: Path, dest: Path) -> Path:
+    """The PostgreSQL binaries where ``nobody`` can reach them (the virtualenv may sit under a
+    directory only root may enter, such as /root): hard links where possible, else copies, in
+    the wheel's layout (the binaries find ``pgserver.libs`` through a relative rpath). Returns
+    the new ``bin`` directory."""
+
+    def link_or_copy(src: str, dst: str) -> object:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+        return dst
+
+    package = bindir.parent.parent  # .../site-packages/pgserver
+    ignore = shutil.ignore_patterns("include", "__pycache__", "*.py")
+    for src in (package, package.parent / "pgserver.libs"):
+        if src.is_dir():
+            shutil.copytree(
+                src, dest / src.name, symlinks=True, copy_function=link_or_copy, ignore=ignore
+            )
+    for d in [dest, *(p for p in dest.rglob("*") if p.is_dir())]:
+        d.chmod(0o755)
+    return dest / package.name / "pginstall" / "bin"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,6 +76,7 @@ class PgServer:
         if os.geteuid() == 0:
             self._as = {"user": 65534, "group": 65534}
             os.chown(self.root, 65534, 65534)
+            self.bin = _reachable_copy(self.bin, self.root / "pg")
         pwfile = self.root / "pw"
         pwfile.write_text(self.superuser_password + "\n")
         if self._as:
