@@ -248,6 +248,34 @@ def test_a_commit_whose_answer_is_lost_takes_effect_exactly_once(pg_server, pg_l
     assert s["spent"]["epsilon"] == pytest.approx(2.0)  # each charged once
 
 
+def test_reservations_serialise_per_dataset_only(pg_location):
+    import psycopg
+
+    with open_ledger(pg_location) as book:
+        book.ensure_dataset("a", 5.0, 1e-5)
+        book.ensure_dataset("d", 5.0, 1e-5)
+    # another job holds dataset a's lock (inside its reservation)
+    with psycopg.connect(pg_location) as other, other.transaction():
+        other.execute("SELECT 1 FROM datasets WHERE dataset = 'a' FOR UPDATE")
+        with open_ledger(pg_location, timeout=1.0) as book:
+            _reserve(book, "free")  # dataset d: not blocked
+            with pytest.raises(LedgerError, match="waited 1 s for another reservation"):
+                book.reserve(
+                    dataset="a",
+                    release_id="blocked",
+                    epsilon=0.1,
+                    delta=1e-9,
+                    calibration="exact",
+                    mu=0.1,
+                    spec_hash="h",
+                    output="o",
+                    noise_key=KEY,
+                    seeded=False,
+                )
+    with open_ledger(pg_location) as book:
+        assert [e.release_id for e in book.releases()] == ["free"]
+
+
 # -- keys -----------------------------------------------------------------------------------------
 def test_key_erased_on_commit_and_abort(location, request):
     with open_ledger(location) as book:
