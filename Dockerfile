@@ -24,7 +24,7 @@ COPY mvg_dask ./mvg_dask
 COPY pipelines/demo ./pipelines/demo
 RUN pip install --no-cache-dir \
         "dask[array]==${DASK_VERSION}" "distributed==${DASK_VERSION}" \
-        "/opt/mvg-dask[kubernetes,postgresql]"
+        "/opt/mvg-dask[kubernetes]"
 
 # Worker malloc environment (DESIGN.md section 6), read by every dask process in the image.
 COPY cluster/dask.yaml /etc/dask/mvg-dask.yaml

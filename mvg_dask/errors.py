@@ -22,3 +22,7 @@ class IncompleteReleaseError(ReleaseError):
 
 class BudgetError(MvgDaskError, ValueError):
     """The dataset's privacy budget would be exceeded."""
+
+
+class LedgerError(MvgDaskError, RuntimeError):
+    """The privacy ledger cannot be opened or used (unreachable, unknown schema version)."""

@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -169,18 +170,63 @@ class OutputSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    """A dataset's total privacy budget."""
+    """A dataset's total privacy budget, kept in one neighbour relation."""
 
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     delta: Annotated[float, Field(gt=0, lt=1)]
+    neighbours: Literal["replace-one", "add-remove"] = "replace-one"
+
+
+def _url_has_password(url: str) -> bool:
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    return ":" in userinfo or any(k.lower() == "password" for k, _ in query)
 
 
 class LedgerSpec(_Strict):
-    """The privacy ledger this release is charged to."""
+    """The privacy ledger this release is charged to.
 
-    path: str
+    Exactly one of ``url`` (``postgresql://...`` or ``sqlite:///...``) and ``path`` (a SQLite
+    file, the embedded default). A PostgreSQL password comes from ``PGPASSWORD``, a libpq
+    passfile or ``password_file``, never from the URL. ``convert_neighbours`` charges an
+    add-remove release to a replace-one budget by group privacy (2 epsilon, (1 + e^epsilon)
+    delta, 2 mu).
+    """
+
+    url: str | None = None
+    path: str | None = None
+    password_file: str | None = None
     dataset: str
     budget: BudgetSpec
+    convert_neighbours: bool = False
+
+    @model_validator(mode="after")
+    def _one_location(self) -> LedgerSpec:
+        if (self.url is None) == (self.path is None):
+            raise ValueError(
+                "give exactly one of ledger.url (postgresql://... or sqlite:///...) and "
+                "ledger.path (a SQLite file)"
+            )
+        postgres = self.url is not None and self.url.startswith(("postgresql://", "postgres://"))
+        if self.url is not None and not postgres and not self.url.startswith("sqlite:///"):
+            raise ValueError("ledger.url: use postgresql://... or sqlite:///path")
+        if postgres and _url_has_password(self.url or ""):
+            # the URL is not repeated here: it holds a secret
+            raise ValueError(
+                "ledger.url carries a password; remove it and set PGPASSWORD, use a libpq "
+                "passfile (PGPASSFILE, ~/.pgpass or ?passfile=...) or ledger.password_file"
+            )
+        if self.password_file is not None and not postgres:
+            raise ValueError("ledger.password_file: only for a postgresql:// ledger.url")
+        return self
+
+    @property
+    def location(self) -> str:
+        """The ledger's URL or path (for :func:`mvg_dask.engine.ledger.open_ledger`)."""
+        loc = self.url if self.url is not None else self.path
+        assert loc is not None
+        return loc
 
 
 class ReleaseSpec(_Strict):
@@ -320,6 +366,14 @@ def _resolve(store: str, base: Path) -> str:
     return str((base / store).resolve())
 
 
+def _resolve_sqlite_url(url: str, base: Path) -> str:
+    """``sqlite:///relative`` against ``base`` (``sqlite:////absolute`` and other URLs as is)."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not Path(url[len(prefix) :]).is_absolute():
+        return prefix + _resolve(url[len(prefix) :], base)
+    return url
+
+
 def resolve_paths(spec: ReleaseSpec, base: Path) -> ReleaseSpec:
     """Resolve relative store and matrix paths against ``base``."""
     directions = spec.mechanism.directions
@@ -327,7 +381,15 @@ def resolve_paths(spec: ReleaseSpec, base: Path) -> ReleaseSpec:
         directions = directions.model_copy(update={"path": _resolve(directions.path, base)})
     ledger = spec.ledger
     if ledger is not None:
-        ledger = ledger.model_copy(update={"path": _resolve(ledger.path, base)})
+        ledger = ledger.model_copy(
+            update={
+                "path": None if ledger.path is None else _resolve(ledger.path, base),
+                "url": None if ledger.url is None else _resolve_sqlite_url(ledger.url, base),
+                "password_file": (
+                    None if ledger.password_file is None else _resolve(ledger.password_file, base)
+                ),
+            }
+        )
     return spec.model_copy(
         update={
             "ledger": ledger,

@@ -33,3 +33,14 @@ def client():
     yield c
     c.close()
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server (binaries of the pgserver wheel), started once per session."""
+    from tests.pg_helpers import PgServer
+
+    server = PgServer()
+    print(f"\nPostgreSQL test server started in {server.start_seconds:.2f} s")
+    yield server
+    server.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mvg_dask import api
-from mvg_dask.engine.ledger import Ledger
+from mvg_dask.engine.ledger import open_ledger
 from mvg_dask.errors import IncompleteReleaseError
 from mvg_dask.noise import NoiseKey
 from tests.cluster_helpers import loopback_cluster
@@ -114,7 +114,7 @@ def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
             if point != "before-ledger-commit":
                 with pytest.raises(IncompleteReleaseError):
                     api.open_release(str(out))
-        with Ledger(ledger) as book:  # a crashed release stays charged (or was committed)
+        with open_ledger(ledger) as book:  # a crashed release stays charged (or was committed)
             entries = book.releases()
             # a random kill may land before the reservation (then nothing was charged)
             assert len(entries) == 1 or (point.startswith("random:") and not entries)
@@ -124,7 +124,7 @@ def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
         assert proc.returncode == 0, (point, err)
         ds = api.open_release(str(out))
         assert ds["X"].values.tobytes() == reference, point
-        with Ledger(ledger) as book:
+        with open_ledger(ledger) as book:
             (entry,) = book.releases()  # charged once
             assert entry.status == "committed" and entry.noise_key is None
         for path in [*out.rglob("*"), ledger]:
@@ -137,8 +137,19 @@ def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["reserved", "before-commit", "before-ledger-commit"])
-def test_covariance_dp_pca_release_resumes_identically(tmp_path, loopback, point):
+@pytest.mark.parametrize(
+    "backend,point",
+    [
+        ("sqlite", "reserved"),
+        ("sqlite", "before-commit"),
+        ("sqlite", "before-ledger-commit"),
+        ("postgresql", "reserved"),
+        ("postgresql", "before-ledger-commit"),
+    ],
+)
+def test_covariance_dp_pca_release_resumes_identically(
+    tmp_path, loopback, backend, point, request, monkeypatch
+):
     X = data(5, 6000, seed=4)
     store = make_input(tmp_path / "in.zarr", X, chunk=500)
     mech = {
@@ -148,7 +159,13 @@ def test_covariance_dp_pca_release_resumes_identically(tmp_path, loopback, point
     }
     outs = []
     for name, crash in (("ref", None), ("crashed", point)):
-        out, ledger = tmp_path / f"{name}.zarr", tmp_path / f"{name}.sqlite"
+        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
+        where = {"path": ledger}
+        if backend == "postgresql":  # a postgresql:// ledger, the password from the environment
+            server = request.getfixturevalue("pg_server")
+            monkeypatch.setenv("PGPASSWORD", server.ledger_password)
+            ledger = server.url(server.new_database())
+            where = {"url": ledger}
         spec_path = write_spec(
             tmp_path / f"{name}.yaml",
             spec_dict(
@@ -158,7 +175,7 @@ def test_covariance_dp_pca_release_resumes_identically(tmp_path, loopback, point
                 release_id=f"cov-{name}",
                 mechanism=mech,
                 ledger={
-                    "path": str(ledger),
+                    **where,
                     "dataset": "d",
                     "budget": {"epsilon": 5.0, "delta": 1e-4},
                 },
@@ -171,7 +188,7 @@ def test_covariance_dp_pca_release_resumes_identically(tmp_path, loopback, point
         proc = _run(spec_path, loopback)
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-        with Ledger(ledger) as book:
+        with open_ledger(ledger) as book:
             (entry,) = book.releases()
             assert entry.status == "committed" and entry.noise_key is None
         outs.append(api.open_release(str(out))["covariance"].values.tobytes())

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mvg_dask import api
-from mvg_dask.engine.ledger import Ledger
+from mvg_dask.engine.ledger import open_ledger
 from mvg_dask.errors import BudgetError, DataError, MvgDaskError, ReleaseError
 from mvg_dask.spec import SpecError
 from tests.cluster_helpers import loopback_cluster
@@ -145,7 +145,7 @@ def test_spec_fuzzer_no_traceback_no_partial_output_no_charge(client, fuzz_input
             assert not new, f"partial output after a failed release: {sorted(map(str, new))}"
             ledger = work / "ledger.sqlite"
             if ledger.exists():
-                with Ledger(ledger) as book:
+                with open_ledger(ledger) as book:
                     assert book.releases() == [], "a failed release was charged"
     finally:
         os.chdir(old)
@@ -170,7 +170,7 @@ def test_corrupt_chunk_is_a_clean_error_and_nothing_is_charged(tmp_path, client)
         api.release(spec, client=client, seed=0, progress=False)
     assert not (tmp_path / "out.zarr").exists()
     assert not list(tmp_path.glob("out.zarr.staging-*"))
-    with Ledger(tmp_path / "l.sqlite") as book:
+    with open_ledger(tmp_path / "l.sqlite") as book:
         assert book.releases() == []
 
 
@@ -214,7 +214,7 @@ def test_budget_exceeded_reads_nothing_writes_nothing(tmp_path, client):
     with pytest.raises(BudgetError, match=r"would be exceeded.*Nothing was read or charged"):
         api.release(second, client=client, seed=0, progress=False)
     assert not (tmp_path / "b.zarr").exists()
-    with Ledger(tmp_path / "l.sqlite") as book:
+    with open_ledger(tmp_path / "l.sqlite") as book:
         assert [r.status for r in book.releases()] == ["committed"]
 
 
@@ -302,7 +302,7 @@ def test_unseeded_key_never_reaches_outputs_or_logs(tmp_path):
         env=env,
     )
     assert first.returncode == -signal.SIGKILL
-    with Ledger(ledger) as book:
+    with open_ledger(ledger) as book:
         key = book.lookup("secret-test").noise_key
     assert key and len(key) == 32
     from mvg_dask.noise import NoiseKey

@@ -151,9 +151,9 @@ def test_retry_of_a_complete_dp_pca_max_pnr_release_exits_cleanly(tmp_path, clie
     assert again.release_id == first.release_id
     np.testing.assert_array_equal(again.plan.row_variances, first.plan.row_variances)
     np.testing.assert_array_equal(again.plan.directions.matrix, first.plan.directions.matrix)
-    from mvg_dask.engine.ledger import Ledger
+    from mvg_dask.engine.ledger import open_ledger
 
-    with Ledger(tmp_path / "l.sqlite") as book:
+    with open_ledger(tmp_path / "l.sqlite") as book:
         assert len(book.releases()) == 1  # charged once
     assert (tmp_path / "l.sqlite").exists() and before
 

@@ -151,9 +151,9 @@ def demo(
                 _synthetic_run(root, client, synthetic_records, features, seed)
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         fail(exc)
-    from mvg_dask.engine.ledger import Ledger
+    from mvg_dask.engine.ledger import open_ledger
 
-    with Ledger(root / "ledger.sqlite") as book:
+    with open_ledger(root / "ledger.sqlite") as book:
         for entry in book.summary():
             s, b = entry["spent"], entry["budget"]
             click.echo(

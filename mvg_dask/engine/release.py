@@ -27,7 +27,7 @@ from mvg_dask.engine.blocks import (
     identity_task,
 )
 from mvg_dask.engine.cluster import Progress, gather_with_progress
-from mvg_dask.engine.ledger import Ledger
+from mvg_dask.engine.ledger import Ledger, open_ledger
 from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.output import OutputTarget, open_release, provenance, stored_plan
 from mvg_dask.errors import BudgetError, DataError, ReleaseError
@@ -244,7 +244,10 @@ def _mark_aborted(target: OutputTarget) -> None:
 
 
 def _open_ledger(rplan: ReleasePlan) -> Ledger | None:
-    return Ledger(rplan.ledger.location) if rplan.ledger is not None else None
+    charge = rplan.ledger
+    if charge is None:
+        return None
+    return open_ledger(charge.location, password_file=charge.password_file)
 
 
 def execute_release(
@@ -310,16 +313,21 @@ def execute_release(
             rplan = stages.run(resume=resumed, progress=progress)
             crash_point("before-commit")
             target.commit(provenance(rplan, seeded=key.seeded))
-        except (DataError, ReleaseError, BudgetError):
-            # a clean failure before anything was published: remove it, refund it
+        except (DataError, ReleaseError, BudgetError) as exc:
+            # a clean failure: nothing is published. Refunded only if no chunk was read; after
+            # a read the error may depend on the data, so the release stays charged (aborted)
             target.abort()
-            if ledger is not None and not resumed:
-                ledger.cancel(rplan.release_id)
+            if ledger is not None:
+                if stages.read_started or resumed:
+                    ledger.abort(rplan.release_id, str(exc))
+                else:
+                    ledger.cancel(rplan.release_id)
             raise
         log.debug("release %s: %d values clipped (curator only)", rplan.release_id, stages.clipped)
         crash_point("before-ledger-commit")
         if ledger is not None:
-            ledger.commit(rplan.release_id)
+            # the exact clipped count is a curator-side fact: the ledger keeps it, no output does
+            ledger.commit(rplan.release_id, clipped=stages.clipped)
     finally:
         if ledger is not None:
             ledger.close()
@@ -350,6 +358,7 @@ def _saved_plan(rplan: ReleasePlan, target: OutputTarget) -> ReleasePlan:
         input_storage_options=rplan.input.storage_options,
         output_storage_options=rplan.output_storage_options,
         ledger_location=None if rplan.ledger is None else rplan.ledger.location,
+        ledger_password_file=None if rplan.ledger is None else rplan.ledger.password_file,
     )
 
 
@@ -369,7 +378,9 @@ def _reserve(
         return fresh, False
     charge = rplan.ledger
     assert charge is not None
-    ledger.ensure_dataset(charge.dataset, charge.budget_epsilon, charge.budget_delta)
+    ledger.ensure_dataset(
+        charge.dataset, charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours
+    )
     entry = ledger.lookup(rplan.release_id)
     if entry is not None:
         if entry.spec_hash != rplan.spec_hash or entry.dataset != charge.dataset:
@@ -383,6 +394,11 @@ def _reserve(
             raise ReleaseError(
                 f"release {rplan.release_id!r} is committed in the ledger but its output "
                 f"{entry.output} is missing or incomplete; it was charged: choose a new release_id"
+            )
+        if entry.status == "aborted":
+            raise ReleaseError(
+                f"release {rplan.release_id!r} was aborted after reading data and stays "
+                "charged; choose a new release_id"
             )
         assert entry.noise_key is not None
         log.info("resuming pending release %s", rplan.release_id)
@@ -400,6 +416,8 @@ def _reserve(
         output=rplan.output_store,
         noise_key=fresh.to_hex(),
         seeded=fresh.seeded,
+        neighbours=charge.neighbours,
+        convert_neighbours=charge.convert_neighbours,
     )
     return fresh, False
 

@@ -25,7 +25,13 @@ import numpy as np
 from mvg_dask.errors import DataError
 from mvg_dask.noise.tiles import TILE_RECORDS
 from mvg_dask.plan.directions import Directions
-from mvg_dask.plan.domain import BoxDomain, L2BallDomain, RecordDomain, domain_from_dict
+from mvg_dask.plan.domain import (
+    BoxDomain,
+    L2BallDomain,
+    Neighbours,
+    RecordDomain,
+    domain_from_dict,
+)
 from mvg_dask.plan.noise_plan import (
     AllocationSpec,
     BudgetSplit,
@@ -149,10 +155,16 @@ class LedgerCharge:
     ----------
     location : str
         Ledger file path or URL.
+    password_file : str or None
+        PostgreSQL password file (not serialised).
     dataset : str
         Dataset name.
     budget_epsilon, budget_delta : float
         The dataset's total budget.
+    budget_neighbours : str
+        The neighbour relation the budget is kept in.
+    convert_neighbours : bool
+        Charge an add-remove release to a replace-one budget by group privacy.
     epsilon, delta : float
         This release's guarantee (direction step included).
     calibration : str
@@ -164,20 +176,28 @@ class LedgerCharge:
     """
 
     location: str = field(compare=False)
+    password_file: str | None = field(default=None, compare=False)
     dataset: str
     budget_epsilon: float
     budget_delta: float
+    budget_neighbours: Neighbours = "replace-one"
+    convert_neighbours: bool = False
     epsilon: float
     delta: float
     calibration: str
     mu: float | None
-    neighbours: str
+    neighbours: Neighbours
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without the location)."""
         return {
             "dataset": self.dataset,
-            "budget": {"epsilon": self.budget_epsilon, "delta": self.budget_delta},
+            "budget": {
+                "epsilon": self.budget_epsilon,
+                "delta": self.budget_delta,
+                "neighbours": self.budget_neighbours,
+            },
+            "convert_neighbours": self.convert_neighbours,
             "epsilon": self.epsilon,
             "delta": self.delta,
             "calibration": self.calibration,
@@ -186,13 +206,18 @@ class LedgerCharge:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], location: str) -> LedgerCharge:
+    def from_dict(
+        cls, data: dict[str, Any], location: str, password_file: str | None = None
+    ) -> LedgerCharge:
         """Inverse of :meth:`to_dict`."""
         return cls(
             location=location,
+            password_file=password_file,
             dataset=data["dataset"],
             budget_epsilon=float(data["budget"]["epsilon"]),
             budget_delta=float(data["budget"]["delta"]),
+            budget_neighbours=data["budget"].get("neighbours", "replace-one"),
+            convert_neighbours=bool(data.get("convert_neighbours", False)),
             epsilon=float(data["epsilon"]),
             delta=float(data["delta"]),
             calibration=data["calibration"],
@@ -395,6 +420,7 @@ class ReleasePlan:
         input_storage_options: dict[str, Any] | None = None,
         output_storage_options: dict[str, Any] | None = None,
         ledger_location: str | None = None,
+        ledger_password_file: str | None = None,
     ) -> ReleasePlan:
         """Rebuild a plan from :meth:`to_dict` (the noise plan is recomputed and checked).
 
@@ -616,10 +642,13 @@ def plan_release(
             else None
         )
         ledger = LedgerCharge(
-            location=spec.ledger.path,
+            location=spec.ledger.location,
+            password_file=spec.ledger.password_file,
             dataset=spec.ledger.dataset,
             budget_epsilon=spec.ledger.budget.epsilon,
             budget_delta=spec.ledger.budget.delta,
+            budget_neighbours=spec.ledger.budget.neighbours,
+            convert_neighbours=spec.ledger.convert_neighbours,
             epsilon=privacy.epsilon,
             delta=privacy.delta,
             calibration=mech.calibration,

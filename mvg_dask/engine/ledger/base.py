@@ -1,0 +1,560 @@
+"""The ledger protocol, written once for every backend.
+
+A backend supplies a connection, a write transaction that serialises reservations per dataset
+(:meth:`Ledger._run`), and how to detect its tables; everything else (budgets, reservations,
+neighbour rules, composition, commit, abort, cancel, the schema versions) lives here.
+
+Protocol (DESIGN.md §5): a release is *reserved* before any data is read (refused if it would
+exceed the budget); the pending entry holds the release key so that a crashed release can be
+resumed with the same noise; it is *committed* once the output is complete, which erases the
+key. A release that fails after data was read is *aborted*: it stays charged and its key is
+erased. A release that fails before any chunk is read is *cancelled* (refunded). A crashed
+release stays pending, and charged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from mvg_dask.engine.ledger import schema
+from mvg_dask.engine.ledger.composition import (
+    NEIGHBOURS,
+    Guarantee,
+    Neighbours,
+    Spending,
+    spending,
+)
+from mvg_dask.engine.ledger.composition import (
+    convert_neighbours as _convert,
+)
+from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
+from mvg_dask.privacy import calibration as cal
+
+T = TypeVar("T")
+
+# an arbitrary constant: the advisory lock that serialises schema creation and migration
+SCHEMA_LOCK_ID = 0x6D76675F6C6467
+
+
+class Executor(Protocol):
+    """What the protocol needs of a transaction: ``execute`` with ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any:  # pragma: no cover
+        """Run one statement; the result has ``fetchone``, ``fetchall`` and ``rowcount``."""
+        ...
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One release in the ledger (``noise_key`` only while pending).
+
+    ``epsilon``, ``delta``, ``mu`` and ``neighbours`` are the release's own guarantee; the
+    ``charge_*`` values are what it counts against its budget (equal unless converted to the
+    budget's neighbour relation). ``reason`` (aborts) and ``clipped`` (the exact clipped count)
+    are curator-side facts: they are shown by ``ledger show`` and never published.
+    """
+
+    release_id: str
+    dataset: str
+    status: str
+    epsilon: float
+    delta: float
+    calibration: str
+    mu: float | None
+    spec_hash: str
+    output: str
+    noise_key: str | None
+    seeded: bool
+    created: float
+    committed: float | None
+    neighbours: str = "replace-one"
+    charge_epsilon: float | None = None
+    charge_delta: float | None = None
+    charge_mu: float | None = None
+    aborted: float | None = None
+    reason: str | None = None
+    clipped: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The entry without its key (for ``ledger show`` and ``ledger export``)."""
+        return {
+            "release_id": self.release_id,
+            "dataset": self.dataset,
+            "status": self.status,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "mu": self.mu,
+            "neighbours": self.neighbours,
+            "charged": {
+                "epsilon": self.charge_epsilon,
+                "delta": self.charge_delta,
+                "mu": self.charge_mu,
+            },
+            "calibration": self.calibration,
+            "spec_hash": self.spec_hash,
+            "output": self.output,
+            "seeded": self.seeded,
+            "created": _iso(self.created),
+            "committed": _iso(self.committed) if self.committed else None,
+            "aborted": _iso(self.aborted) if self.aborted else None,
+            "reason": self.reason,
+            "clipped": self.clipped,
+        }
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _entry(row: Sequence[Any]) -> LedgerEntry:
+    return LedgerEntry(
+        release_id=row[0],
+        dataset=row[1],
+        status=row[2],
+        epsilon=row[3],
+        delta=row[4],
+        calibration=row[5],
+        mu=row[6],
+        neighbours=row[7],
+        charge_epsilon=row[8],
+        charge_delta=row[9],
+        charge_mu=row[10],
+        spec_hash=row[11],
+        output=row[12],
+        noise_key=row[13],
+        seeded=bool(row[14]),
+        created=row[15],
+        committed=row[16],
+        aborted=row[17],
+        reason=row[18],
+        clipped=row[19],
+    )
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests (``MVG_DASK_CRASH_AT=name``): SIGKILL this process
+    inside a ledger transaction. Unset in production (does nothing)."""
+    if os.environ.get("MVG_DASK_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Ledger(ABC):
+    """A privacy ledger: per-dataset budgets, reservations, commits and aborts.
+
+    Open one with :func:`mvg_dask.engine.ledger.open_ledger`. Every method is one transaction;
+    reservations of one dataset are serialised, so two releases can never both pass a budget
+    check that only one of them fits. A ledger is a context manager (closes on exit).
+    """
+
+    backend: ClassVar[str]
+    #: the schema version found when opened, and the version now
+    schema_change: tuple[int, int]
+    #: appended to the budget read of :meth:`reserve` (a row lock where the backend has one)
+    _lock_clause: ClassVar[str] = ""
+
+    # -- what a backend provides ----------------------------------------------------------------
+    @abstractmethod
+    def display(self) -> str:
+        """The ledger's location for messages (never a password)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection."""
+
+    @abstractmethod
+    def _run(self, fn: Callable[[Executor, bool], T]) -> T:
+        """Run ``fn(executor, retrying)`` in one write transaction and commit it.
+
+        ``retrying`` is True when an earlier attempt may have committed (its connection was
+        lost), so that ``fn`` can recognise its own effect instead of repeating it.
+        """
+
+    @abstractmethod
+    def _table_exists(self, ex: Executor, name: str) -> bool:
+        """Whether ``name`` is a table of the ledger's database."""
+
+    def _schema_lock(self, ex: Executor) -> None:  # noqa: B027 (optional hook)
+        """Serialise schema creation and migration (the write transaction may already)."""
+
+    def _erased(self) -> None:  # noqa: B027 (optional hook)
+        """Called after a key was erased (SQLite truncates its WAL)."""
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema -----------------------------------------------------------------------------------
+    def _version(self, ex: Executor) -> int:
+        if self._table_exists(ex, "schema_version"):
+            (v,) = ex.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            if v is None:
+                raise LedgerError(f"ledger {self.display()}: its schema_version table is empty")
+            return int(v)
+        if self._table_exists(ex, "releases"):
+            return 1  # the first SQLite format had no schema_version table
+        return 0
+
+    def _init_schema(self, *, create: bool, migrate: bool) -> tuple[int, int]:
+        """Check (or create, or migrate) the schema; ``(version found, version now)``."""
+
+        def fn(ex: Executor, retrying: bool) -> tuple[int, int]:
+            self._schema_lock(ex)
+            found = self._version(ex)
+            if found == 0:
+                if not create:
+                    raise LedgerError(f"ledger {self.display()} holds no mvg_dask ledger")
+                for statement in schema.CREATE[self.backend]:
+                    ex.execute(statement)
+                ex.execute(
+                    "INSERT INTO schema_version VALUES (?, ?)", (schema.CURRENT, time.time())
+                )
+                return 0, schema.CURRENT
+            if found > schema.CURRENT:
+                raise LedgerError(
+                    f"ledger {self.display()} is at schema version {found}, newer than this "
+                    f"mvg_dask understands ({schema.CURRENT}): upgrade mvg_dask"
+                )
+            if found < schema.CURRENT:
+                if not migrate:
+                    raise LedgerError(
+                        f"ledger {self.display()} is at schema version {found}; this mvg_dask "
+                        f"uses version {schema.CURRENT}: back it up, then run `mvg-dask ledger "
+                        f"migrate --ledger {self.display()}`"
+                    )
+                for step in range(found, schema.CURRENT):
+                    for statement in schema.UPGRADE[self.backend][step]:
+                        ex.execute(statement)
+                    ex.execute("INSERT INTO schema_version VALUES (?, ?)", (step + 1, time.time()))
+            return found, schema.CURRENT
+
+        result = self._run(fn)
+        if migrate:
+            self._erased()  # a migration copies pending keys: leave no old copy behind
+        return result
+
+    # -- datasets ---------------------------------------------------------------------------------
+    def ensure_dataset(
+        self,
+        dataset: str,
+        epsilon: float,
+        delta: float,
+        neighbours: Neighbours = "replace-one",
+    ) -> None:
+        """Register a dataset's total budget, or check that it matches the registered one.
+
+        Parameters
+        ----------
+        dataset : str
+            The dataset's name.
+        epsilon, delta : float
+            Its total budget.
+        neighbours : {"replace-one", "add-remove"}
+            The neighbour relation the budget is kept in.
+
+        Raises
+        ------
+        BudgetError
+            When the dataset is registered with another budget or relation.
+        """
+        cal._check_privacy(epsilon, delta)
+        if neighbours not in NEIGHBOURS:
+            raise BudgetError(
+                f"ledger.budget.neighbours: {neighbours!r} is not one of {NEIGHBOURS}"
+            )
+
+        def fn(ex: Executor, retrying: bool) -> None:
+            ex.execute(
+                "INSERT INTO datasets (dataset, epsilon, delta, neighbours, created) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (dataset) DO NOTHING",
+                (dataset, epsilon, delta, neighbours, time.time()),
+            )
+            eps0, delta0, nb0 = ex.execute(
+                "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?", (dataset,)
+            ).fetchone()
+            if not (math.isclose(eps0, epsilon) and math.isclose(delta0, delta)):
+                raise BudgetError(
+                    f"ledger.budget: dataset {dataset!r} is registered with epsilon={eps0:g}, "
+                    f"delta={delta0:g} in {self.display()}; the spec says epsilon={epsilon:g}, "
+                    f"delta={delta:g}: use the registered budget"
+                )
+            if nb0 != neighbours:
+                raise BudgetError(
+                    f"ledger.budget.neighbours: dataset {dataset!r} keeps its budget in "
+                    f"{nb0} neighbours in {self.display()}; the spec says {neighbours}: use "
+                    f"{nb0} (a release of the other relation converts with "
+                    "ledger.convert_neighbours)"
+                )
+
+        self._run(fn)
+
+    # -- releases ---------------------------------------------------------------------------------
+    def reserve(
+        self,
+        *,
+        dataset: str,
+        release_id: str,
+        epsilon: float,
+        delta: float,
+        calibration: str,
+        mu: float | None,
+        spec_hash: str,
+        output: str,
+        noise_key: str,
+        seeded: bool,
+        neighbours: Neighbours = "replace-one",
+        convert_neighbours: bool = False,
+    ) -> Spending:
+        """Reserve a release against its dataset's budget (atomic; nothing changes on refusal).
+
+        Parameters
+        ----------
+        dataset, release_id : str
+            Where it is charged, and its id (unique in the ledger).
+        epsilon, delta, mu : float
+            The release's guarantee (``mu`` for Gaussian releases, else None).
+        calibration : str
+            The noise calibration (``exact`` releases may compose as Gaussian DP).
+        spec_hash, output : str
+            To recognise a resume, and where the output goes.
+        noise_key : str
+            The release key (hex), kept until commit or abort so that a crash can resume.
+        seeded : bool
+            Whether the key comes from a seed (not private).
+        neighbours : {"replace-one", "add-remove"}
+            The relation of the release's guarantee.
+        convert_neighbours : bool
+            Charge an add-remove release to a replace-one budget by group privacy
+            (:func:`~mvg_dask.engine.ledger.composition.convert_neighbours`).
+
+        Returns
+        -------
+        Spending
+            The dataset's spending with this release.
+
+        Raises
+        ------
+        BudgetError
+            The budget would be exceeded, the dataset has no budget, or the neighbour
+            relations do not match.
+        ReleaseError
+            The release id is already in the ledger.
+        """
+        own = Guarantee(epsilon, delta, mu, neighbours)
+
+        def fn(ex: Executor, retrying: bool) -> Spending:
+            budget = ex.execute(
+                "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?"
+                + self._lock_clause,
+                (dataset,),
+            ).fetchone()
+            if budget is None:
+                raise BudgetError(f"ledger.dataset: {dataset!r} has no budget in {self.display()}")
+            b_eps, b_delta, b_neighbours = budget
+            existing = ex.execute(
+                "SELECT noise_key, spec_hash FROM releases WHERE release_id = ?", (release_id,)
+            ).fetchone()
+            rows = ex.execute(
+                "SELECT charge_epsilon, charge_delta, calibration, charge_mu FROM releases "
+                "WHERE dataset = ?",
+                (dataset,),
+            ).fetchall()
+            if existing is not None:
+                if retrying and tuple(existing) == (noise_key, spec_hash):
+                    # our reservation committed before the connection was lost
+                    return spending([tuple(r) for r in rows], b_delta)
+                raise ReleaseError(
+                    f"release_id {release_id!r} is already in the ledger; resume it with the "
+                    "same spec, or choose another release_id"
+                )
+            charge = _convert(own, b_neighbours, allow=convert_neighbours)
+            charges = [tuple(r) for r in rows]
+            before = spending(charges, b_delta)
+            after = spending(
+                [*charges, (charge.epsilon, charge.delta, calibration, charge.mu)], b_delta
+            )
+            if not after.fits(b_eps, b_delta):
+                converted = "" if charge is own else " after conversion to replace-one"
+                raise BudgetError(
+                    f"privacy budget of dataset {dataset!r} would be exceeded: spent "
+                    f"epsilon={before.epsilon:.6g}, delta={before.delta:.3g} ({before.composition})"
+                    f" of epsilon={b_eps:g}, delta={b_delta:g}; this release needs "
+                    f"epsilon={charge.epsilon:g}, delta={charge.delta:.3g}{converted}. Nothing "
+                    "was read or charged"
+                )
+            ex.execute(
+                "INSERT INTO releases (release_id, dataset, status, epsilon, delta, calibration, "
+                "mu, neighbours, charge_epsilon, charge_delta, charge_mu, spec_hash, output, "
+                "noise_key, seeded, created) "
+                "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    release_id,
+                    dataset,
+                    epsilon,
+                    delta,
+                    calibration,
+                    mu,
+                    neighbours,
+                    charge.epsilon,
+                    charge.delta,
+                    charge.mu,
+                    spec_hash,
+                    output,
+                    noise_key,
+                    bool(seeded),
+                    time.time(),
+                ),
+            )
+            crash_point("ledger-reserve")
+            return after
+
+        return self._run(fn)
+
+    def lookup(self, release_id: str) -> LedgerEntry | None:
+        """The entry of ``release_id``, if any."""
+        row = self._run(
+            lambda ex, _: ex.execute(
+                f"SELECT {schema.RELEASE_COLUMNS} FROM releases WHERE release_id = ?",
+                (release_id,),
+            ).fetchone()
+        )
+        return None if row is None else _entry(row)
+
+    def _finish(self, release_id: str, status: str, sql: str, params: tuple[Any, ...]) -> None:
+        def fn(ex: Executor, retrying: bool) -> None:
+            cur = ex.execute(sql, params)
+            crash_point(f"ledger-{status}")
+            if cur.rowcount == 1:
+                return
+            row = ex.execute(
+                "SELECT status FROM releases WHERE release_id = ?", (release_id,)
+            ).fetchone()
+            if retrying and row is not None and row[0] == status:
+                return  # done by the attempt whose connection was lost
+            now = "not in the ledger" if row is None else f"{row[0]}, not pending"
+            raise ReleaseError(f"release {release_id!r} is {now} in {self.display()}")
+
+        self._run(fn)
+        self._erased()
+
+    def commit(self, release_id: str, *, clipped: int | None = None) -> None:
+        """Mark a pending release committed and erase its key.
+
+        Parameters
+        ----------
+        release_id : str
+            The release.
+        clipped : int, optional
+            The exact number of clipped records, kept curator-side in the ledger (never
+            published; ``ledger show`` displays it).
+        """
+        if clipped is not None and (not isinstance(clipped, int) or clipped < 0):
+            raise ValueError(f"clipped: a count >= 0, not {clipped!r}")
+        self._finish(
+            release_id,
+            "committed",
+            "UPDATE releases SET status = 'committed', noise_key = NULL, committed = ?, "
+            "clipped = ? WHERE release_id = ? AND status = 'pending'",
+            (time.time(), clipped, release_id),
+        )
+
+    def abort(self, release_id: str, reason: str) -> None:
+        """Abort a pending release after data was read: it stays charged, its key is erased.
+
+        Parameters
+        ----------
+        release_id : str
+            The release.
+        reason : str
+            Why (curator-side: it may depend on the data, so it is never published).
+        """
+        self._finish(
+            release_id,
+            "aborted",
+            "UPDATE releases SET status = 'aborted', noise_key = NULL, aborted = ?, reason = ? "
+            "WHERE release_id = ? AND status = 'pending'",
+            (time.time(), str(reason), release_id),
+        )
+
+    def cancel(self, release_id: str) -> None:
+        """Drop a pending reservation: a release that failed before any chunk was read.
+
+        This refunds it; after the first read use :meth:`abort`.
+        """
+        self._run(
+            lambda ex, _: ex.execute(
+                "DELETE FROM releases WHERE release_id = ? AND status = 'pending'", (release_id,)
+            )
+        )
+        self._erased()
+
+    def releases(self, dataset: str | None = None) -> list[LedgerEntry]:
+        """Every release (optionally of one dataset), oldest first."""
+        cols = schema.RELEASE_COLUMNS
+        if dataset is None:
+            rows = self._run(
+                lambda ex, _: ex.execute(
+                    f"SELECT {cols} FROM releases ORDER BY created, release_id"
+                ).fetchall()
+            )
+        else:
+            rows = self._run(
+                lambda ex, _: ex.execute(
+                    f"SELECT {cols} FROM releases WHERE dataset = ? ORDER BY created, release_id",
+                    (dataset,),
+                ).fetchall()
+            )
+        return [_entry(r) for r in rows]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per dataset: budget, spending (pending and aborted releases included), what is left."""
+
+        def fn(ex: Executor, retrying: bool) -> tuple[list[Any], list[Any]]:
+            datasets = ex.execute(
+                "SELECT dataset, epsilon, delta, neighbours FROM datasets ORDER BY dataset"
+            ).fetchall()
+            rows = ex.execute(
+                f"SELECT {schema.RELEASE_COLUMNS} FROM releases ORDER BY created, release_id"
+            ).fetchall()
+            return datasets, rows
+
+        datasets, rows = self._run(fn)
+        entries = [_entry(r) for r in rows]
+        out = []
+        for name, eps, delta, neighbours in datasets:
+            mine = [e for e in entries if e.dataset == name]
+            spent = spending(
+                [
+                    (_f(e.charge_epsilon), _f(e.charge_delta), e.calibration, e.charge_mu)
+                    for e in mine
+                ],
+                delta,
+            )
+            out.append(
+                {
+                    "dataset": name,
+                    "budget": {"epsilon": eps, "delta": delta, "neighbours": neighbours},
+                    "composition": spent.composition,
+                    "spent": {"epsilon": spent.epsilon, "delta": spent.delta, "mu": spent.mu},
+                    "left": {
+                        "epsilon": max(eps - spent.epsilon, 0.0),
+                        # under Gaussian-DP composition epsilon is reported at the budget's delta
+                        "delta": None if spent.mu is not None else max(delta - spent.delta, 0.0),
+                    },
+                    "releases": [e.public() for e in mine],
+                }
+            )
+        return out
+
+
+def _f(x: float | None) -> float:
+    assert x is not None
+    return float(x)

@@ -1,0 +1,111 @@
+"""The ledger's versioned schema: the SQL that creates the current version on each backend and
+the small set of upgrades between versions.
+
+Versions
+--------
+1. The first SQLite format (no ``schema_version`` table): datasets and releases, statuses
+   ``pending`` and ``committed``.
+2. ``schema_version``; the neighbour relation of each budget and release; the charge of each
+   release in its budget's relation (after an explicit group-privacy conversion); status
+   ``aborted`` with its reason; the curator-side clipped count; a check that only a pending
+   release holds a key. Version-1 releases did not record their relation: the upgrade records
+   them, and their budgets, as ``replace-one``.
+
+A database with no ledger tables is created at :data:`CURRENT`. A ledger at an older version is
+refused until ``mvg-dask ledger migrate`` upgrades it; one at a newer version is refused.
+"""
+
+from __future__ import annotations
+
+CURRENT = 2
+
+_NEIGHBOURS_CHECK = "CHECK (neighbours IN ('replace-one', 'add-remove'))"
+
+
+def _tables(real: str, boolean: str, integer: str) -> list[str]:
+    return [
+        f"""CREATE TABLE schema_version (
+            version INTEGER PRIMARY KEY,
+            applied {real} NOT NULL
+        )""",
+        f"""CREATE TABLE datasets (
+            dataset TEXT PRIMARY KEY,
+            epsilon {real} NOT NULL,
+            delta {real} NOT NULL,
+            neighbours TEXT NOT NULL DEFAULT 'replace-one' {_NEIGHBOURS_CHECK},
+            created {real} NOT NULL
+        )""",
+        _releases("releases", real, boolean, integer),
+        "CREATE INDEX releases_by_dataset ON releases(dataset)",
+    ]
+
+
+def _releases(name: str, real: str, boolean: str, integer: str) -> str:
+    return f"""CREATE TABLE {name} (
+        release_id TEXT PRIMARY KEY,
+        dataset TEXT NOT NULL REFERENCES datasets(dataset),
+        status TEXT NOT NULL CHECK (status IN ('pending', 'committed', 'aborted')),
+        epsilon {real} NOT NULL,
+        delta {real} NOT NULL,
+        calibration TEXT NOT NULL,
+        mu {real},
+        neighbours TEXT NOT NULL {_NEIGHBOURS_CHECK},
+        charge_epsilon {real} NOT NULL,
+        charge_delta {real} NOT NULL,
+        charge_mu {real},
+        spec_hash TEXT NOT NULL,
+        output TEXT NOT NULL,
+        noise_key TEXT,
+        seeded {boolean} NOT NULL,
+        created {real} NOT NULL,
+        committed {real},
+        aborted {real},
+        reason TEXT,
+        clipped {integer},
+        CHECK (status = 'pending' OR noise_key IS NULL)
+    )"""
+
+
+#: Statements creating the current schema, per backend (the caller inserts the version row).
+CREATE: dict[str, list[str]] = {
+    "sqlite": _tables("REAL", "INTEGER", "INTEGER"),
+    "postgresql": [
+        *_tables("DOUBLE PRECISION", "BOOLEAN", "BIGINT"),
+        # explicit, although PostgreSQL grants nothing on new tables to PUBLIC: only the
+        # ledger's role (the owner) reads the keys
+        "REVOKE ALL ON schema_version, datasets, releases FROM PUBLIC",
+    ],
+}
+
+_V1_TO_V2_COPY = """INSERT INTO releases_v2 (
+        release_id, dataset, status, epsilon, delta, calibration, mu, neighbours,
+        charge_epsilon, charge_delta, charge_mu, spec_hash, output, noise_key, seeded,
+        created, committed)
+    SELECT release_id, dataset, status, epsilon, delta, calibration, mu, 'replace-one',
+        epsilon, delta, mu, spec_hash, output, noise_key, seeded, created, committed
+    FROM releases"""
+
+#: ``UPGRADE[backend][v]`` takes a ledger from version ``v`` to ``v + 1`` (one transaction).
+UPGRADE: dict[str, dict[int, list[str]]] = {
+    "sqlite": {
+        1: [
+            "ALTER TABLE datasets ADD COLUMN neighbours TEXT NOT NULL DEFAULT 'replace-one' "
+            + _NEIGHBOURS_CHECK,
+            _releases("releases_v2", "REAL", "INTEGER", "INTEGER"),
+            _V1_TO_V2_COPY,
+            "DROP TABLE releases",
+            "ALTER TABLE releases_v2 RENAME TO releases",
+            "CREATE INDEX releases_by_dataset ON releases(dataset)",
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)",
+        ],
+    },
+    # PostgreSQL ledgers start at version 2
+    "postgresql": {},
+}
+
+#: The columns of ``releases`` in the order :class:`LedgerEntry` takes them.
+RELEASE_COLUMNS = (
+    "release_id, dataset, status, epsilon, delta, calibration, mu, neighbours, "
+    "charge_epsilon, charge_delta, charge_mu, spec_hash, output, noise_key, seeded, "
+    "created, committed, aborted, reason, clipped"
+)
