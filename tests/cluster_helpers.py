@@ -9,14 +9,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
-def loopback_cluster(tmp: Path, workers: int = 2) -> Iterator[str]:
-    """Start a scheduler and ``workers`` single-threaded workers (each under a nanny)."""
+def loopback_cluster(
+    tmp: Path, workers: int = 2, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Start a scheduler and ``workers`` single-threaded workers (each under a nanny), with
+    ``env`` as their environment (default: this process's)."""
     sched_file = tmp / "scheduler.json"
     dask_bin = str(Path(sys.executable).parent / "dask")
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env}
     procs = [
         subprocess.Popen(
             [

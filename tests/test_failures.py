@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from mvg_dask import api
 from mvg_dask.engine.ledger import open_ledger
 from mvg_dask.errors import BudgetError, DataError, MvgDaskError, ReleaseError
+from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask.spec import SpecError
 from tests.cluster_helpers import loopback_cluster
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
@@ -152,7 +153,9 @@ def test_spec_fuzzer_no_traceback_no_partial_output_no_charge(client, fuzz_input
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_corrupt_chunk_is_a_clean_error_and_nothing_is_charged(tmp_path, client):
+def test_corrupt_chunk_is_a_clean_error_and_stays_charged(tmp_path, client):
+    """The read failed after other chunks were read: the error may depend on the data, so the
+    release stays charged, marked aborted (issue 8); nothing is written."""
     store = make_input(tmp_path / "in.zarr", data(3, 500, seed=2), chunk=100)
     chunk = Path(store) / "X" / "c" / "0" / "2"  # feature chunk 0, record chunk 2
     assert chunk.is_file()
@@ -171,7 +174,11 @@ def test_corrupt_chunk_is_a_clean_error_and_nothing_is_charged(tmp_path, client)
     assert not (tmp_path / "out.zarr").exists()
     assert not list(tmp_path.glob("out.zarr.staging-*"))
     with open_ledger(tmp_path / "l.sqlite") as book:
-        assert book.releases() == []
+        (entry,) = book.releases()
+        assert entry.status == "aborted" and entry.noise_key is None
+        assert "records 200..299" in (entry.reason or "")
+        (summary,) = book.summary()  # the release's mu is spent (Gaussian-DP composition)
+        assert summary["spent"]["mu"] == pytest.approx(analytic_gaussian_mu(1.0, 1e-5))
 
 
 def test_non_orthonormal_direction_matrix(tmp_path, client):

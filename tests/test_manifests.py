@@ -366,9 +366,9 @@ def test_the_image_dask_config_raises_the_malloc_thresholds_in_nanny_workers(tmp
 
     # a clean environment: a LocalCluster started earlier in this process leaves its config
     # (DASK_INTERNAL_INHERIT_CONFIG) and the nanny's malloc variables in os.environ
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DASK_", "MALLOC_"))}
-    env["DASK_CONFIG"] = str(CLUSTER / "dask.yaml")
-    with loopback_cluster(tmp_path, workers=1) as address:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DASK_", "MALLOC_"))}
+    env = {**clean, "DASK_CONFIG": str(CLUSTER / "dask.yaml")}
+    with loopback_cluster(tmp_path, workers=1, env=clean) as address:
         dask_bin = str(Path(sys.executable).parent / "dask")
         worker = subprocess.Popen(
             [dask_bin, "worker", address, "--nthreads", "1", "--host", "127.0.0.1",
