@@ -104,6 +104,4 @@ def release(
         fail(exc)
         return
     note = " (seeded: NOT private)" if result.seeded else ""
-    click.echo(
-        f"release {result.release_id} complete: {result.output}{note}; {result.seconds:.1f} s"
-    )
+    click.echo(f"release {result.release_id} complete: {result.output}{note}")
