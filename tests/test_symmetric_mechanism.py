@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 
 from mvg_dask.engine.release import covariance_noise
@@ -30,6 +32,7 @@ from mvg_dask.plan.noise_plan import noise_plan_from_dict
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import CompatibilityError, check_compatible
 from mvg_dask.spec import SpecError, parse_spec
+from tests.strategies import allocations, boxes, deltas, epsilons, orthonormal
 from tests.test_privacy_loss import _check_delta
 
 ALPHA = 1e-3
@@ -430,3 +433,73 @@ def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, a
     assert {k: v for k, v in ds.attrs.items() if k not in volatile} == {
         k: v for k, v in ds2.attrs.items() if k not in volatile
     }
+
+
+def test_dp_pca_covariance_release_with_symmetric_noise(tmp_path, client):
+    """DP-PCA directions (rotated) with the default symmetric noise: the ratio is chosen for the
+    directions at run time, published as a data variable, null in the public plan attribute."""
+    from mvg_dask import api
+    from tests.pipeline_helpers import data, make_input, spec_dict
+
+    X = data(5, 2000, seed=8, low=-1, high=1)
+    store = make_input(tmp_path / "in.zarr", X, chunk=500)
+    spec = spec_dict(
+        store,
+        str(tmp_path / "out.zarr"),
+        query="covariance",
+        domain={"box": {"lower": -1.0, "upper": 1.0}},
+        mechanism={"directions": {"method": "dp-pca", "k": 2}},
+    )
+    del spec["mechanism"]["algorithm"]
+    res = api.release(spec, client=client, seed=4, progress=False)
+    ds = api.open_release(res.output)
+    plan = res.plan
+    assert plan.algorithm == "symmetric" and plan.symmetric_ratio is not None
+    assert float(ds["symmetric_ratio"]) == plan.symmetric_ratio
+    assert json.loads(ds.attrs["mvg_dask_plan"])["symmetric_ratio"] is None
+    cov = ds["covariance"].values
+    assert np.array_equal(cov, cov.T)
+    lhs, rhs = plan.theorem_check()
+    assert lhs <= rhs
+
+
+# -- properties ---------------------------------------------------------------------------------
+@st.composite
+def symmetric_inputs(draw: st.DrawFn):
+    m = draw(st.integers(1, 6))
+    lo, hi = draw(boxes(m))
+    domain = (
+        BoxDomain.create(lo, hi, m)
+        if draw(st.booleans())
+        else L2BallDomain(draw(st.floats(0.1, 10)), m)
+    )
+    standard = draw(st.booleans())
+    directions = (
+        Directions.standard(m) if standard else Directions.from_matrix(draw(orthonormal(m)))
+    )
+    return dict(
+        query=QuerySpec.covariance(m, draw(st.integers(2, 3000))),
+        domain=domain,
+        directions=directions,
+        allocation=AllocationSpec(strategy="custom", theta=draw(allocations(m))),
+        neighbours=draw(st.sampled_from(["replace-one", "add-remove"])),
+        symmetric_ratio=draw(st.one_of(st.none(), st.floats(0.5, 20))),
+    )
+
+
+@given(symmetric_inputs(), epsilons, deltas)
+def test_symmetric_plan_meets_delta_tightly_and_round_trips(inputs, eps, delta):
+    plan = build_noise_plan(epsilon=eps, delta=delta, algorithm="symmetric", **inputs)
+    got = cal.analytic_gaussian_delta(eps, plan.mahalanobis_sensitivity)
+    assert delta * (1 - 1e-6) <= got <= delta
+    assert np.all(plan.row_variances > 0) and plan.symmetric_ratio >= 0.5
+    again = noise_plan_from_dict(plan.to_dict())
+    assert np.array_equal(again.row_variances, plan.row_variances)
+
+
+@given(symmetric_inputs(), st.floats(0.05, 4.0), st.floats(1.01, 5.0), deltas)
+def test_symmetric_smaller_epsilon_never_gives_smaller_noise(inputs, eps, factor, delta):
+    small = build_noise_plan(epsilon=eps, delta=delta, algorithm="symmetric", **inputs)
+    large = build_noise_plan(epsilon=eps * factor, delta=delta, algorithm="symmetric", **inputs)
+    if small.symmetric_ratio == large.symmetric_ratio:
+        assert np.all(small.row_variances >= large.row_variances * (1 - 1e-9))

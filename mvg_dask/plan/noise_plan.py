@@ -523,6 +523,13 @@ class NoisePlan:
         ]
         if self.precision_budget is not None:
             lines.append(f"  precision budget ({self.budget_kind}): {self.precision_budget:.6g}")
+        if self.symmetric_ratio is not None:
+            lines.append(
+                f"  symmetric noise A S A^T: off-diagonal / diagonal variance r = "
+                f"{self.symmetric_ratio:.6g}"
+            )
+        elif self.output_symmetric_ratio is not None:
+            lines.append("  published symmetrised: (Z + Z^T) / 2, i.e. A S A^T with r = 0.5")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -314,6 +314,9 @@ class QuerySpec:
                     _, directions = np.linalg.eigh(precision)
                 W = np.asarray(directions, dtype=np.float64)
                 p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
+                scale = float(np.max(np.abs(precision)))
+                if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
+                    raise ValueError("the precision matrix is not diagonal in these directions")
                 T, sign_definite = domain.coordinate_sups(W, p)
                 r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
                 top = np.sort(p)[::-1]
