@@ -180,6 +180,31 @@ def test_symmetric_privacy_loss_on_worst_case_pair(rotated, r):
     _check_delta(L, plan.epsilon, plan.delta)
 
 
+def test_symmetric_privacy_loss_through_the_release_sampler():
+    """The same audit with the noise drawn by the engine's own function (covariance_noise, one
+    key per trial, seeds 50_000 + t), at the attained worst case of [-1,1]^4."""
+    m, N, trials = 4, 30, 40_000
+    plan = build_noise_plan(
+        QuerySpec.covariance(m, N),
+        BoxDomain.create(-1, 1, m),
+        epsilon=1.0,
+        delta=1e-3,
+        algorithm="symmetric",
+    )
+    X = np.random.default_rng(16).uniform(-1, 1, (m, N))
+    X[:, 0] = 1.0
+    X2 = X.copy()
+    X2[:, 0] = [1.0, -1.0, 1.0, -1.0]
+    M1, M2 = X @ X.T / N, X2 @ X2.T / N
+    Y = M1 + np.stack(
+        [covariance_noise(plan, NoiseKey.from_seed(50_000 + t)) for t in range(trials)]
+    )
+    L, dist = _vech_density_log_ratio(Y, M1, M2, plan.row_factor, plan.symmetric_ratio)
+    assert dist == pytest.approx(plan.mahalanobis_sensitivity, rel=1e-9)
+    assert stats.kstest(L, stats.norm(dist**2 / 2, dist).cdf).pvalue > ALPHA
+    _check_delta(L, plan.epsilon, plan.delta)
+
+
 # -- plan ----------------------------------------------------------------------------------------
 def test_symmetric_plan_round_trip_theorem_check_and_ratio():
     plan = _rotated_plan(4, seed=3)
