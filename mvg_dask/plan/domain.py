@@ -92,8 +92,9 @@ class BoxDomain:
         return float(a @ a)
 
     def sup_quadratic(self, P: np.ndarray) -> float:
-        """Upper bound of ``sup x^T P x`` over the domain."""
-        return sens.sup_quadratic_box(P, self.abs_max)
+        """Upper bound of ``sup x^T P x`` over the domain (symmetric hull or centred bound,
+        :func:`mvg_dask.privacy.sensitivity.sup_quadratic_interval_box`)."""
+        return sens.sup_quadratic_interval_box(P, self.lower, self.upper)
 
     def sup_quadratic_diff(self, P: np.ndarray) -> float:
         """Upper bound of ``sup (x - x')^T P (x - x')`` over pairs of records."""
