@@ -127,7 +127,12 @@ class AllocationSpecModel(_Strict):
 
 
 class MechanismSpec(_Strict):
-    """The MVG mechanism: algorithm, calibration, directions and allocation."""
+    """The MVG mechanism: algorithm, calibration, directions and allocation.
+
+    ``algorithm`` defaults to ``unimodal``, except for an ``exact`` covariance release, whose
+    default is ``symmetric`` (noise ``A S A^T`` with ``S`` symmetric, docs/bounds.md); the
+    paper's Alg. 2 stays available as ``equi-modal``.
+    """
 
     algorithm: Algorithm = "unimodal"
     calibration: Calibration = "exact"
@@ -241,6 +246,21 @@ class ReleaseSpec(_Strict):
     privacy: PrivacySpec
     output: OutputSpec
     ledger: LedgerSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, data: Any) -> Any:
+        """An exact covariance release without an algorithm gets symmetric noise."""
+        if not isinstance(data, dict) or data.get("query") != "covariance":
+            return data
+        mech = data.get("mechanism", {})
+        if (
+            isinstance(mech, dict)
+            and "algorithm" not in mech
+            and mech.get("calibration", "exact") == "exact"
+        ):
+            return {**data, "mechanism": {**mech, "algorithm": "symmetric"}}
+        return data
 
     @field_validator("name", "release_id")
     @classmethod

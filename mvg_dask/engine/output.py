@@ -2,7 +2,9 @@
 
 A release is an xarray-readable Zarr v3 group: the privatized variable (identity: the input's
 name, dims and coordinates; covariance: ``covariance`` over ``{feature}_row``/``{feature}_col``),
-the noise description as variables (``row_cov``, ``col_cov`` for equi-modal noise,
+the noise description as variables (``row_cov``, ``col_cov`` for equi-modal and symmetric noise,
+``symmetric_ratio`` for a symmetric published noise ``B S B^T`` (symmetric noise, and equi-modal
+covariance noise, which is published averaged with its transpose),
 ``directions``, ``noise_variances``, and ``dp_pca_eigenvalues`` for DP-PCA directions) and the
 provenance attributes named in :data:`ATTRS`. Every attribute is a function of the plan, never of
 the data (DESIGN.md §7); values that depend on the data are noisy data variables.
@@ -112,8 +114,20 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
         "directions": xr.DataArray(plan.directions.matrix, dims=(rows, "direction")),
         "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
     }
-    if plan.algorithm == "equi-modal":
+    if plan.algorithm != "unimodal":
         out["col_cov"] = xr.DataArray(plan.row_cov, dims=(rows, cols))
+    ratio = plan.output_symmetric_ratio
+    if ratio is not None:
+        # the published noise is B S B^T, B = directions * sqrt(noise_variances), S symmetric
+        # with S_ii ~ N(0, 1), S_ij ~ N(0, ratio): symmetric noise, or equi-modal noise
+        # averaged with its transpose (ratio 1/2); row_cov = col_cov = B B^T
+        out["symmetric_ratio"] = xr.DataArray(
+            ratio,
+            attrs={
+                "description": "published noise B S B^T, B = directions * sqrt(noise_variances),"
+                " S symmetric, S_ii ~ N(0, 1), S_ij = S_ji ~ N(0, symmetric_ratio)"
+            },
+        )
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
         out["dp_pca_eigenvalues"] = xr.DataArray(plan.directions.eigenvalues, dims=("direction",))
     return out

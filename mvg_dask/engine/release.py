@@ -32,7 +32,6 @@ from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.output import OutputTarget, open_release, provenance, stored_plan
 from mvg_dask.errors import BudgetError, DataError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.noise.tiles import matrix_noise
 from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
 from mvg_dask.plan.release_plan import ReleasePlan
 
@@ -147,12 +146,9 @@ class _Stages:
         """Privatize ``X X^T / N`` (``N`` public: replace-one, or a declared ``N0``) and write it;
         with a noisy count, write the noisy sum ``X X^T`` and the count, and their ratio as the
         covariance estimate (post-processing)."""
-        plan = rplan.noise_plan()
-        B = plan.row_factor
-        Z = matrix_noise(
-            self.key.derive("release"), B, B if plan.algorithm == "equi-modal" else None
+        noisy = gram / rplan.query.records + covariance_noise(
+            rplan.noise_plan(), self.key.derive("release")
         )
-        noisy = gram / rplan.query.records + Z
         if count is None:
             self.target.write_matrix(rplan, "covariance", noisy)
             return
@@ -228,6 +224,13 @@ class _Stages:
         else:
             self.identity(rplan, resume=resume, progress=progress)
         return rplan
+
+
+def covariance_noise(plan: NoisePlan, key: NoiseKey) -> np.ndarray:
+    """The noise a covariance release adds: symmetric noise, equi-modal noise averaged with its
+    transpose (post-processing, docs/bounds.md Sec. 6) or unimodal noise — the plan's own draw
+    (:meth:`NoisePlan.draw`), the one sampling path the experiments use too."""
+    return plan.draw(key)
 
 
 def _mark_aborted(target: OutputTarget) -> None:

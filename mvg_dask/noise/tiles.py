@@ -5,7 +5,9 @@ data is chunked. Tile ``t`` of the record axis covers records ``[t*tile, min((t+
 its standard normals are drawn whole, as an ``M x tile`` C-ordered matrix, from
 ``key.generator(t)``. The noise of a record therefore depends only on the key and the record's
 index, never on the chunking, the cluster or how often a task runs. A square (``m x m``) query's
-noise uses tile 0 of its own derived key.
+noise uses tile 0 of its own derived key: ``m x m`` normals (:func:`matrix_noise`) or, for
+symmetric noise, the ``m (m + 1) / 2`` normals of an upper triangle
+(:func:`symmetric_matrix_noise`).
 """
 
 from __future__ import annotations
@@ -125,3 +127,99 @@ def matrix_noise(
     m = row_factor.shape[0]
     n = m if col_factor is None else col_factor.shape[0]
     return affine_sample(key.tile_normals(tile, (m, n)), row_factor, col_factor)
+
+
+def symmetric_normals(key: NoiseKey, m: int, ratio: float, *, tile: int = 0) -> np.ndarray:
+    """A symmetric ``m x m`` Gaussian matrix ``S``: ``S_ii ~ N(0, 1)``, ``S_ij = S_ji ~ N(0, r)``.
+
+    The ``m (m + 1) / 2`` normals of the upper triangle (row-major order, diagonal included, as
+    :func:`numpy.triu_indices`) are one whole draw from tile ``tile`` of ``key``; the
+    off-diagonal ones are scaled by ``sqrt(r)`` and mirrored. The bytes depend only on the key,
+    ``m`` and ``r``.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The key of this noise (a release derives one per purpose).
+    m : int
+        Size.
+    ratio : float
+        ``r = b^2 / a^2``, the off-diagonal over the diagonal variance.
+    tile : int, default 0
+        The tile to draw.
+
+    Returns
+    -------
+    ndarray
+        ``S``.
+    """
+    iu = np.triu_indices(m)
+    z = key.tile_normals(tile, (iu[0].size,))
+    z[iu[0] != iu[1]] *= np.sqrt(ratio)
+    S = np.zeros((m, m))
+    S[iu] = z
+    return S + np.triu(S, 1).T
+
+
+def symmetric_matrix_noise(
+    key: NoiseKey, factor: np.ndarray, ratio: float, *, tile: int = 0
+) -> np.ndarray:
+    """Symmetric noise ``B S B^T`` of an ``m x m`` symmetric query (docs/bounds.md, Sec. 1).
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The key of this noise.
+    factor : ndarray
+        ``B = W diag(sqrt(v))`` (``m x m``): the basis the ensemble ``S`` lives in.
+    ratio : float
+        ``r``: ``S_ii ~ N(0, 1)``, ``S_ij = S_ji ~ N(0, r)`` (:func:`symmetric_normals`).
+    tile : int, default 0
+        The tile to draw.
+
+    Returns
+    -------
+    ndarray
+        ``Z = B S B^T`` (exactly symmetric).
+    """
+    Z = factor @ symmetric_normals(key, factor.shape[0], ratio, tile=tile) @ factor.T
+    return np.asarray((Z + Z.T) / 2.0)  # exact symmetry in floating point
+
+
+def symmetric_query_noise(
+    key: NoiseKey, factor: np.ndarray, algorithm: str, ratio: float | None = None
+) -> np.ndarray:
+    """The noise a release adds to a symmetric ``m x m`` query output (tile 0 of ``key``).
+
+    * ``symmetric``: ``B S B^T``, ``S`` symmetric with ratio ``r`` (:func:`symmetric_matrix_noise`);
+    * ``equi-modal`` (MVG Alg. 2): ``(Z + Z^T) / 2`` of ``Z = B N B^T`` (:func:`matrix_noise`).
+      Averaging the release with its transpose is post-processing (same privacy); the published
+      noise is ``B S B^T`` with ``S = (N + N^T) / 2``, the ensemble with ``r = 1/2``, and its
+      expected squared error is ``(m + 1) / (2m)`` times that of ``Z`` for uniform variances
+      (docs/bounds.md, Sec. 6);
+    * ``unimodal``: ``B N`` (not symmetric).
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The key of this noise.
+    factor : ndarray
+        ``B`` (``m x m``).
+    algorithm : {"unimodal", "equi-modal", "symmetric"}
+        Noise type.
+    ratio : float, optional
+        ``r`` of symmetric noise.
+
+    Returns
+    -------
+    ndarray
+        ``m x m`` noise.
+    """
+    if algorithm == "symmetric":
+        if ratio is None:
+            raise ValueError("symmetric noise needs its ratio r")
+        return symmetric_matrix_noise(key, factor, ratio)
+    if algorithm == "equi-modal":
+        Z = matrix_noise(key, factor, factor)
+        return np.asarray((Z + Z.T) / 2.0)
+    return matrix_noise(key, factor, None)

@@ -1,7 +1,8 @@
 """Plan layer: record domain, query specs, directions and the noise plan (metadata only)."""
 
-from mvg_dask.plan.directions import Directions, dp_pca, gram_sensitivity
+from mvg_dask.plan.directions import Directions, dp_pca, gram_sensitivity, vech_sensitivity
 from mvg_dask.plan.domain import NEIGHBOURS, BoxDomain, L2BallDomain, Neighbours, RecordDomain
+from mvg_dask.plan.estimators import covariance_from_identity, identity_noise_gram
 from mvg_dask.plan.noise_plan import (
     AllocationSpec,
     BudgetSplit,
@@ -24,7 +25,10 @@ __all__ = [
     "QuerySpec",
     "RecordDomain",
     "build_noise_plan",
+    "covariance_from_identity",
     "dp_pca",
     "gram_sensitivity",
+    "identity_noise_gram",
     "split_budget",
+    "vech_sensitivity",
 ]

@@ -92,8 +92,9 @@ class BoxDomain:
         return float(a @ a)
 
     def sup_quadratic(self, P: np.ndarray) -> float:
-        """Upper bound of ``sup x^T P x`` over the domain."""
-        return sens.sup_quadratic_box(P, self.abs_max)
+        """Upper bound of ``sup x^T P x`` over the domain (symmetric hull or centred bound,
+        :func:`mvg_dask.privacy.sensitivity.sup_quadratic_interval_box`)."""
+        return sens.sup_quadratic_interval_box(P, self.lower, self.upper)
 
     def sup_quadratic_diff(self, P: np.ndarray) -> float:
         """Upper bound of ``sup (x - x')^T P (x - x')`` over pairs of records."""
@@ -102,6 +103,35 @@ class BoxDomain:
     def diff_norm(self) -> float:
         """``sup ||x - x'||`` over pairs of records."""
         return float(np.linalg.norm(self.widths))
+
+    @property
+    def sign_definite(self) -> bool:
+        """True when no feature's interval contains values of both signs (``lower_i >= 0`` or
+        ``upper_i <= 0``): then ``x_i x'_i >= 0`` for all records (docs/bounds.md, Thm. 2)."""
+        return bool(np.all((self.lower >= 0) | (self.upper <= 0)))
+
+    def coordinate_sups(self, W: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``T_i = p_i sup (w_i . x)^2`` over the box, and whether every ``w_i . x`` keeps one sign.
+
+        ``y_i = sqrt(p_i) w_i . x`` are the coordinates of a record whitened by
+        ``A = W diag(1/sqrt(p))``; the range of ``w_i . x`` over a box is exact (a linear
+        function's extremes), so ``T_i`` is the exact supremum of ``y_i^2``.
+
+        Parameters
+        ----------
+        W : ndarray
+            Orthonormal directions (columns).
+        p : ndarray
+            Precisions along the directions.
+
+        Returns
+        -------
+        tuple
+            ``(T, sign_definite)``.
+        """
+        lo, hi = sens.box_linear_range(self.lower, self.upper, W)
+        T = np.asarray(p, float) * np.maximum(np.abs(lo), np.abs(hi)) ** 2
+        return T, bool(np.all((lo >= 0) | (hi <= 0)))
 
     def diff_l1(self) -> float:
         """``sup ||x - x'||_1`` over pairs of records."""
@@ -151,6 +181,15 @@ class L2BallDomain:
     def diff_norm(self) -> float:
         """``2C``."""
         return 2.0 * self.radius
+
+    @property
+    def sign_definite(self) -> bool:
+        """Always False: a ball contains ``x`` and ``-x``."""
+        return False
+
+    def coordinate_sups(self, W: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``T_i = p_i C^2 = sup (sqrt(p_i) w_i . x)^2`` over the ball; never sign-definite."""
+        return np.asarray(p, float) * self.radius**2, False
 
     def diff_l1(self) -> float:
         """``2C sqrt(m)``."""

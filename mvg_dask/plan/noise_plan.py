@@ -18,7 +18,12 @@ from typing import Any, Literal
 import numpy as np
 
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.noise.tiles import TILE_RECORDS, matrix_noise, record_noise
+from mvg_dask.noise.tiles import (
+    TILE_RECORDS,
+    matrix_noise,
+    record_noise,
+    symmetric_query_noise,
+)
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import (
     NEIGHBOURS,
@@ -203,6 +208,7 @@ def _check_compatible(
         psd=query.is_psd,
         square=m == n,
         standard_directions=directions.is_standard,
+        symmetric=query.is_symmetric,
     )
     if directions.matrix.shape != (m, m):
         raise ValueError(
@@ -314,8 +320,9 @@ class NoisePlan:
         Neighbouring relation.
     epsilon, delta : float
         The total guarantee (direction step + release).
-    algorithm : {"unimodal", "equi-modal"}
-        Alg. 1 (``Psi = I``) or Alg. 2 (``Psi = Sigma``).
+    algorithm : {"unimodal", "equi-modal", "symmetric"}
+        Alg. 1 (``Psi = I``), Alg. 2 (``Psi = Sigma``) or symmetric noise ``A S A^T``
+        (``A = W diag(sqrt(v))``, ``S_ii ~ N(0, 1)``, ``S_ij = S_ji ~ N(0, r)``).
     calibration : str
         Calibration name.
     directions : Directions
@@ -336,6 +343,8 @@ class NoisePlan:
         ``Delta_M`` of the release step.
     split : BudgetSplit
         How the budget was shared with the direction step.
+    symmetric_ratio : float or None
+        ``r = b^2 / a^2`` of symmetric noise (``None`` for the other noise types).
     """
 
     query: QuerySpec
@@ -356,6 +365,7 @@ class NoisePlan:
     mahalanobis_sensitivity: float
     split: BudgetSplit
     budget_detail: cal.PrecisionBudget | None = field(default=None, repr=False)
+    symmetric_ratio: float | None = None
 
     # -- derived quantities ------------------------------------------------------------------
     @property
@@ -365,8 +375,9 @@ class NoisePlan:
 
     @property
     def col_variances(self) -> np.ndarray | None:
-        """Column noise variances (equi-modal: equal to the row variances; unimodal: ``None``)."""
-        return self.row_variances if self.algorithm == "equi-modal" else None
+        """Column noise variances (equi-modal and symmetric: the row variances, ``A`` multiplies
+        the noise on both sides; unimodal: ``None``)."""
+        return None if self.algorithm == "unimodal" else self.row_variances
 
     @property
     def row_cov(self) -> np.ndarray:
@@ -376,8 +387,20 @@ class NoisePlan:
 
     @property
     def col_cov(self) -> np.ndarray | None:
-        """``Psi`` (``None`` means ``I_n``)."""
-        return self.row_cov if self.algorithm == "equi-modal" else None
+        """``Psi`` (``None`` means ``I_n``); symmetric noise ``A S A^T``: ``A A^T`` as well."""
+        return None if self.algorithm == "unimodal" else self.row_cov
+
+    @property
+    def output_symmetric_ratio(self) -> float | None:
+        """``r`` of the noise a covariance release really adds: the plan's ratio for symmetric
+        noise, ``1/2`` for equi-modal noise (the engine publishes ``(Z + Z^T) / 2``, which is
+        ``A S A^T`` with ``S = (N + N^T) / 2``: ``S_ii ~ N(0, 1)``, ``S_ij ~ N(0, 1/2)``),
+        ``None`` for unimodal noise or a non-symmetric query."""
+        if self.algorithm == "symmetric":
+            return self.symmetric_ratio
+        if self.algorithm == "equi-modal" and self.query.is_symmetric:
+            return 0.5
+        return None
 
     @property
     def row_precision(self) -> np.ndarray:
@@ -394,9 +417,14 @@ class NoisePlan:
         """Standard deviation of each noise entry of the ``m x n`` output (``m x n'`` view).
 
         Unimodal: ``sqrt(diag Sigma)`` per row (every column alike, shape ``(m, 1)``);
-        equi-modal: ``sqrt(diag(Sigma) diag(Sigma)^T)``.
+        equi-modal: ``sqrt(diag(Sigma) diag(Sigma)^T)``; symmetric noise ``B S B^T``
+        (``B = W diag(sqrt(v))``): ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) +
+        (1 - 2r) sum_i B_ki^2 B_li^2`` (docs/bounds.md, Sec. 1).
         """
-        d = np.diag(self.row_cov)
+        Sigma = self.row_cov
+        d = np.diag(Sigma)
+        if self.algorithm == "symmetric":
+            return symmetric_entry_std(self.row_factor, float(self.symmetric_ratio or 0.5))
         if self.algorithm == "equi-modal":
             return np.asarray(np.sqrt(np.outer(d, d)))
         return np.asarray(np.sqrt(d)[:, None])
@@ -405,8 +433,9 @@ class NoisePlan:
         """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
 
         The same function of the key as a release's (whose identity tasks draw the same tiles
-        record range by record range): ``B_Sigma N`` (unimodal) or ``B_Sigma N B_Sigma^T``
-        (equi-modal).
+        record range by record range): ``B_Sigma N`` (unimodal), and for a symmetric query the
+        noise :func:`~mvg_dask.noise.tiles.symmetric_query_noise` publishes (symmetric noise,
+        or equi-modal noise averaged with its transpose).
 
         Parameters
         ----------
@@ -425,7 +454,20 @@ class NoisePlan:
         if self.algorithm == "unimodal" and (self.query.kind == "identity" or m != n):
             standard = self.directions.is_standard
             return record_noise(key, B, 0, n, tile=tile, n_total=n, diagonal=standard)
+        if self.query.is_symmetric:
+            return symmetric_query_noise(key, B, self.algorithm, self.symmetric_ratio)
         return matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
+
+    def released_entry_std(self) -> np.ndarray:
+        """Standard deviation of each entry of the noise a release publishes.
+
+        Equal to :meth:`entry_std` except for equi-modal noise on a symmetric query, which the
+        engine symmetrises (``(Z + Z^T) / 2``: :attr:`output_symmetric_ratio` ``= 1/2``).
+        """
+        r = self.output_symmetric_ratio
+        if self.algorithm == "equi-modal" and r is not None:
+            return symmetric_entry_std(self.row_factor, r)
+        return self.entry_std()
 
     def implied_epsilon(self) -> float:
         """Smallest ``epsilon`` the release step really has at its ``delta`` (analytic Gaussian).
@@ -472,6 +514,7 @@ class NoisePlan:
             "col_variances": None if col is None else col.tolist(),
             "mahalanobis_sensitivity": self.mahalanobis_sensitivity,
             "implied_epsilon": self.implied_epsilon(),
+            **({} if self.symmetric_ratio is None else {"symmetric_ratio": self.symmetric_ratio}),
             "directions": {
                 "method": self.directions.method,
                 "important": list(self.directions.important),
@@ -516,6 +559,13 @@ class NoisePlan:
         ]
         if self.precision_budget is not None:
             lines.append(f"  precision budget ({self.budget_kind}): {self.precision_budget:.6g}")
+        if self.symmetric_ratio is not None:
+            lines.append(
+                f"  symmetric noise A S A^T: off-diagonal / diagonal variance r = "
+                f"{self.symmetric_ratio:.6g}"
+            )
+        elif self.output_symmetric_ratio is not None:
+            lines.append("  published symmetrised: (Z + Z^T) / 2, i.e. A S A^T with r = 0.5")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -538,6 +588,7 @@ def build_noise_plan(
     neighbours: Neighbours = "replace-one",
     direction_share: float = 0.0,
     count_share: float = 0.0,
+    symmetric_ratio: float | None = None,
 ) -> NoisePlan:
     """Build and check a noise plan from metadata only.
 
@@ -549,8 +600,8 @@ def build_noise_plan(
         Declared record domain (its dimension must equal ``query.features``).
     epsilon, delta : float
         Total privacy parameters (including a DP-PCA direction step, if any).
-    algorithm : {"unimodal", "equi-modal"}
-        Alg. 1 or Alg. 2.
+    algorithm : {"unimodal", "equi-modal", "symmetric"}
+        Alg. 1, Alg. 2 or symmetric noise ``A S A^T`` (symmetric queries, ``exact``).
     calibration : str
         One of :data:`mvg_dask.privacy.CALIBRATIONS`.
     directions : Directions, optional
@@ -563,6 +614,9 @@ def build_noise_plan(
         Fraction of the budget already spent by a DP-PCA step that chose ``directions``.
     count_share : float, default 0
         Fraction of the budget spent on a noisy record count (add-remove covariance).
+    symmetric_ratio : float, optional
+        ``r = b^2 / a^2 >= 1/2`` of symmetric noise; by default the ``r`` that minimises the
+        expected squared error of a uniform allocation (:func:`best_symmetric_ratio`).
 
     Returns
     -------
@@ -582,6 +636,18 @@ def build_noise_plan(
     split = split_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     W = directions.matrix
+    ratio: float | None = None
+    if algorithm == "symmetric":
+        if symmetric_ratio is None:
+            ratio = best_symmetric_ratio(query, domain, neighbours, W)
+        else:
+            ratio = float(symmetric_ratio)
+            if not (math.isfinite(ratio) and ratio >= 0.5):
+                raise ValueError(
+                    f"symmetric_ratio must be a finite number >= 0.5, got {symmetric_ratio!r}"
+                )
+    elif symmetric_ratio is not None:
+        raise ValueError("symmetric_ratio is only used with algorithm: symmetric")
 
     if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
         assert split.release_mu is not None
@@ -590,7 +656,7 @@ def build_noise_plan(
             weights = domain.widths**2
         # the linear precision a uniform plan would get: the water level for max-pnr
         uniform_total = _exact_scale(
-            query, domain, neighbours, algorithm, W, alloc.uniform(m), split.release_mu
+            query, domain, neighbours, algorithm, W, alloc.uniform(m), split.release_mu, ratio
         )
         theta = _resolve_allocation(
             allocation,
@@ -599,12 +665,14 @@ def build_noise_plan(
             total_precision=uniform_total,
             weights=weights,
         )
-        c = _exact_scale(query, domain, neighbours, algorithm, W, theta, split.release_mu)
+        c = _exact_scale(query, domain, neighbours, algorithm, W, theta, split.release_mu, ratio)
         # round toward more privacy on the matrices the release really uses
         for _ in range(200):
             row_variances = 1.0 / (c * theta)
             precision = (W / row_variances) @ W.T
-            d_m = query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm)
+            d_m = query.mahalanobis_sensitivity(
+                domain, neighbours, precision, algorithm, directions=W, ratio=ratio
+            )
             if d_m <= split.release_mu:
                 break
             c *= 1.0 - 1e-13
@@ -627,7 +695,9 @@ def build_noise_plan(
         row_variances = budget.variances(theta)
         gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
     precision = (W / row_variances) @ W.T
-    d_m = query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm)
+    d_m = query.mahalanobis_sensitivity(
+        domain, neighbours, precision, algorithm, directions=W, ratio=ratio
+    )
     return NoisePlan(
         query=query,
         domain=domain,
@@ -647,6 +717,7 @@ def build_noise_plan(
         mahalanobis_sensitivity=d_m,
         split=split,
         budget_detail=budget,
+        symmetric_ratio=ratio,
     )
 
 
@@ -658,14 +729,16 @@ def _exact_scale(
     W: np.ndarray,
     theta: np.ndarray,
     mu: float,
+    ratio: float | None = None,
 ) -> float:
     """The scale ``c`` with precisions ``c theta`` whose ``Delta_M`` equals ``mu``.
 
     ``Delta_M`` is homogeneous in the precision scale: degree 1/2 for unimodal noise (only
-    ``A^-1`` scales) and 1 for equi-modal noise (``A^-1`` and ``B^-T`` both scale).
+    ``A^-1`` scales) and 1 for equi-modal and symmetric noise (``A^-1`` and ``A^-T`` both
+    scale).
     """
     P1 = (W * theta) @ W.T
-    d1 = query.mahalanobis_sensitivity(domain, neighbours, P1, algorithm)
+    d1 = query.mahalanobis_sensitivity(domain, neighbours, P1, algorithm, directions=W, ratio=ratio)
     degree = 0.5 if algorithm == "unimodal" else 1.0
     return float((mu / d1) ** (1.0 / degree))
 
@@ -724,6 +797,7 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         neighbours=data["neighbours"],
         direction_share=float(comp["direction_share"]),
         count_share=float(comp.get("count_share", 0.0)),
+        symmetric_ratio=data.get("symmetric_ratio"),
     )
     stored = np.asarray(data["row_variances"], dtype=np.float64)
     if not np.allclose(plan.row_variances, stored, rtol=1e-12, atol=0.0):
@@ -732,3 +806,83 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
             "version of mvg_dask?)"
         )
     return replace(plan, allocation=described)
+
+
+def symmetric_entry_std(factor: np.ndarray, ratio: float) -> np.ndarray:
+    """Entry standard deviations of ``B S B^T``, ``S_ii ~ N(0, 1)``, ``S_ij = S_ji ~ N(0, r)``.
+
+    ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) + (1 - 2r) sum_i B_ki^2 B_li^2`` with
+    ``Sigma = B B^T`` (docs/bounds.md, Sec. 1).
+
+    Parameters
+    ----------
+    factor : ndarray
+        ``B`` (``m x m``).
+    ratio : float
+        ``r``.
+
+    Returns
+    -------
+    ndarray
+        ``m x m`` standard deviations.
+    """
+    B = np.asarray(factor, dtype=np.float64)
+    Sigma = B @ B.T
+    d = np.diag(Sigma)
+    B2 = B * B
+    var = ratio * (np.outer(d, d) + Sigma**2) + (1.0 - 2.0 * ratio) * (B2 @ B2.T)
+    return np.asarray(np.sqrt(np.maximum(var, 0.0)))
+
+
+def symmetric_error_factor(theta: np.ndarray, ratio: float) -> float:
+    """``E ||B S B^T||_F^2`` for precisions ``theta`` (``v = 1 / theta``): ``sum v_i^2 +
+    r sum_{i != j} v_i v_j`` (``||B S B^T||_F = ||diag(sqrt v) S diag(sqrt v)||_F``)."""
+    v = 1.0 / np.asarray(theta, dtype=np.float64)
+    sq = float(v @ v)
+    return sq + ratio * (float(v.sum()) ** 2 - sq)
+
+
+def best_symmetric_ratio(
+    query: QuerySpec, domain: RecordDomain, neighbours: Neighbours, W: np.ndarray
+) -> float:
+    """The ratio ``r = b^2 / a^2`` that minimises the expected squared error of symmetric noise.
+
+    With a uniform allocation (precisions ``c``), ``Delta_M(r) = c Delta_1(r)`` and the noise's
+    expected squared Frobenius norm is ``(m + r m (m - 1)) / c^2``; calibrated to
+    ``Delta_M = mu`` it is ``Delta_1(r)^2 (m + r m (m - 1)) / mu^2``. This is minimised over a
+    fixed grid of ``r`` in ``[1/2, 2 (m + 1)]`` (log-spaced, plus the closed-form optima
+    ``1/2``, ``1/sqrt(2)`` and ``(m + 1)/2`` of docs/bounds.md Sec. 4). Metadata only.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        A symmetric query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    W : ndarray
+        Directions.
+
+    Returns
+    -------
+    float
+        ``r``.
+    """
+    m = W.shape[0]
+    theta = alloc.uniform(m)
+    P1 = (W * theta) @ W.T
+    grid = np.unique(
+        np.concatenate(
+            [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
+        )
+    )
+    best_r, best_err = 0.5, math.inf
+    for r in grid:
+        d1 = query.mahalanobis_sensitivity(
+            domain, neighbours, P1, "symmetric", directions=W, ratio=float(r)
+        )
+        err = d1 * d1 * symmetric_error_factor(theta, float(r))
+        if err < best_err * (1.0 - 1e-12):
+            best_r, best_err = float(r), err
+    return best_r

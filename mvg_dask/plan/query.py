@@ -127,7 +127,10 @@ class QuerySpec:
         Identity, replace-one: ``sup ||x - x'||`` (``||w||`` for a box, ``2C`` for a ball).
         Covariance: ``sqrt(2) R / N`` (replace-one; ``||xx^T - x'x'^T||_F^2 =
         ||x||^4 + ||x'||^4 - 2 (x^T x')^2``), ``R / N`` (add/remove), ``R = sup ||x||^2``.
-        The MVG paper used the looser ``2 R / N``; declare ``sensitivity`` to reproduce it.
+        On a sign-definite box (every feature's interval on one side of 0, e.g. ``[0, 1]^m``)
+        the replace-one value is ``R / N`` too (docs/bounds.md, Thm. 2 and Cor. 3; attained by
+        ``x`` the far corner, ``x'`` the near one). The MVG paper used the looser ``2 R / N``;
+        declare ``sensitivity`` to reproduce it.
 
         Parameters
         ----------
@@ -147,8 +150,8 @@ class QuerySpec:
         if self.kind == "identity":
             return domain.diff_norm()
         R = domain.sup_norm_sq()
-        factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
-        return factor * R / self.records
+        one_sided = neighbours == "add-remove" or domain.sign_definite
+        return (1.0 if one_sided else math.sqrt(2.0)) * R / self.records
 
     def l1_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
         """``s_1(f)``, the L1 (entrywise) sensitivity, for the Laplace baseline.
@@ -249,17 +252,24 @@ class QuerySpec:
         neighbours: Neighbours,
         precision: np.ndarray,
         algorithm: Algorithm,
+        *,
+        directions: np.ndarray | None = None,
+        ratio: float | None = None,
     ) -> float:
         """Upper bound of ``Delta_M = sup ||A^-1 (f(X) - f(X')) B^-T||_F`` (DESIGN.md §3).
 
         ``precision`` is ``Sigma^-1``; ``Psi = I`` (unimodal) or ``Psi = Sigma`` (equi-modal).
-        The minimum of every valid bound is returned:
+        For ``symmetric`` noise ``A S A^T`` (``A = W diag(sqrt(v))``, ``S_ii ~ N(0, 1)``,
+        ``S_ij = S_ji ~ N(0, r)``) it bounds ``sup ||vech_r(A^-1 (f(X) - f(X')) A^-T)||``, the
+        whitened half-vectorisation with off-diagonal entries counted once and divided by
+        ``sqrt(r)`` (docs/bounds.md, Sec. 1). The minimum of every valid bound is returned:
 
         * any query: ``s_2 sqrt(lambda_max(Sigma^-1))`` (unimodal), ``s_2 lambda_max(Sigma^-1)``
-          (equi-modal);
+          (equi-modal, symmetric);
         * identity, replace-one: ``sqrt(sup (x - x')^T Sigma^-1 (x - x'))``;
         * covariance, equi-modal: ``sqrt(2) S / N`` (replace-one), ``S / N`` (add/remove) with
-          ``S = sup x^T Sigma^-1 x``;
+          ``S = sup x^T Sigma^-1 x``, and docs/bounds.md Thm. 1/2 at ``r = 1/2``;
+        * covariance, symmetric: ``sqrt(Q*(r) / r) / N``, ``Q*`` of docs/bounds.md Thm. 1/2;
         * covariance, unimodal: ``2 sqrt(S R) / N`` (replace-one), ``sqrt(S R) / N`` (add/remove).
 
         Parameters
@@ -270,8 +280,14 @@ class QuerySpec:
             Neighbouring relation.
         precision : ndarray
             ``Sigma^-1``.
-        algorithm : {"unimodal", "equi-modal"}
-            Column covariance ``I`` or ``Sigma``.
+        algorithm : {"unimodal", "equi-modal", "symmetric"}
+            Noise type.
+        directions : ndarray, optional
+            ``W`` with ``Sigma^-1 = W diag(p) W^T``: the basis of ``A`` (required for
+            ``symmetric`` noise, whose law depends on it; for equi-modal noise any basis is
+            valid and the eigenvectors of ``precision`` are used by default).
+        ratio : float, optional
+            ``r = b^2 / a^2 >= 1/2`` of symmetric noise.
 
         Returns
         -------
@@ -279,6 +295,8 @@ class QuerySpec:
             ``Delta_M``.
         """
         self._check_neighbours(neighbours)
+        if algorithm == "symmetric" and (directions is None or ratio is None):
+            raise ValueError("symmetric noise needs its directions and its ratio r")
         lam = sens.lambda_max(precision)
         s2 = self.l2_sensitivity(domain, neighbours)
         bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
@@ -287,13 +305,36 @@ class QuerySpec:
         elif self.kind == "covariance":
             S = domain.sup_quadratic(precision)
             N = self.records
-            if algorithm == "equi-modal":
-                factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
-                bounds.append(factor * S / N)
-            else:
+            if algorithm == "unimodal":
                 R = domain.sup_norm_sq()
                 factor = 2.0 if neighbours == "replace-one" else 1.0
                 bounds.append(factor * math.sqrt(S * R) / N)
+            else:
+                if directions is None:
+                    _, directions = np.linalg.eigh(precision)
+                W = np.asarray(directions, dtype=np.float64)
+                p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
+                scale = float(np.max(np.abs(precision)))
+                if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
+                    raise ValueError("the precision matrix is not diagonal in these directions")
+                T, sign_definite = domain.coordinate_sups(W, p)
+                r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
+                top = np.sort(p)[::-1]
+                # Lemma 3: ||y||^2 ||y'||^2 - (y.y')^2 <= lambda_1 lambda_2 ||x||^2 ||x'||^2
+                area = float(top[0] * top[1]) * domain.sup_norm_sq() ** 2 if p.size > 1 else 0.0
+                q = sens.outer_weighted_sup(
+                    T,
+                    S,
+                    ratio=r,
+                    replace_one=neighbours == "replace-one",
+                    sign_definite=sign_definite,
+                    area_sup=area,
+                )
+                # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
+                bounds.append(math.sqrt(q / r) / N)
+                if algorithm == "equi-modal":
+                    factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+                    bounds.append(factor * S / N)
         return float(min(bounds))
 
     def to_dict(self) -> dict[str, object]:

@@ -51,6 +51,7 @@ _DIRECTION_DEPENDENT = (
     "col_variances",
     "mahalanobis_sensitivity",
     "implied_epsilon",
+    "symmetric_ratio",  # symmetric noise: chosen for the directions (best_symmetric_ratio)
 )
 
 
@@ -364,7 +365,8 @@ class ReleasePlan:
         stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
         preview = self.build(stand_in).to_dict()
         for name in _DIRECTION_DEPENDENT:
-            preview[name] = None
+            if name in preview:
+                preview[name] = None
         preview["allocation"]["theta"] = None
         preview["directions"] = {
             "method": "dp-pca",

@@ -2,6 +2,7 @@
 
 from mvg_dask.privacy.calibration import (
     ALGORITHMS,
+    PAPER_ALGORITHMS,
     Algorithm,
     Calibration,
     PrecisionBudget,
@@ -32,6 +33,7 @@ from mvg_dask.privacy.registry import (
 __all__ = [
     "ALGORITHMS",
     "CALIBRATIONS",
+    "PAPER_ALGORITHMS",
     "REGISTRY",
     "Algorithm",
     "Calibration",

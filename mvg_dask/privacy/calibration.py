@@ -28,10 +28,14 @@ from scipy import special
 
 #: Calibration names; :mod:`mvg_dask.privacy.registry` describes each (and checks they agree).
 Calibration = Literal["exact", "mvg-thm2", "mvg-thm3", "mgm", "mgm-udn", "mgm-idn"]
-Algorithm = Literal["unimodal", "equi-modal"]
+Algorithm = Literal["unimodal", "equi-modal", "symmetric"]
 BudgetKind = Literal["squared", "linear"]
 
-ALGORITHMS: tuple[Algorithm, ...] = ("unimodal", "equi-modal")
+#: The noise types: ``unimodal`` (Alg. 1, ``A N``), ``equi-modal`` (Alg. 2, ``A N A^T``) and
+#: ``symmetric`` (``A S A^T`` with ``S`` symmetric, for symmetric queries; docs/bounds.md).
+ALGORITHMS: tuple[Algorithm, ...] = ("unimodal", "equi-modal", "symmetric")
+#: The noise types of the papers (MVG Alg. 1 and 2), which their theorems cover.
+PAPER_ALGORITHMS: tuple[Algorithm, ...] = ("unimodal", "equi-modal")
 #: The one wording of the rule that equi-modal noise (``Psi = Sigma``) needs ``m == n``.
 EQUI_MODAL_NEEDS_SQUARE = "equi-modal noise (Alg. 2, Psi = Sigma) needs a square query"
 
@@ -46,7 +50,7 @@ def _check_privacy(epsilon: float, delta: float) -> None:
 
 
 def _check_square(algorithm: Algorithm, m: int, n: int) -> None:
-    if algorithm == "equi-modal" and m != n:
+    if algorithm != "unimodal" and m != n:
         raise ValueError(f"{EQUI_MODAL_NEEDS_SQUARE}, got {m} x {n}: use algorithm: unimodal")
 
 

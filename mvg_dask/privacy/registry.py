@@ -12,7 +12,8 @@ numpy/scipy only (math layer, DESIGN.md §2).
 ============  ==========================================  =======  ==============================
 name          theorem                                     budget   requirements
 ============  ==========================================  =======  ==============================
-``exact``     analytic Gaussian on the whitened query     none     none
+``exact``     analytic Gaussian on the whitened query     none     none (also covers
+                                                                   symmetric noise)
 ``mvg-thm2``  MVG Thm. 2 (budget: Alg. 1 Thm. 5, Alg. 2    squared  none
               Thm. 6)
 ``mvg-thm3``  MVG Thm. 3 (budget: Alg. 2 Thm. 6)          squared  symmetric PSD query,
@@ -46,6 +47,7 @@ from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.calibration import (
     ALGORITHMS,
     EQUI_MODAL_NEEDS_SQUARE,
+    PAPER_ALGORITHMS,
     Algorithm,
     Calibration,
     PrecisionBudget,
@@ -87,15 +89,24 @@ class Requirements:
     square_query : bool
         The query's output must be square (``r = m``).
     algorithms : tuple of {"unimodal", "equi-modal"}
-        The noise types the theorem covers.
+        The paper noise types (MVG Alg. 1, Alg. 2) the theorem covers.
     standard_directions : bool
         The row noise must be independent per row (``U_1`` diagonal: standard directions).
+    symmetric_noise : bool
+        The calibration also covers the ``symmetric`` noise ``A S A^T`` (``S`` from a symmetric
+        Gaussian ensemble) of a symmetric query: only ``exact``, whose Mahalanobis bound is
+        proved for it in docs/bounds.md.
     """
 
     psd_query: bool = False
     square_query: bool = False
-    algorithms: tuple[Algorithm, ...] = ALGORITHMS
+    algorithms: tuple[Algorithm, ...] = PAPER_ALGORITHMS
     standard_directions: bool = False
+    symmetric_noise: bool = False
+
+    def covers(self, algorithm: str) -> bool:
+        """True when the calibration covers this noise type."""
+        return algorithm in self.algorithms or (algorithm == "symmetric" and self.symmetric_noise)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +364,7 @@ _RULES: tuple[CalibrationRule, ...] = (
         condition="delta_AG(epsilon, Delta_M) <= delta, Delta_M the Mahalanobis sensitivity",
         budget_kind="none",
         allocation_kind="linear",
+        requires=Requirements(symmetric_noise=True),
         gaussian_dp=True,
     ),
     CalibrationRule(
@@ -465,13 +477,16 @@ def _fits(
     psd: bool,
     square: bool,
     standard_directions: bool,
+    symmetric: bool | None = None,
 ) -> bool:
     req = rule.requires
+    sym = psd if symmetric is None else symmetric
     return (
         (square or algorithm == "unimodal")  # Psi = Sigma needs m == n, whatever the theorem
+        and (algorithm != "symmetric" or (square and sym))
         and (psd or not req.psd_query)
         and (square or not req.square_query)
-        and algorithm in req.algorithms
+        and req.covers(algorithm)
         and (standard_directions or not req.standard_directions)
     )
 
@@ -481,18 +496,25 @@ def _join(names: list[str]) -> str:
 
 
 def compatible_calibrations(
-    algorithm: Algorithm, *, psd: bool, square: bool, standard_directions: bool
+    algorithm: Algorithm,
+    *,
+    psd: bool,
+    square: bool,
+    standard_directions: bool,
+    symmetric: bool | None = None,
 ) -> tuple[Calibration, ...]:
     """The calibrations whose requirements this query, noise type and directions meet.
 
     Parameters
     ----------
-    algorithm : {"unimodal", "equi-modal"}
+    algorithm : {"unimodal", "equi-modal", "symmetric"}
         Noise type.
     psd, square : bool
         The query's outputs are symmetric PSD; its output is square.
     standard_directions : bool
         The directions are the standard basis.
+    symmetric : bool, optional
+        The query's outputs are symmetric (default: ``psd``).
 
     Returns
     -------
@@ -502,7 +524,14 @@ def compatible_calibrations(
     return tuple(
         r.name
         for r in _RULES
-        if _fits(r, algorithm, psd=psd, square=square, standard_directions=standard_directions)
+        if _fits(
+            r,
+            algorithm,
+            psd=psd,
+            square=square,
+            standard_directions=standard_directions,
+            symmetric=symmetric,
+        )
     )
 
 
@@ -514,6 +543,7 @@ def check_compatible(
     psd: bool,
     square: bool,
     standard_directions: bool,
+    symmetric: bool | None = None,
 ) -> CalibrationRule:
     """Check that a calibration, a noise type, a query and directions go together.
 
@@ -525,7 +555,8 @@ def check_compatible(
     calibration : str
         Calibration name.
     algorithm : str
-        ``"unimodal"`` (Alg. 1, ``Psi = I``) or ``"equi-modal"`` (Alg. 2, ``Psi = Sigma``).
+        ``"unimodal"`` (Alg. 1, ``Psi = I``), ``"equi-modal"`` (Alg. 2, ``Psi = Sigma``) or
+        ``"symmetric"`` (``A S A^T``, ``S`` symmetric: symmetric queries, ``exact`` only).
     query_kind : str
         The query's name, for the messages (``"identity"``, ``"covariance"``, ``"custom"``).
     psd : bool
@@ -534,6 +565,8 @@ def check_compatible(
         The query's output is square.
     standard_directions : bool
         The noise directions are the standard basis.
+    symmetric : bool, optional
+        Every output of the query is symmetric (default: ``psd``).
 
     Returns
     -------
@@ -555,9 +588,15 @@ def check_compatible(
     # with a non-square query only unimodal noise is possible: remedies are named for it
     feasible: Algorithm = alg if square else "unimodal"
 
+    sym = psd if symmetric is None else symmetric
+
     def others() -> str:
         names = compatible_calibrations(
-            feasible, psd=psd, square=square, standard_directions=standard_directions
+            feasible,
+            psd=psd,
+            square=square,
+            standard_directions=standard_directions,
+            symmetric=sym,
         )
         alternatives = f"calibration {_join([n for n in names if n != rule.name])}"
         return alternatives if feasible == alg else f"{alternatives} with algorithm: {feasible}"
@@ -574,6 +613,18 @@ def check_compatible(
             f"{rule.label} needs a square query, and the {query_kind} query is not square: "
             f"use {others()}",
         )
+    if alg == "symmetric" and not (square and sym):
+        raise CompatibilityError(
+            "algorithm",
+            f"symmetric noise (A S A^T, S symmetric) needs a symmetric query, and the "
+            f"{query_kind} query is not symmetric: use algorithm: unimodal",
+        )
+    if alg == "symmetric" and not req.covers(alg):
+        raise CompatibilityError(
+            "algorithm",
+            f"{rule.label} does not cover symmetric noise (A S A^T): use calibration exact, or "
+            "algorithm: equi-modal",
+        )
     if alg == "equi-modal" and not square:
         remedy = "use algorithm: unimodal"
         if "unimodal" not in req.algorithms:
@@ -582,7 +633,7 @@ def check_compatible(
             "algorithm",
             f"{EQUI_MODAL_NEEDS_SQUARE}, and the {query_kind} query is not square: {remedy}",
         )
-    if alg not in req.algorithms:
+    if not req.covers(alg):
         needed = req.algorithms[0]
         psi = "Psi = I" if needed == "unimodal" else "Psi = Sigma"
         raise CompatibilityError(

@@ -66,6 +66,37 @@ def sup_quadratic_box(P: np.ndarray, half_widths: np.ndarray) -> float:
     return min(abs_quadratic_form(P, h), lambda_max(P) * float(h @ h))
 
 
+def sup_quadratic_interval_box(P: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """Upper bound of ``x^T P x`` over the box ``lower <= x <= upper`` (docs/bounds.md, Lemma 5).
+
+    The minimum of :func:`sup_quadratic_box` on the symmetric hull (``|x_i| <= a_i``) and of the
+    centred bound: with ``x = c + z``, ``c`` the centre and ``|z_i| <= h_i`` the half widths,
+    ``x^T P x = c^T P c + 2 (P c)^T z + z^T P z <= c^T P c + 2 sum_i |(P c)_i| h_i +
+    sup_{|z| <= h} z^T P z``. The centred bound is much tighter on boxes far from symmetric
+    (``[0, 1]^m`` with rotated directions).
+
+    Parameters
+    ----------
+    P : ndarray
+        Symmetric positive semi-definite ``m x m`` matrix.
+    lower, upper : ndarray
+        Box bounds.
+
+    Returns
+    -------
+    float
+        The bound.
+    """
+    lo = np.asarray(lower, dtype=np.float64)
+    hi = np.asarray(upper, dtype=np.float64)
+    hull = sup_quadratic_box(P, box_abs_max(lo, hi))
+    c = (lo + hi) / 2.0
+    h = (hi - lo) / 2.0
+    Pc = P @ c
+    centred = float(c @ Pc) + 2.0 * float(np.abs(Pc) @ h) + sup_quadratic_box(P, h)
+    return min(hull, centred)
+
+
 def box_abs_max(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
     """``a_i = max(|lower_i|, |upper_i|)``: the largest magnitude of feature ``i`` in the box.
 
@@ -119,3 +150,108 @@ def box_outer_entry_range(lower: np.ndarray, upper: np.ndarray) -> tuple[float, 
     low = float(corners.min())
     # the diagonal x_i^2 is >= 0 even when the corner products are negative
     return low, float(corners.max())
+
+
+# ---------------------------------------------------------------------------------------------
+# Outer-product (covariance) sensitivities with per-entry weights: docs/bounds.md.
+
+
+def _check_ratio(ratio: float) -> None:
+    if not (np.isfinite(ratio) and ratio >= 0.5):
+        raise ValueError(
+            f"the symmetric noise ratio b^2/a^2 must be a finite number >= 0.5, got {ratio!r}"
+        )
+
+
+def outer_weighted_sup(
+    coord_sups: np.ndarray,
+    quad_sup: float,
+    *,
+    ratio: float,
+    replace_one: bool,
+    sign_definite: bool = False,
+    area_sup: float | None = None,
+) -> float:
+    """Upper bound of ``sup Q(y y^T - y' y'^T)``, ``Q(D) = sum_{i<j} D_ij^2 + ratio sum_i D_ii^2``.
+
+    ``y`` and ``y'`` range over a set ``Y`` of vectors described by ``T_i >= sup_Y y_i^2``
+    (``coord_sups``) and ``S >= sup_Y ||y||^2`` (``quad_sup``); add/remove neighbours compare
+    ``y y^T`` with ``0``. ``Q`` with ``ratio = 1`` is ``||vech(D)||^2`` (each off-diagonal entry
+    counted once), with ``ratio = 1/2`` it is ``||D||_F^2 / 2``. Proofs: ``docs/bounds.md``,
+    Theorems 1 (any ``Y``) and 2 (every ``y_i`` of constant sign on ``Y``).
+
+    Parameters
+    ----------
+    coord_sups : ndarray
+        ``T_i``, non-negative.
+    quad_sup : float
+        ``S``.
+    ratio : float
+        ``r >= 1/2``.
+    replace_one : bool
+        Replace-one (``y'`` in ``Y``) or add/remove (``y' = 0``).
+    sign_definite : bool, default False
+        True when every coordinate ``y_i`` has one sign on ``Y`` (``y_i y'_i >= 0``); enables
+        Theorem 2.
+    area_sup : float, optional
+        ``K >= sup (||y||^2 ||y'||^2 - (y . y')^2)``, the squared area of the parallelogram of
+        two points (docs/bounds.md, Lemma 3: ``lambda_1 lambda_2 R^2`` for ``y = A^-1 x``);
+        by default ``S^2``.
+
+    Returns
+    -------
+    float
+        The bound.
+    """
+    _check_ratio(ratio)
+    T = np.asarray(coord_sups, dtype=np.float64)
+    t_sum = float(T.sum())
+    tau = float(T.max())
+    t_sq = float(T @ T)
+    S = min(float(quad_sup), t_sum)
+    c = ratio - 0.5
+    if tau <= 0 or S <= 0:
+        return 0.0
+    if not replace_one:
+        # Q(y y^T) = s^2/2 + c sum y_i^4 <= s^2/2 + c min(tau s, sum T_i^2), s = ||y||^2 <= S
+        cands = [S, min(S, t_sq / tau)]
+        return float(max(0.5 * s * s + c * min(tau * s, t_sq) for s in cands))
+
+    K = S * S if area_sup is None else min(max(float(area_sup), 0.0), S * S)
+
+    def h(u: float) -> float:
+        # ||D||_F^2 / 2 = (s - t)^2 / 2 + (s t - (y.y')^2) <= (s - t)^2 / 2 + min(s t, K),
+        # largest at the most unequal split of u = s + t
+        s = min(u, S)
+        t = u - s
+        g = 0.5 * (s - t) ** 2 + min(s * t, K)
+        return g + c * min(tau * u, tau * (2.0 * t_sum - u), t_sq)
+
+    knots = [0.0, S, 2.0 * S, S + K / S, t_sum, t_sq / tau, 2.0 * t_sum - t_sq / tau]
+    bound = max(h(u) for u in knots if 0.0 <= u <= 2.0 * S)
+    if sign_definite:
+        M = min(t_sum, 2.0 * S)
+        bound = min(bound, 0.5 * M * M + c * min(tau * M, t_sq))
+    return float(bound)
+
+
+def box_linear_range(
+    lower: np.ndarray, upper: np.ndarray, W: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact range ``[inf, sup]`` of ``w_i . x`` over the box, for every column ``w_i`` of ``W``.
+
+    Parameters
+    ----------
+    lower, upper : ndarray
+        Box bounds (length ``m``).
+    W : ndarray
+        ``m x k`` matrix.
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(inf, sup)``, each of length ``k``.
+    """
+    lo = np.asarray(lower, float)[:, None] * W
+    hi = np.asarray(upper, float)[:, None] * W
+    return np.minimum(lo, hi).sum(axis=0), np.maximum(lo, hi).sum(axis=0)
