@@ -105,7 +105,7 @@ def plan_noise(plan: NoisePlan, key: NoiseKey, trials: int) -> np.ndarray:
 
 def plan_std_range(plan: NoisePlan) -> tuple[float, float]:
     """Smallest and largest standard deviation of one noise entry of a plan."""
-    std = plan.entry_std()
+    std = plan.released_entry_std()
     return float(np.min(std)), float(np.max(std))
 
 
