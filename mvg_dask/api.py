@@ -162,7 +162,7 @@ def dry_run(
     Returns
     -------
     ReleasePlan
-        The plan; ``.public_dict()`` is what ``mvg-dask release --dry-run`` prints.
+        The plan; ``.public_dict()`` is what ``mvg-dask release --dry-run --json`` prints.
     """
     s = load(spec, output=output)
     return plan_release(
