@@ -17,11 +17,103 @@ if TYPE_CHECKING:
     import xarray as xr
     from distributed import Client
 
+    from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
 
-__all__ = ["dry_run", "load", "open_release", "release"]
+__all__ = [
+    "dry_run",
+    "load",
+    "open_release",
+    "performance_report_path",
+    "preview",
+    "release",
+    "release_spec",
+]
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
+
+_SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger")
+
+
+def release_spec(
+    *,
+    name: str | None = None,
+    input: Any = None,
+    domain: Any = None,
+    query: str | None = None,
+    privacy: Any = None,
+    output: Any = None,
+    mechanism: Any = None,
+    ledger: Any = None,
+    release_id: str | None = None,
+    **unknown: Any,
+) -> ReleaseSpec:
+    """A release spec from keyword arguments, without YAML: the same schema and the same errors.
+
+    Each section is a mapping (as in the YAML file) or the section's model from
+    :mod:`mvg_dask.spec`; the whole is validated by :func:`mvg_dask.spec.parse_spec`, so an
+    error names the same dotted field as for the YAML file (``release_spec: privacy.epsilon:
+    ...`` where the file gives ``spec.yaml: privacy.epsilon: ...``). Relative paths resolve
+    against the working directory.
+
+    Parameters
+    ----------
+    name : str
+        The release's name (its id is ``name`` plus a unique suffix unless ``release_id``).
+    input, domain, privacy, output : dict or model
+        The spec's sections, e.g. ``input={"store": "data/ctg.zarr", "variable": "X"}``,
+        ``domain={"box": {"lower": 0, "upper": 1}}``, ``privacy={"epsilon": 1, "delta": 1e-6}``,
+        ``output={"store": "out/ctg.zarr"}``.
+    query : {"identity", "covariance"}
+        The query.
+    mechanism, ledger : dict or model, optional
+        Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
+        no ledger.
+    release_id : str, optional
+        A fixed release id (retry-safe).
+    **unknown
+        Any other keyword is refused as the YAML spec refuses an unknown key.
+
+    Returns
+    -------
+    ReleaseSpec
+        The validated spec, for :func:`dry_run` and :func:`release`.
+
+    Raises
+    ------
+    SpecError
+        Naming every invalid field.
+
+    Examples
+    --------
+    >>> from mvg_dask import api
+    >>> spec = api.release_spec(
+    ...     name="ctg", input={"store": "ctg.zarr"}, domain={"box": {"lower": 0, "upper": 1}},
+    ...     query="covariance", privacy={"epsilon": 1.0, "delta": 1e-6},
+    ...     output={"store": "out.zarr"})
+    >>> spec.mechanism.calibration
+    'exact'
+    """
+    values = {
+        "name": name,
+        "release_id": release_id,
+        "input": input,
+        "domain": domain,
+        "query": query,
+        "mechanism": mechanism,
+        "privacy": privacy,
+        "output": output,
+        "ledger": ledger,
+        **unknown,
+    }
+    data: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue  # left out, as a YAML file leaves the key out (a missing one: an error)
+        if hasattr(value, "model_dump") and key in _SECTIONS:
+            value = value.model_dump(exclude_unset=True)
+        data[key] = value
+    return resolve_paths(parse_spec(data, source="release_spec"), Path.cwd())
 
 
 def load(spec: SpecLike, *, output: str | None = None) -> ReleaseSpec:
@@ -70,7 +162,7 @@ def dry_run(
     Returns
     -------
     ReleasePlan
-        The plan; ``.public_dict()`` is what ``mvg-dask release --dry-run`` prints.
+        The plan; ``.public_dict()`` is what ``mvg-dask release --dry-run --json`` prints.
     """
     s = load(spec, output=output)
     return plan_release(
@@ -94,6 +186,7 @@ def release(
     cluster_spec: str | Path | None = None,
     security: Any = None,
     insecure_transport: bool = False,
+    performance_report: str | Path | bool | None = None,
 ) -> ReleaseResult:
     """Plan and run a release.
 
@@ -122,6 +215,12 @@ def release(
         TLS for ``scheduler`` (:func:`mvg_dask.engine.security.make_security`).
     insecure_transport : bool
         Accept sending a private key in plaintext to a remote scheduler.
+    performance_report : path or True, optional
+        Write Dask's performance report (HTML: task stream, worker profiles, timings) to this
+        file; ``True``: next to a local output, ``<output>.performance-report.html`` (never
+        inside the output store). It is a curator-side file: its task counts and timings can
+        depend on the data, so it must not be published (README, "What a release publishes").
+        Needs bokeh (extra ``[notebook]``).
 
     Returns
     -------
@@ -129,13 +228,11 @@ def release(
         The finished release.
     """
     from mvg_dask.engine.cluster import connect
-    from mvg_dask.engine.release import execute_release
 
     rplan = dry_run(spec, release_id=release_id, output=output)
+    report = performance_report_path(rplan.output_store, performance_report)
     if client is not None:
-        return execute_release(
-            rplan, client, seed=seed, progress=progress, insecure_transport=insecure_transport
-        )
+        return _execute(rplan, client, seed, progress, insecure_transport, report)
     with connect(
         scheduler,
         cluster=cluster,
@@ -144,9 +241,110 @@ def release(
         seeded=seed is not None,
         insecure_transport=insecure_transport,
     ) as new_client:
-        return execute_release(
-            rplan, new_client, seed=seed, progress=progress, insecure_transport=insecure_transport
+        return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def performance_report_path(output_store: str, option: str | Path | bool | None) -> Path | None:
+    """Where :func:`release` writes Dask's performance report (``None``: nowhere).
+
+    Parameters
+    ----------
+    output_store : str
+        The release's output store.
+    option : path, bool or None
+        A file path; ``True`` for ``<output>.performance-report.html`` beside a local output.
+
+    Returns
+    -------
+    Path or None
+        The report file.
+
+    Raises
+    ------
+    ValueError
+        ``True`` with an object-store output, a path inside the output store, an existing
+        directory, or bokeh missing.
+    """
+    from mvg_dask.engine.metadata import is_local, local_path
+
+    if option is None or option is False:
+        return None
+    if option is True:
+        if not is_local(output_store):
+            raise ValueError(
+                "performance_report=True writes next to a local output; the output is "
+                f"{output_store}: give the report a local file path"
+            )
+        out = local_path(output_store).resolve()
+        path = out.with_name(f"{out.name}.performance-report.html")
+    else:
+        path = Path(option).resolve()
+        if is_local(output_store):
+            out = local_path(output_store).resolve()
+            if path == out or out in path.parents:
+                raise ValueError(
+                    f"performance_report: {path} is inside the output store {out}; the report "
+                    "is curator-side and must not be published with the release"
+                )
+    if path.is_dir():
+        raise ValueError(f"performance_report: {path} is a directory; give a file path")
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        raise ValueError(
+            "performance_report needs bokeh: pip install 'mvg_dask[notebook]' (or bokeh>=3.1)"
         )
+    return path
+
+
+def _execute(
+    rplan: ReleasePlan,
+    client: Client,
+    seed: int | None,
+    progress: bool,
+    insecure_transport: bool,
+    report: Path | None,
+) -> ReleaseResult:
+    from mvg_dask.engine.release import execute_release
+
+    if report is None:
+        return execute_release(
+            rplan, client, seed=seed, progress=progress, insecure_transport=insecure_transport
+        )
+    from distributed import performance_report as dask_report
+
+    report.parent.mkdir(parents=True, exist_ok=True)
+    with dask_report(filename=str(report)):
+        return execute_release(
+            rplan, client, seed=seed, progress=progress, insecure_transport=insecure_transport
+        )
+
+
+def preview(
+    spec: SpecLike | ReleasePlan, *, release_id: str | None = None, output: str | None = None
+) -> PlanPreview:
+    """The dry run to read: the plan and what the ledger would have left (nothing reserved).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict, path or ReleasePlan
+        The spec (planned with :func:`dry_run`), or a plan.
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    PlanPreview
+        ``.text()`` is what ``mvg-dask release --dry-run`` prints; a notebook shows a table.
+    """
+    from mvg_dask.engine.preview import preview as _preview
+
+    rplan = (
+        spec
+        if isinstance(spec, ReleasePlan)
+        else dry_run(spec, release_id=release_id, output=output)
+    )
+    return _preview(rplan)
 
 
 def open_release(store: str, **kwargs: Any) -> xr.Dataset:

@@ -1,37 +1,147 @@
-"""The ``.mvg`` accessor on released xarray Datasets: provenance, plan and noise, in a notebook.
+"""The ``.mvg`` accessor on xarray DataArrays and Datasets: release, plan, budget and accuracy.
 
-Importing :mod:`mvg_dask.xarray` (or :func:`mvg_dask.api.open_release`) registers it::
+Importing :mod:`mvg_dask.xarray` (or calling :func:`mvg_dask.api.open_release`) registers it.
+The accessor only normalises arguments; the work is done by the plain functions of
+:mod:`mvg_dask.interactive`::
 
-    ds = mvg_dask.api.open_release("out/ctg-covariance.zarr")
-    ds.mvg.provenance          # the mvg_dask_* attributes, typed
-    ds.mvg.plan                # the full noise plan (dict)
-    ds.mvg.noise_std()         # standard deviation of the noise of every released entry
+    import mvg_dask.xarray  # registers .mvg
+
+    ds.mvg.dry_run("out", query="covariance", domain={"box": {"lower": 0, "upper": 1}},
+                   privacy={"epsilon": 1, "delta": 1e-6})          # the plan, nothing written
+    rel = ds.mvg.release("out", query=..., domain=..., privacy=..., client=client)
+    rel.mvg.noise_std()                 # noise std of every released entry
+    rel.mvg.confidence_intervals(0.95)  # value +- z std, per entry
+    rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
+    rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
+    rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
+
+``release`` and ``dry_run`` take the spec's sections as keywords (``query``, ``domain``,
+``privacy``, ``mechanism``, ``ledger``: the schema of :func:`mvg_dask.api.release_spec`, with its
+errors); the input is the object itself, written to a new Zarr store in ``directory``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xarray as xr
 
+from mvg_dask import interactive
 from mvg_dask.errors import IncompleteReleaseError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mvg_dask.engine.preview import PlanPreview
 
 _PREFIX = "mvg_dask_"
 
 
+class _Common:
+    """What both accessors offer: release, plan and the ledger's budget."""
+
+    _obj: xr.DataArray | xr.Dataset
+
+    def dry_run(
+        self, directory: str | Path | None = None, *, variable: str | None = None, **kwargs: Any
+    ) -> PlanPreview:
+        """Plan the release of this object: nothing is written, read or charged.
+
+        Parameters
+        ----------
+        directory : path, optional
+            Where :meth:`release` would write.
+        variable : str, optional
+            A Dataset's variable (default: its only one).
+        **kwargs
+            ``query``, ``domain``, ``privacy``, ``mechanism``, ``ledger``, ``name``,
+            ``release_id``, ``record_dim``, ``feature_dim``, ``record_chunk``
+            (:func:`mvg_dask.interactive.dry_run_xarray`).
+
+        Returns
+        -------
+        PlanPreview
+            The plan (``.plan``) and the budget left after it; a table in a notebook.
+        """
+        return interactive.dry_run_xarray(self._obj, directory, variable=variable, **kwargs)
+
+    def release(
+        self, directory: str | Path, *, variable: str | None = None, **kwargs: Any
+    ) -> xr.Dataset:
+        """Write this object to a new Zarr store in ``directory``, release it, open the release.
+
+        Parameters
+        ----------
+        directory : path
+            Where ``<release_id>.input.zarr`` (curator-side) and ``<release_id>.zarr`` go.
+        variable : str, optional
+            A Dataset's variable (default: its only one).
+        **kwargs
+            The spec's sections and names as for :meth:`dry_run`, and ``client``, ``scheduler``,
+            ``seed``, ``progress``, ``performance_report`` (:func:`mvg_dask.api.release`).
+
+        Returns
+        -------
+        xarray.Dataset
+            The release.
+        """
+        return interactive.release_xarray(self._obj, directory, variable=variable, **kwargs)
+
+    def budget(self, ledger: str | Path, dataset: str | None = None) -> pd.DataFrame:
+        """Spent and left per dataset in ``ledger`` (read only).
+
+        Parameters
+        ----------
+        ledger : str or Path
+            The ledger's path or URL.
+        dataset : str, optional
+            Only this dataset.
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per dataset.
+        """
+        return interactive.budget_table(ledger, dataset)
+
+
+@xr.register_dataarray_accessor("mvg")
+class MvgDataArrayAccessor(_Common):
+    """``.mvg`` on a DataArray: release it, plan it, read the budget.
+
+    Parameters
+    ----------
+    da : xarray.DataArray
+        A ``record x feature`` (either order) array.
+    """
+
+    def __init__(self, da: xr.DataArray) -> None:
+        self._obj = da
+
+    def noise_std(self) -> xr.DataArray:
+        """Refused: a DataArray does not carry the noise plan. Use the release Dataset's
+        ``ds.mvg.noise_std()`` (``release`` returns it)."""
+        raise TypeError(
+            "noise_std needs the release's noise plan (row_cov), which a DataArray does not "
+            "carry; call it on the release Dataset: ds.mvg.noise_std()"
+        )
+
+
 @xr.register_dataset_accessor("mvg")
-class MvgAccessor:
-    """Read-side helpers for a dataset written by an mvg_dask release.
+class MvgAccessor(_Common):
+    """``.mvg`` on a Dataset: release a variable, or read a released Dataset's provenance,
+    plan, noise and accuracy.
 
     Parameters
     ----------
     ds : xarray.Dataset
-        A released dataset.
+        Data to release, or a released dataset.
     """
 
     def __init__(self, ds: xr.Dataset) -> None:
+        self._obj = ds
         self._ds = ds
 
     def check(self) -> xr.Dataset:
@@ -68,29 +178,31 @@ class MvgAccessor:
             return "covariance"
         return str(self._ds.attrs[f"{_PREFIX}input_variable"])
 
-    def noise_std(self) -> xr.DataArray:
+    def noise_std(self, variable: str | None = None) -> xr.DataArray:
         """Standard deviation of the noise added to each released entry.
 
         Unimodal noise: ``sqrt(Sigma_ii)`` for every record of feature ``i``; equi-modal noise:
-        ``sqrt(Sigma_ii Sigma_jj)``.
+        ``sqrt(Sigma_ii Sigma_jj)``. With a noisy record count the Gaussian noise is that of
+        ``gram`` (the default then).
 
         Returns
         -------
         xarray.DataArray
-            Broadcastable against the released variable.
+            Aligned with the released variable.
         """
-        self.check()
-        ds = self._ds
-        d = np.sqrt(np.diag(ds["row_cov"].values))
-        rows, cols = ds["row_cov"].dims
-        if "col_cov" in ds:
-            c = np.sqrt(np.diag(ds["col_cov"].values))
-            return xr.DataArray(
-                np.outer(d, c),
-                dims=(rows, cols),
-                coords={k: ds.coords[k] for k in (rows, cols) if k in ds.coords},
-            )
-        var = ds[self.variable]
-        feature_dim = str(rows).removesuffix("_row")
-        coords = {feature_dim: ds.coords[feature_dim]} if feature_dim in ds.coords else {}
-        return xr.DataArray(d, dims=(feature_dim,), coords=coords).broadcast_like(var)
+        return interactive.noise_std(self._ds, variable)
+
+    def confidence_intervals(self, level: float = 0.95, variable: str | None = None) -> xr.Dataset:
+        """Per-entry intervals ``value +- z std`` that cover the non-private value with
+        probability ``level`` (:func:`mvg_dask.interactive.confidence_intervals`)."""
+        return interactive.confidence_intervals(self._ds, level, variable)
+
+    def noise_plan(self) -> Any:
+        """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
+        its published ``row_cov``)."""
+        return interactive.release_noise_plan(self._ds)
+
+    def covariance(self) -> xr.DataArray:
+        """Unbiased ``X X^T / N``: ``(Y Y^T - N Sigma) / N`` from an identity release, the
+        released ``covariance`` from a covariance release."""
+        return interactive.covariance_estimate(self._ds)

@@ -364,8 +364,10 @@ def _cli_release(
     put_input(root, X)
     spec = root / "spec.yaml"
     spec.write_text(yaml.safe_dump(spec_for(case, root)))
-    dry = _cli(["release", str(spec), "--dry-run"], root)
+    dry = _cli(["release", str(spec), "--dry-run", "--json"], root)
     assert dry.returncode == 0, dry.stderr
+    summary = _cli(["release", str(spec), "--dry-run"], root)  # the human summary
+    assert summary.returncode == 0, summary.stderr
     run = _cli(["release", str(spec), "--seed", str(SEED), "--scheduler", scheduler], root)
     assert run.returncode == 0, run.stderr
     shutil.move(root / "release.zarr", root / f"{tag}.zarr")
@@ -377,7 +379,7 @@ def _cli_release(
         for line in run.stderr.splitlines()
         if _TIMESTAMP.match(line) and " mvg_dask " in line
     ]
-    return json.dumps(dry_plan), stdout, logs
+    return json.dumps(dry_plan) + "\n" + summary.stdout, stdout, logs
 
 
 def _mask_created(store: Path) -> None:

@@ -130,7 +130,7 @@ def test_dry_run_reads_no_chunk_and_matches_the_release(tmp_path, client):
     )
     path = write_spec(tmp_path / "spec.yaml", spec)
     out = subprocess.run(
-        [sys.executable, "-m", "mvg_dask", "release", str(path), "--dry-run"],
+        [sys.executable, "-m", "mvg_dask", "release", str(path), "--dry-run", "--json"],
         capture_output=True,
         text=True,
         check=False,

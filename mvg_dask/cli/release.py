@@ -31,7 +31,22 @@ from mvg_dask.errors import MvgDaskError
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Validate, read metadata only and print the plan as JSON; compute nothing.",
+    help=(
+        "Validate, read metadata only and print the plan (and the budget the ledger would have "
+        "left); compute, write and charge nothing."
+    ),
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="With --dry-run: print the full plan as JSON."
+)
+@click.option(
+    "--performance-report",
+    default=None,
+    metavar="FILE",
+    help=(
+        "Write Dask's performance report (HTML) to FILE, or 'auto' for "
+        "<output>.performance-report.html. Curator-side: do not publish it."
+    ),
 )
 @click.option(
     "--seed",
@@ -65,6 +80,8 @@ def release(
     release_id: str | None,
     output: str | None,
     dry_run: bool,
+    as_json: bool,
+    performance_report: str | None,
     seed: int | None,
     quiet: bool,
     cluster: str,
@@ -78,10 +95,17 @@ def release(
     """Run the release described by the YAML file SPEC."""
     from mvg_dask import api
 
+    if as_json and not dry_run:
+        raise click.UsageError("--json goes with --dry-run")
+    if dry_run and performance_report is not None:
+        raise click.UsageError("--performance-report needs a release, not a --dry-run")
     try:
         if dry_run:
             plan = api.dry_run(spec, release_id=release_id, output=output)
-            click.echo(json.dumps(plan.public_dict(), indent=2))
+            if as_json:
+                click.echo(json.dumps(plan.public_dict(), indent=2))
+            else:
+                click.echo(api.preview(plan).text())
             return
         from mvg_dask.engine.security import make_security
 
@@ -99,9 +123,17 @@ def release(
             cluster_spec=cluster_spec,
             security=security,
             insecure_transport=insecure_transport,
+            performance_report=(
+                True if performance_report == "auto" else performance_report or None
+            ),
         )
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         fail(exc)
         return
     note = " (seeded: NOT private)" if result.seeded else ""
     click.echo(f"release {result.release_id} complete: {result.output}{note}")
+    if performance_report is not None:
+        report = api.performance_report_path(
+            result.output, True if performance_report == "auto" else performance_report
+        )
+        click.echo(f"performance report (curator-side, do not publish): {report}", err=True)

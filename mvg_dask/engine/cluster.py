@@ -186,8 +186,23 @@ def connect(
         cluster_.close()
 
 
+def _in_notebook() -> bool:
+    """True inside a Jupyter kernel with ipywidgets installed (extra ``[notebook]``)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("ipywidgets") is None:
+        return False
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and "IPKernelApp" in shell.config
+
+
 class Progress:
-    """Progress over a known number of tasks: a bar in a terminal, log lines otherwise.
+    """Progress over a known number of tasks: a widget in a notebook, a bar in a terminal, log
+    lines otherwise.
 
     With a private total (add-remove neighbours: the chunk count would tell the record count)
     there is no bar, only one log line per 10 % step, the same lines for any chunk count.
@@ -203,7 +218,11 @@ class Progress:
         self.enabled = enabled
         self._bar: Any = None
         self._next_log = 0.1
-        if enabled and sys.stderr.isatty() and not private_total:
+        if enabled and not private_total and _in_notebook():
+            from tqdm.notebook import tqdm as widget_bar  # an ipywidgets progress bar
+
+            self._bar = widget_bar(total=self.total, desc=label, unit="chunk")
+        elif enabled and sys.stderr.isatty() and not private_total:
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.total, desc=label, unit="chunk", file=sys.stderr)

@@ -10,7 +10,10 @@ provenance attributes named in :data:`ATTRS`. Every attribute is a function of t
 the data (DESIGN.md §7); values that depend on the data are noisy data variables.
 
 Local stores are written to a staging directory and renamed into place; object stores are
-written in place with ``status = incomplete`` until the last metadata write.
+written in place with ``status = incomplete`` until the last metadata write. The commit writes
+consolidated metadata into the root ``zarr.json`` (first with the status still ``incomplete``,
+then, in the one last write, together with the final attributes), so a plain
+``xr.open_zarr(path)`` opens a release without a warning.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +347,18 @@ class OutputTarget:
             for partial in Path(self.write_store).rglob("*.partial"):
                 partial.unlink()
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
-        # one metadata write; status "complete" is part of the last write of the release
+        # consolidated metadata (the children's metadata inlined in the root zarr.json) lets a
+        # plain `xr.open_zarr(path)` open the release without a warning; Zarr v3 readers that do
+        # not know it ignore the key (must_understand: false). Written first, while the status is
+        # still "incomplete": every array is final by now, so the inlined copies never go stale.
+        with warnings.catch_warnings():
+            # zarr says consolidated metadata is not (yet) in the v3 specification: known, and
+            # harmless for readers that ignore it (README, "Changes to the design proposal")
+            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+            zarr.consolidate_metadata(group.store)
+        group = zarr.open_group(group.store, mode="r+", use_consolidated=True)
+        # one metadata write: the final attributes with status "complete", and the consolidated
+        # metadata, in the same root zarr.json (the last write of the release)
         group.update_attributes({**attrs, STATUS_ATTR: "complete"})
         if self.local:
             assert self.final is not None
@@ -379,9 +394,8 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
     IncompleteReleaseError
         When the store is not a complete mvg_dask release.
     """
-    kwargs.setdefault("consolidated", False)
     try:
-        ds = xr.open_zarr(store, **kwargs)
+        ds = _open_consolidated_first(store, kwargs)
     except Exception as exc:
         raise IncompleteReleaseError(f"{store} is not a readable release ({exc})") from None
     status = ds.attrs.get(STATUS_ATTR)
@@ -391,6 +405,17 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
             "or it crashed: re-run the release with the same release_id to finish it"
         )
     return ds
+
+
+def _open_consolidated_first(store: str, kwargs: dict[str, Any]) -> xr.Dataset:
+    """A complete release has consolidated metadata; a store without it (an incomplete release,
+    or one written before consolidation) is opened from its node metadata, without a warning."""
+    if "consolidated" in kwargs:
+        return xr.open_zarr(store, **kwargs)
+    try:
+        return xr.open_zarr(store, consolidated=True, **kwargs)
+    except Exception:
+        return xr.open_zarr(store, consolidated=False, **kwargs)
 
 
 def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:

@@ -1,0 +1,581 @@
+"""Plain functions behind the ``.mvg`` xarray accessor (:mod:`mvg_dask.xarray`).
+
+The accessor only normalises its arguments and calls these (as pint-xarray's accessor calls
+``conversion.py``):
+
+* :func:`release_xarray` / :func:`dry_run_xarray`: release an in-memory or lazy DataArray. The
+  input is **always written** to a new Zarr store ``<directory>/<release_id>.input.zarr`` and
+  the release to ``<directory>/<release_id>.zarr``. An object opened from a Zarr store is written
+  too: xarray keeps a variable's ``encoding`` (its source) through many operations, so reusing
+  the source could release the stored values instead of the ones the analyst sees. To release a
+  stored array without a copy, give its store in a spec (:func:`mvg_dask.api.release_spec`).
+  The input copy holds the private data: it stays with the curator, beside the ledger.
+* :func:`noise_std`, :func:`confidence_intervals`: accuracy from the known noise. Every
+  released entry is the true value plus Gaussian noise of a standard deviation the plan states,
+  so ``value +- z_(1 - alpha/2) std`` covers the non-private value with probability ``1 - alpha``
+  (entry by entry; not simultaneously).
+* :func:`release_noise_plan`, :func:`covariance_estimate`: the noise plan a release was made
+  with, and the unbiased covariance estimate from an identity release
+  (:func:`mvg_dask.plan.estimators.covariance_from_identity`).
+* :func:`budget_table`: spent and left per dataset, from the ledger (read only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from mvg_dask import api
+from mvg_dask.errors import IncompleteReleaseError
+from mvg_dask.plan.directions import Directions
+from mvg_dask.plan.domain import domain_from_dict
+from mvg_dask.plan.estimators import covariance_from_identity
+from mvg_dask.plan.noise_plan import (
+    AllocationSpec,
+    NoisePlan,
+    build_noise_plan,
+    noise_plan_from_dict,
+)
+from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.release_plan import InputMetadata, new_release_id, plan_release
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from distributed import Client
+
+    from mvg_dask.engine.preview import PlanPreview
+
+__all__ = [
+    "DEFAULT_RECORD_CHUNK",
+    "budget_table",
+    "confidence_intervals",
+    "covariance_estimate",
+    "dry_run_xarray",
+    "noise_std",
+    "release_noise_plan",
+    "release_xarray",
+    "select_variable",
+]
+
+PREFIX = "mvg_dask_"
+#: records per chunk of the input copy (one release task per chunk)
+DEFAULT_RECORD_CHUNK = 100_000
+
+
+# -- release -----------------------------------------------------------------------------------
+def select_variable(obj: xr.DataArray | xr.Dataset, variable: str | None) -> xr.DataArray:
+    """The DataArray to release: ``obj`` itself, or a Dataset's ``variable`` (its only data
+    variable when not given)."""
+    if isinstance(obj, xr.DataArray):
+        if variable is not None and obj.name is not None and variable != obj.name:
+            raise ValueError(f"variable={variable!r} but the DataArray is named {obj.name!r}")
+        return obj.rename(variable or obj.name or "X")
+    if variable is None:
+        names = [str(n) for n in obj.data_vars]
+        if len(names) != 1:
+            raise ValueError(
+                f"the Dataset has {len(names)} data variables ({', '.join(names) or 'none'}); "
+                "say which one to release with variable=..."
+            )
+        variable = names[0]
+    if variable not in obj.data_vars:
+        have = ", ".join(str(n) for n in obj.data_vars) or "none"
+        raise ValueError(f"variable {variable!r} is not in the Dataset (data variables: {have})")
+    return obj[variable]
+
+
+def _check_dims(arr: xr.DataArray, record_dim: str, feature_dim: str) -> None:
+    if arr.ndim != 2 or set(arr.dims) != {record_dim, feature_dim}:
+        raise ValueError(
+            f"{arr.name!r} has dims {tuple(arr.dims)}; expected the two dims "
+            f"record_dim={record_dim!r} and feature_dim={feature_dim!r} (pass them, or rename)"
+        )
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{arr.name!r} has dtype {arr.dtype}; need real numbers")
+
+
+def _record_chunk(arr: xr.DataArray, record_dim: str, record_chunk: int | None) -> int:
+    n = int(arr.sizes[record_dim])
+    chunk = DEFAULT_RECORD_CHUNK if record_chunk is None else int(record_chunk)
+    if chunk < 1:
+        raise ValueError(f"record_chunk must be >= 1, got {chunk}")
+    return max(1, min(chunk, n))
+
+
+def _input_metadata(
+    arr: xr.DataArray, store: str, record_dim: str, feature_dim: str, record_chunk: int
+) -> InputMetadata:
+    """What :func:`mvg_dask.engine.metadata.read_input_metadata` will read from the copy."""
+    names = None
+    if feature_dim in arr.coords and arr.coords[feature_dim].ndim == 1:
+        names = tuple(np.asarray(arr.coords[feature_dim].values).tolist())
+    dims = (str(arr.dims[0]), str(arr.dims[1]))
+    return InputMetadata(
+        store=store,
+        variable=str(arr.name),
+        record_dim=record_dim,
+        feature_dim=feature_dim,
+        dims=dims,
+        shape=(int(arr.shape[0]), int(arr.shape[1])),
+        dtype="float64",
+        record_chunk=record_chunk,
+        feature_names=names,
+    )
+
+
+def _paths(directory: str | Path, release_id: str) -> tuple[str, str]:
+    root = Path(directory).resolve()
+    return str(root / f"{release_id}.input.zarr"), str(root / f"{release_id}.zarr")
+
+
+def _spec(
+    arr: xr.DataArray,
+    input_store: str,
+    output_store: str,
+    release_id: str,
+    *,
+    name: str,
+    record_dim: str,
+    feature_dim: str,
+    fields: Mapping[str, Any],
+) -> Any:
+    return api.release_spec(
+        name=name,
+        release_id=release_id,
+        input={
+            "store": input_store,
+            "variable": str(arr.name),
+            "record_dim": record_dim,
+            "feature_dim": feature_dim,
+        },
+        output={"store": output_store},
+        **fields,
+    )
+
+
+def dry_run_xarray(
+    obj: xr.DataArray | xr.Dataset,
+    directory: str | Path | None = None,
+    *,
+    variable: str | None = None,
+    name: str = "xarray",
+    release_id: str | None = None,
+    record_dim: str = "record",
+    feature_dim: str = "feature",
+    record_chunk: int | None = None,
+    **fields: Any,
+) -> PlanPreview:
+    """Plan the release of an xarray object without writing or reading anything.
+
+    Parameters
+    ----------
+    obj : DataArray or Dataset
+        The data (features and records along ``feature_dim`` and ``record_dim``).
+    directory : path, optional
+        Where :func:`release_xarray` would write (default: the working directory).
+    variable : str, optional
+        The Dataset's variable (default: its only one).
+    name, release_id : str
+        The release's name and id.
+    record_dim, feature_dim : str
+        Dimension names.
+    record_chunk : int, optional
+        Records per chunk of the input copy.
+    **fields
+        The spec's other sections: ``query``, ``domain``, ``privacy``, ``mechanism``, ``ledger``
+        (as in :func:`mvg_dask.api.release_spec`).
+
+    Returns
+    -------
+    PlanPreview
+        The plan (``.plan``) and the budget the ledger would have left; a table in a notebook.
+    """
+    from mvg_dask.engine.preview import preview
+
+    arr = select_variable(obj, variable)
+    _check_dims(arr, record_dim, feature_dim)
+    rid = release_id or new_release_id(name)
+    input_store, output_store = _paths(directory or Path.cwd(), rid)
+    spec = _spec(
+        arr,
+        input_store,
+        output_store,
+        rid,
+        name=name,
+        record_dim=record_dim,
+        feature_dim=feature_dim,
+        fields=fields,
+    )
+    chunk = _record_chunk(arr, record_dim, record_chunk)
+    meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
+    from mvg_dask.engine.metadata import load_directions_matrix
+
+    rplan = plan_release(spec, meta, directions_matrix=load_directions_matrix(spec))
+    return preview(rplan)
+
+
+def write_input(
+    arr: xr.DataArray, store: str, record_dim: str, feature_dim: str, record_chunk: int
+) -> None:
+    """Write ``arr`` (in memory or lazy) as a new float64 Zarr v3 store, one chunk per
+    ``record_chunk`` records (lazy data blockwise, in-memory data directly)."""
+    out = arr.astype(np.float64)
+    out.encoding = {}
+    chunks = {record_dim: record_chunk, feature_dim: int(arr.sizes[feature_dim])}
+    if out.chunks is not None:
+        out = out.chunk(chunks)
+    ds = out.to_dataset(name=str(arr.name))
+    for v in ds.variables.values():
+        v.encoding = {}
+    # strings as objects: Zarr v3 variable-length strings (fixed-width unicode has no v3 spec)
+    ds = ds.assign_coords(
+        {
+            str(k): c.astype(object)
+            for k, c in ds.coords.items()
+            if c.dtype.kind == "U" and c.ndim == 1
+        }
+    )
+    enc = {str(arr.name): {"chunks": tuple(chunks[str(d)] for d in out.dims)}}
+    ds.to_zarr(store, mode="w-", zarr_format=3, consolidated=False, encoding=enc)
+
+
+def _check_same_input(arr: xr.DataArray, store: str) -> None:
+    """A retried release id must release the data of its first run: same dims and shape, and,
+    for in-memory data, the same values (lazy data is not read again to compare)."""
+    copy = xr.open_zarr(store, consolidated=False)[str(arr.name)]
+    same = copy.dims == arr.dims and copy.shape == arr.shape
+    if same and arr.chunks is None:
+        same = bool(np.array_equal(copy.values, np.asarray(arr.values, dtype=np.float64)))
+    if not same:
+        raise ValueError(
+            f"{store} already holds the input of this release id with other data; choose a new "
+            "release_id (a release id names one release of one dataset)"
+        )
+
+
+def release_xarray(
+    obj: xr.DataArray | xr.Dataset,
+    directory: str | Path,
+    *,
+    variable: str | None = None,
+    name: str = "xarray",
+    release_id: str | None = None,
+    record_dim: str = "record",
+    feature_dim: str = "feature",
+    record_chunk: int | None = None,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+    performance_report: str | Path | bool | None = None,
+    **fields: Any,
+) -> xr.Dataset:
+    """Write an xarray object to a new Zarr store, release it and open the release.
+
+    The spec is validated and the release planned before anything is written; the input copy
+    is then written to ``<directory>/<release_id>.input.zarr`` (curator-side: it is the private
+    data) and the release to ``<directory>/<release_id>.zarr``. Re-running the same release id
+    (after a crash, or a retry) reuses the first run's copy and resumes or finds the release
+    complete; in-memory data that differs from that copy is refused.
+
+    Parameters
+    ----------
+    obj : DataArray or Dataset
+        The data.
+    directory : path
+        Where the input copy and the release are written.
+    variable, name, release_id, record_dim, feature_dim, record_chunk
+        As for :func:`dry_run_xarray`.
+    client, scheduler, seed, progress, performance_report
+        As for :func:`mvg_dask.api.release`.
+    **fields
+        ``query``, ``domain``, ``privacy``, ``mechanism``, ``ledger``.
+
+    Returns
+    -------
+    xarray.Dataset
+        The opened release (:func:`mvg_dask.api.open_release`).
+    """
+    arr = select_variable(obj, variable)
+    _check_dims(arr, record_dim, feature_dim)
+    rid = release_id or new_release_id(name)
+    input_store, output_store = _paths(directory, rid)
+    spec = _spec(
+        arr,
+        input_store,
+        output_store,
+        rid,
+        name=name,
+        record_dim=record_dim,
+        feature_dim=feature_dim,
+        fields=fields,
+    )
+    chunk = _record_chunk(arr, record_dim, record_chunk)
+    # the whole plan is checked before anything is written
+    from mvg_dask.engine.metadata import load_directions_matrix
+
+    plan_release(
+        spec,
+        _input_metadata(arr, input_store, record_dim, feature_dim, chunk),
+        directions_matrix=load_directions_matrix(spec),
+    )
+    api.performance_report_path(output_store, performance_report)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    if Path(input_store).exists():  # a retry of the same release id reuses its first copy
+        _check_same_input(arr, input_store)
+    else:
+        write_input(arr, input_store, record_dim, feature_dim, chunk)
+    result = api.release(
+        spec,
+        client=client,
+        scheduler=scheduler,
+        seed=seed,
+        progress=progress,
+        performance_report=performance_report,
+    )
+    return api.open_release(result.output)
+
+
+# -- reading a release ---------------------------------------------------------------------------
+def _check_complete(ds: xr.Dataset) -> None:
+    status = ds.attrs.get(f"{PREFIX}status")
+    if status != "complete":
+        raise IncompleteReleaseError(f"not a complete mvg_dask release (status: {status!r})")
+
+
+def gaussian_variable(ds: xr.Dataset) -> str:
+    """The released variable whose noise is the plan's Gaussian noise: ``gram`` when the release
+    has a noisy record count (``covariance`` is then a ratio of two noisy values), else the
+    query's output."""
+    if "gram" in ds and "record_count" in ds:
+        return "gram"
+    if ds.attrs.get(f"{PREFIX}query") == "covariance":
+        return "covariance"
+    return str(ds.attrs[f"{PREFIX}input_variable"])
+
+
+def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
+    """Standard deviation of the Gaussian noise of every entry of a released variable.
+
+    Unimodal noise: ``sqrt(Sigma_ii)`` for every record of feature ``i``; equi-modal noise:
+    ``sqrt(Sigma_ii Sigma_jj)``. Computed from the published ``row_cov`` (and ``col_cov``).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete release.
+    variable : str, optional
+        Default: :func:`gaussian_variable`. ``covariance`` of a release with a noisy count is
+        refused (its noise is not Gaussian with a known std).
+
+    Returns
+    -------
+    xarray.DataArray
+        Aligned with the variable.
+    """
+    _check_complete(ds)
+    name = variable or gaussian_variable(ds)
+    if name != gaussian_variable(ds):
+        raise ValueError(
+            f"{name!r} is not the variable with the plan's Gaussian noise; use "
+            f"{gaussian_variable(ds)!r} (covariance = gram / record_count is a ratio of noisy "
+            "values)"
+        )
+    var = ds[name]
+    d = np.sqrt(np.diag(ds["row_cov"].values))
+    rows, _ = ds["row_cov"].dims
+    feature_dim = str(rows).removesuffix("_row")
+    if "col_cov" in ds:
+        c = np.sqrt(np.diag(ds["col_cov"].values))
+        return xr.DataArray(np.outer(d, c), dims=var.dims, coords=var.coords, name="noise_std")
+    std = xr.DataArray(d, dims=(feature_dim,), name="noise_std")
+    if feature_dim in var.coords:
+        std = std.assign_coords({feature_dim: var.coords[feature_dim].values})
+    return std.broadcast_like(var)
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
+
+
+def confidence_intervals(
+    ds: xr.Dataset, level: float = 0.95, variable: str | None = None
+) -> xr.Dataset:
+    """Per-entry confidence intervals from the known Gaussian noise: ``value +- z std``.
+
+    ``z = Phi^-1((1 + level) / 2)``. Each interval covers the non-private entry with probability
+    ``level`` (per entry, not simultaneously; for clipped records the non-private value is that
+    of the clipped data). Post-processing of the release: no privacy cost. ``half_width`` is
+    what smartnoise-sdk (PR #386) and OpenDP's accuracy utilities (PR #275) call the accuracy
+    at level ``alpha = 1 - level``; it depends on ``level`` (smartnoise-sdk issue #399 reported
+    a Gaussian accuracy that did not).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete release.
+    level : float
+        Coverage, in (0, 1).
+    variable : str, optional
+        As for :func:`noise_std`.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``value``, ``lower``, ``upper``, ``half_width`` (``z std``) and ``std``, with ``level``
+        and ``z`` as attributes.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    std = noise_std(ds, variable)
+    name = variable or gaussian_variable(ds)
+    z = _normal_quantile(0.5 + level / 2)
+    value = ds[name]
+    half = z * std
+    out = xr.Dataset(
+        {
+            "value": value,
+            "lower": value - half,
+            "upper": value + half,
+            "half_width": half,
+            "std": std,
+        }
+    )
+    out.attrs.update({"level": level, "z": z, "variable": name})
+    return out
+
+
+def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
+    """The noise plan a complete release was made with, rebuilt from its public plan (DP-PCA
+    directions from its noisy variables) and checked against its published ``row_cov``."""
+    _check_complete(ds)
+    public = json.loads(ds.attrs[f"{PREFIX}plan"])
+    if public.get("row_variances") is not None:
+        plan = noise_plan_from_dict(public)
+    else:  # DP-PCA: the directions are noisy data variables of the release
+        query = QuerySpec.from_dict(public["query"])
+        a = public["allocation"]
+        comp = public["composition"]
+        k = len(public["directions"]["important"])
+        eig = ds["dp_pca_eigenvalues"].values if "dp_pca_eigenvalues" in ds else None
+        plan = build_noise_plan(
+            query,
+            domain_from_dict(public["domain"], query.features),
+            epsilon=float(public["epsilon"]),
+            delta=float(public["delta"]),
+            algorithm=public["algorithm"],
+            calibration=public["calibration"],
+            directions=Directions(
+                "dp-pca",
+                np.asarray(ds["directions"].values, dtype=np.float64),
+                tuple(range(k)),
+                None if eig is None else np.asarray(eig, dtype=np.float64),
+            ),
+            allocation=AllocationSpec(
+                strategy=a["strategy"], important=a.get("important"), share=a.get("share")
+            ),
+            neighbours=public["neighbours"],
+            direction_share=float(comp.get("direction_share") or 0.0),
+            count_share=float(comp.get("count_share") or 0.0),
+        )
+    published = np.asarray(ds["row_cov"].values)
+    if not np.allclose(plan.row_cov, published, rtol=1e-9, atol=0.0):
+        raise ValueError("the release's row_cov does not match its plan: not an intact release")
+    return plan
+
+
+def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
+    """An unbiased estimate of ``X X^T / N`` from a release.
+
+    Identity release: ``(Y Y^T - N Sigma) / N`` (:func:`covariance_from_identity`); covariance
+    release with a public normaliser: the released ``covariance`` itself (zero-mean noise).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete release.
+
+    Returns
+    -------
+    xarray.DataArray
+        ``feature_row x feature_col``.
+    """
+    _check_complete(ds)
+    if "record_count" in ds:
+        raise ValueError(
+            "this release has a noisy record count (add-remove): `gram` is unbiased for X X^T, "
+            "and covariance = gram / record_count is a ratio estimate (consistent, not unbiased)"
+        )
+    if ds.attrs.get(f"{PREFIX}query") == "covariance":
+        return ds["covariance"]
+    plan = release_noise_plan(ds)
+    name = str(ds.attrs[f"{PREFIX}input_variable"])
+    var = ds[name]
+    rows, cols = ds["row_cov"].dims
+    feature_dim = str(rows).removesuffix("_row")
+    Y = var.transpose(feature_dim, ...).values
+    est = covariance_from_identity(Y, plan)
+    coords = {}
+    if feature_dim in var.coords:
+        names = var.coords[feature_dim].values
+        coords = {rows: names, cols: names}
+    return xr.DataArray(est, dims=(rows, cols), coords=coords, name="covariance")
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+def budget_table(ledger: str | Path, dataset: str | None = None) -> pd.DataFrame:
+    """Spent and left per dataset, read from a ledger (nothing is created or reserved).
+
+    Parameters
+    ----------
+    ledger : str or Path
+        The ledger's path or URL.
+    dataset : str, optional
+        Only this dataset.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per dataset: budget, neighbours, composition, spent and left, and the number of
+        releases by status.
+    """
+    import pandas as pd
+
+    from mvg_dask.engine.ledger import open_ledger
+
+    with open_ledger(ledger, create=False) as book:
+        summary = book.summary()
+    rows = []
+    for d in summary:
+        if dataset is not None and d["dataset"] != dataset:
+            continue
+        statuses = [r["status"] for r in d["releases"]]
+        left_delta = d["left"]["delta"]
+        rows.append(
+            {
+                "dataset": d["dataset"],
+                "neighbours": d["budget"]["neighbours"],
+                "budget_epsilon": d["budget"]["epsilon"],
+                "budget_delta": d["budget"]["delta"],
+                "composition": d["composition"],
+                "spent_epsilon": d["spent"]["epsilon"],
+                "spent_delta": d["spent"]["delta"],
+                "left_epsilon": d["left"]["epsilon"],
+                "left_delta": math.nan if left_delta is None else left_delta,
+                "releases": len(statuses),
+                "committed": statuses.count("committed"),
+                "pending": statuses.count("pending"),
+                "aborted": statuses.count("aborted"),
+            }
+        )
+    if dataset is not None and not rows:
+        raise ValueError(f"dataset {dataset!r} is not in the ledger {ledger}")
+    return pd.DataFrame(rows).set_index("dataset") if rows else pd.DataFrame(rows)

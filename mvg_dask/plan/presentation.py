@@ -1,0 +1,153 @@
+"""A release plan as a short table a person reads before anything runs (like ``terraform plan``).
+
+:func:`plan_rows` turns a :class:`~mvg_dask.plan.release_plan.ReleasePlan` into labelled lines:
+what is read, the query, the domain, the mechanism and calibration, the sensitivities, the noise
+std range per released entry, the (epsilon, delta) charged and where the release is written.
+:func:`render_text` prints them for a terminal and :func:`render_html` for a notebook. Every line
+is a function of the plan's public form: under add-remove neighbours the record count is private
+and shown as ``?``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+
+from mvg_dask.plan.release_plan import ReleasePlan
+
+__all__ = ["Row", "noise_std_range", "plan_rows", "render_html", "render_text"]
+
+Row = tuple[str, str]
+
+_ALGORITHM = {
+    "unimodal": "Alg. 1, noise on rows",
+    "equi-modal": "Alg. 2, noise on rows and columns",
+}
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _domain_text(rplan: ReleasePlan) -> str:
+    d = rplan.domain.to_dict()
+    if "box" in d:
+        box = d["box"]
+        assert isinstance(box, dict)
+        lo, hi = np.asarray(box["lower"]), np.asarray(box["upper"])
+        if np.all(lo == lo[0]) and np.all(hi == hi[0]):
+            text = f"box [{lo[0]:g}, {hi[0]:g}] per feature"
+        else:
+            text = (
+                f"box per feature, lower {lo.min():g}..{lo.max():g}, "
+                f"upper {hi.min():g}..{hi.max():g}"
+            )
+    else:
+        text = f"l2 ball, ||x|| <= {d['l2_norm']:g}"
+    return f"{text}; values outside: {rplan.on_violation}"
+
+
+def _query_text(rplan: ReleasePlan) -> str:
+    m = rplan.input.features
+    private_n = rplan.neighbours == "add-remove"
+    n = "N" if private_n else str(rplan.input.records)
+    if rplan.query.kind == "identity":
+        return f"identity: the {m} x {n} data matrix itself, noise on every entry"
+    if not private_n:
+        return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
+    if not rplan.releases_count:
+        return f"covariance X X^T / N0 ({m} x {m}), N0 = {rplan.query.records} declared public"
+    return (
+        f"sum X X^T ({m} x {m}) and a noisy record count ({rplan.split.count_share:.0%} of the "
+        "budget); covariance = sum / count"
+    )
+
+
+def noise_std_range(rplan: ReleasePlan) -> tuple[float, float] | None:
+    """Smallest and largest noise standard deviation of one released entry, or ``None`` while
+    DP-PCA's directions are pending (they are chosen at run time)."""
+    if rplan.noise is None:
+        return None
+    std = rplan.noise.entry_std()
+    return float(np.min(std)), float(np.max(std))
+
+
+def plan_rows(rplan: ReleasePlan) -> list[Row]:
+    """The plan as labelled lines (data-independent: the record count is ``?`` under
+    add-remove neighbours).
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(label, text)`` in reading order.
+    """
+    inp = rplan.input
+    records = "?" if rplan.neighbours == "add-remove" else str(inp.records)
+    public = rplan.public_noise_dict()
+    directions = public["directions"]["method"]
+    if rplan.dp_pca is not None:
+        directions = (
+            f"dp-pca (k={rplan.dp_pca.k}, {rplan.dp_pca.budget_share:.0%} of the budget, "
+            "chosen at run time)"
+        )
+    rows: list[Row] = [
+        (
+            "read",
+            f"{inp.store} [{inp.variable}] ({inp.dims[0]} x {inp.dims[1]}): "
+            f"{inp.features} features x {records} records",
+        ),
+        ("query", _query_text(rplan)),
+        ("domain", _domain_text(rplan)),
+        (
+            "mechanism",
+            f"MVG {rplan.algorithm} ({_ALGORITHM.get(rplan.algorithm, rplan.algorithm)}), "
+            f"calibration {rplan.calibration}, directions {directions}, "
+            f"allocation {rplan.allocation.strategy}",
+        ),
+    ]
+    delta_m = public["mahalanobis_sensitivity"]
+    sens = f"s2 = {_fmt(public['sensitivity'])}, Delta_M = "
+    sens += "after DP-PCA" if delta_m is None else _fmt(delta_m)
+    if public.get("gamma") is not None:
+        sens += f", gamma = {_fmt(public['gamma'])}"
+    rows.append(("sensitivity", sens))
+    span = noise_std_range(rplan)
+    target = "the sum" if rplan.releases_count else "each released entry"
+    rows.append(
+        (
+            "noise std",
+            "set at run time by the DP-PCA directions"
+            if span is None
+            else f"{span[0]:.4g} .. {span[1]:.4g} on {target}",
+        )
+    )
+    split = rplan.split
+    parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
+    if split.share > 0 or split.count_share > 0:
+        parts.append(f"{split.composition} composition of its steps")
+    rows.append(("privacy", "; ".join(parts)))
+    rows.append(("write", rplan.output_store))
+    return rows
+
+
+def render_text(title: str, rows: Sequence[Row]) -> str:
+    """Rows as aligned terminal lines under ``title``."""
+    width = max((len(label) for label, _ in rows), default=0)
+    return "\n".join([title, *(f"  {label:<{width}}  {text}" for label, text in rows)])
+
+
+def render_html(title: str, rows: Sequence[Row]) -> str:
+    """Rows as an HTML table (a notebook's rich display)."""
+    body = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
+        f"<td style='text-align:left'>{html.escape(text)}</td></tr>"
+        for label, text in rows
+    )
+    return f"<div><strong>{html.escape(title)}</strong><table>{body}</table></div>"
