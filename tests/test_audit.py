@@ -12,7 +12,7 @@ claimed epsilon; the bounds are printed (``pytest -s``) and reported in the issu
   ``D`` and ``D'`` from the engine's own Gram pass on the cluster (``_Stages.gram``: the real
   reads, the real ``Clipper``), and every trial runs the engine's stages after that pass
   (``_Stages.noisy_count``, ``_Stages.directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
-  ``_Stages.covariance`` = the real ``matrix_noise`` with the plan's ``row_factor``) with the key
+  ``_Stages.covariance`` = the real ``covariance_noise``, i.e. the plan's own draw) with the key
   ``execute_release`` makes from ``--seed`` (``NoiseKey.from_seed(seed)``, and the stages derive
   ``count``, ``dp-pca`` and ``release`` from it themselves); trial ``t`` uses seed
   ``SEED + t`` (``D``) or ``SEED + TRIALS + t`` (``D'``). ``test_trial_sampler_is_the_release``
@@ -26,7 +26,7 @@ claimed epsilon; the bounds are printed (``pytest -s``) and reported in the issu
   independent of the changed one, so the most powerful test depends on that column only.
 
 Under-noised control: ``test_audit_flags_an_under_noised_mechanism`` halves the noise of the
-covariance release (``matrix_noise`` * 0.5) and the same audit must then exceed the claim.
+covariance release (``covariance_noise`` * 0.5) and the same audit must then exceed the claim.
 """
 
 from __future__ import annotations
@@ -263,9 +263,9 @@ def test_trial_sampler_is_the_release(tmp_path: Path, client) -> None:
 @pytest.mark.slow
 def test_audit_flags_an_under_noised_mechanism(tmp_path: Path, client, monkeypatch) -> None:
     """The same audit as ``test_covariance_replace_one`` with the noise of the release halved
-    (``matrix_noise`` * 0.5, everything else unchanged) must exceed the claim: it can fail."""
-    real = engine_release.matrix_noise
-    monkeypatch.setattr(engine_release, "matrix_noise", lambda *a, **k: 0.5 * real(*a, **k))
+    (``covariance_noise`` * 0.5, everything else unchanged) must exceed the claim: it can fail."""
+    real = engine_release.covariance_noise
+    monkeypatch.setattr(engine_release, "covariance_noise", lambda *a, **k: 0.5 * real(*a, **k))
     result = _audit_covariance(tmp_path, client, "replace-one", TRIALS // 2)
     _report("UNDER-NOISED covariance replace-one (noise * 0.5)", result)
     assert result.epsilon_lower > EPSILON

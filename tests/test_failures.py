@@ -107,12 +107,14 @@ def _mutate(spec, ops):
         parent = _get_parent(spec, path)
         if not isinstance(parent, dict) or path[-1] not in parent:
             continue
+        # a copy: the sampled values are shared objects, and a later op may add keys to one
+        # (without the copy a value could end up containing itself)
         if op == "set":
-            parent[path[-1]] = value
+            parent[path[-1]] = copy.deepcopy(value)
         elif op == "delete":
             del parent[path[-1]]
         else:
-            parent[f"unknown_{pick % 7}"] = value
+            parent[f"unknown_{pick % 7}"] = copy.deepcopy(value)
     return spec
 
 

@@ -54,12 +54,18 @@ def local_cluster(
     # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
     # workers (DESIGN.md §6), so chunk-sized buffers are reused instead of mmapped afresh
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
+    # the embedded cluster's own log lines (a worker's heartbeat failing while the cluster shuts
+    # down, a task's traceback) would reach the user's terminal; every error of a release is
+    # raised on the client as one line, so the workers log only what is critical
+    # (MVG_DASK_DEBUG=1 keeps their warnings)
+    silence = logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
     with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
         return LocalCluster(
             n_workers=n_workers or max(1, os.cpu_count() or 1),
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
+            silence_logs=silence,
             **kwargs,
         )
 
