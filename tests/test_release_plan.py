@@ -167,14 +167,17 @@ def test_dry_run_imports_neither_dask_nor_distributed(tmp_path):
     code = (
         "import sys, json\n"
         "from mvg_dask import api\n"
+        "from mvg_dask.cli import main\n"
         f"plan = api.dry_run({str(spec)!r})\n"
+        f"assert main(['release', {str(spec)!r}, '--dry-run']) == 0\n"
+        f"assert main(['release', {str(spec)!r}, '--dry-run', '--json']) == 0\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))\n"
         "print(json.dumps({'heavy': heavy, 'features': plan.input.features}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    result = json.loads(out.stdout)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"heavy": [], "features": 3}
 
 
