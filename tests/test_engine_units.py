@@ -183,3 +183,23 @@ def test_a_resume_runs_the_plan_its_first_run_saved(tmp_path):
                                  privacy={"epsilon": 2.0, "delta": 1e-5}))  # fmt: skip
     with pytest.raises(ReleaseError, match="started with another plan"):
         _saved_plan(plan_release(other, read_input_metadata(other.input)), target)
+
+
+def test_a_truncated_marker_means_the_chunk_is_written_again(tmp_path):
+    """A worker killed while writing a completion marker leaves it empty; the retried task must
+    write the chunk again (same bytes), not fail on the marker."""
+    X = data(3, 200, seed=8)
+    src = ZarrMatrix(make_input(tmp_path / "in.zarr", X, chunk=100), "X", False)
+    sink = ZarrMatrix(make_input(tmp_path / "out.zarr", np.zeros_like(X), chunk=100), "X", False)
+    (tmp_path / "out.zarr" / ".mvg_dask_progress").mkdir()
+    (tmp_path / progress_marker("out.zarr", 100)).write_bytes(b"")  # truncated
+    key = NoiseKey.from_seed(3)
+    B = np.diag([0.1, 0.2, 0.3])
+    kw = dict(source=src, sink=sink, clipper=_box(), noise_key=key, factor=B, tile=64, n_total=200)
+    res = identity_task(100, 200, diagonal=True, **kw)
+    assert res.unwrap()[1] == 100
+    noise = record_noise(key, B, 100, 200, tile=64, n_total=200, diagonal=True)
+    np.testing.assert_array_equal(sink.read(100, 200), np.clip(X[:, 100:200], 0, 1) + noise)
+    marker = json.loads((tmp_path / progress_marker("out.zarr", 100)).read_text())
+    assert marker == {"clipped": int(res.value[0]), "records": 100}
+    assert not list((tmp_path / "out.zarr" / ".mvg_dask_progress").glob("*.tmp"))

@@ -273,7 +273,7 @@ def test_worker_killed_mid_release_completes_identically(tmp_path, client):
             done: list[Path] = []
             deadline = time.time() + 60
             while time.time() < deadline:  # wait until some chunks are written
-                done = list(tmp_path.glob("remote.zarr.staging-*/.mvg_dask_progress/*.json"))
+                done = list(tmp_path.glob("remote.zarr.staging-*/.mvg_dask_progress/[0-9]*.json"))
                 if len(done) >= 5:
                     break
                 time.sleep(0.02)

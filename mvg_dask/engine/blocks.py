@@ -214,8 +214,8 @@ def identity_task(
     fs, marker = fsspec.core.url_to_fs(
         progress_marker(sink.store, start), **(sink.storage_options or {})
     )
-    if fs.exists(marker):
-        done = json.loads(fs.cat_file(marker))
+    done = _read_marker(fs, marker)
+    if done is not None:
         return Outcome(np.array([done["clipped"], done["records"]], dtype=np.int64))
     _, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
     if fs.exists(abort_path):
@@ -227,8 +227,34 @@ def identity_task(
     y = record_noise(noise_key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal)
     y += x
     sink.write(start, stop, y)
-    fs.pipe_file(marker, json.dumps({"clipped": clipped, "records": stop - start}).encode())
+    _write_marker(fs, marker, json.dumps({"clipped": clipped, "records": stop - start}).encode())
     return Outcome(np.array([clipped, stop - start], dtype=np.int64))
+
+
+def _read_marker(fs: Any, path: str) -> dict[str, int] | None:
+    """A chunk's completion marker, or ``None`` when there is none or it is unreadable (a worker
+    killed while writing it): the chunk is then written again, with the same bytes."""
+    import json
+
+    try:
+        done = json.loads(fs.cat_file(path))
+        return {"clipped": int(done["clipped"]), "records": int(done["records"])}
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_marker(fs: Any, path: str, payload: bytes) -> None:
+    """Write a marker whole: on a local filesystem to a temporary name renamed into place (a
+    worker killed mid-write leaves no truncated marker); an object store's PUT is whole."""
+    import os
+
+    if "file" in fs.protocol or "local" in fs.protocol:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+        return
+    fs.pipe_file(path, payload)
 
 
 def gram_task(start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper) -> Outcome:
