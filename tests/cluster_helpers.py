@@ -66,10 +66,22 @@ def loopback_cluster(
             c.wait_for_workers(workers, timeout=60)
         yield address
     finally:
-        for p in procs[::-1]:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
+
+
+def stop(procs: list[subprocess.Popen[bytes]], grace: float = 30.0) -> None:
+    """Terminate ``procs`` (last started first) and reap every one of them.
+
+    A process still alive after ``grace`` seconds (a nanny under load can take that long to
+    close its worker) is killed and then waited for, so no ``Popen`` is collected while its
+    process runs (which Python reports as a ``ResourceWarning``: found by the stress loop).
+    """
+    for p in procs[::-1]:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -35,7 +35,7 @@ from mvg_dask.engine.kube import (
     validate_resource,
 )
 from mvg_dask.engine.security import TransportError
-from tests.cluster_helpers import loopback_cluster
+from tests.cluster_helpers import loopback_cluster, stop
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
 
@@ -199,8 +199,7 @@ def test_a_worker_with_another_version_is_refused_before_any_reservation(tmp_pat
                     check_versions(client)
             assert main(["release", str(spec_file), "--quiet", "--scheduler", address]) == 1
         finally:
-            worker.terminate()
-            worker.wait(timeout=30)
+            stop([worker])
     err = capsys.readouterr().err
     assert "package versions differ" in err and "mvg_dask 9.9.9" in err
     assert not (tmp_path / "ledger.sqlite").exists()  # nothing reserved

@@ -362,7 +362,7 @@ def test_the_image_dask_config_raises_the_malloc_thresholds_in_nanny_workers(tmp
     config must carry the thresholds. A real nanny-spawned worker reads it."""
     from distributed import Client
 
-    from tests.cluster_helpers import loopback_cluster
+    from tests.cluster_helpers import loopback_cluster, stop
 
     # a clean environment: a LocalCluster started earlier in this process leaves its config
     # (DASK_INTERNAL_INHERIT_CONFIG) and the nanny's malloc variables in os.environ
@@ -381,8 +381,7 @@ def test_the_image_dask_config_raises_the_malloc_thresholds_in_nanny_workers(tmp
                 seen = client.run(lambda: {k: os.environ.get(k) for k in WORKER_MALLOC_ENV})
                 names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
         finally:
-            worker.terminate()
-            worker.wait(timeout=30)
+            stop([worker])
     by_name = {str(names[a]): env for a, env in seen.items()}
     assert by_name.pop("configured") == WORKER_MALLOC_ENV
     # without it, the nanny's default disables the dynamic mmap threshold (DESIGN.md section 6)
