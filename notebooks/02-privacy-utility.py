@@ -26,7 +26,7 @@
 # Each runs every calibration (`mvg-thm2`, `mvg-thm3`, `mgm-*`, `exact`) and the baselines (iid
 # Gaussian and Laplace, the JL transform, the exponential mechanisms, Analyze Gauss) over
 # ε ∈ {0.1, 0.3, 1, 3} at δ = 1/N. `TRIALS` is small so the notebook runs in seconds; the
-# paper's tables use `mvg-dask experiments all --trials 100` (see `notebooks/results.md`).
+# paper's tables use `mvg-dask experiments all --trials 300` (see `notebooks/results.md`).
 
 # %%
 import matplotlib.pyplot as plt

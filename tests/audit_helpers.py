@@ -112,6 +112,20 @@ def whiten(residual: np.ndarray, factor: np.ndarray, equi_modal: bool) -> np.nda
     return np.swapaxes(np.linalg.solve(factor, np.swapaxes(left, -1, -2)), -1, -2)
 
 
+def whiten_symmetric(residual: np.ndarray, factor: np.ndarray, ratio: float) -> np.ndarray:
+    """``vech_r(B^-1 R B^-T)``: the diagonal, then the upper off-diagonal entries over ``sqrt(r)``.
+
+    For symmetric noise ``B S B^T`` (docs/bounds.md Sec. 1) these coordinates are iid
+    ``N(0, 1)``, so the Gaussian log-likelihood ratio in them is exact. Trials on the first axis.
+    """
+    G = whiten(residual, factor, True)
+    m = G.shape[-1]
+    iu = np.triu_indices(m, 1)
+    diag = np.diagonal(G, axis1=-2, axis2=-1)
+    off = G[..., iu[0], iu[1]] / math.sqrt(ratio)
+    return np.concatenate([diag, off], axis=-1)
+
+
 class CapturedOutput:
     """Stands where the engine's :class:`~mvg_dask.engine.output.OutputTarget` stands and keeps
     what ``_Stages.covariance`` hands it to write (the audit runs thousands of releases in

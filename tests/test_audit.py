@@ -52,6 +52,7 @@ from tests.audit_helpers import (
     gaussian_log_lr,
     standardise,
     whiten,
+    whiten_symmetric,
 )
 from tests.pipeline_helpers import make_input
 
@@ -153,6 +154,39 @@ def _audit_covariance(root: Path, client: Any, neighbours: str, n: int, **privac
 def test_covariance_replace_one(tmp_path: Path, client) -> None:
     result = _audit_covariance(tmp_path, client, "replace-one", TRIALS)
     _report("covariance replace-one (equi-modal, exact)", result)
+    assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
+def test_covariance_replace_one_symmetric(tmp_path: Path, client) -> None:
+    """The product's default for a covariance: symmetric noise ``B S B^T`` at ``r* = 2.5``.
+
+    The pair (corner, clipped alternating corner) differs only off the diagonal, where
+    ``Q_r(D) = 16 = sup Q_r`` for every ``r <= 2.5`` (docs/bounds.md Sec. 5): worst case. The
+    statistic is the exact log-likelihood ratio in the ``vech_r`` coordinates.
+    """
+    sym = {"mechanism": {"algorithm": "symmetric"}}
+    plan_d, plan_d2 = _pair(tmp_path, "replace-one", **sym)
+    noise = plan_d.noise_plan()
+    assert noise.algorithm == "symmetric"
+    r = float(noise.symmetric_ratio)
+    assert r == pytest.approx((M + 1) / 2)
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    n = plan_d.query.records
+    B = noise.row_factor
+    shift = whiten_symmetric((gram_d2 - gram_d) / n, B, r)
+    assert float(np.linalg.norm(shift)) == pytest.approx(noise.mahalanobis_sensitivity, rel=1e-9)
+    assert noise.mahalanobis_sensitivity == pytest.approx(MU, rel=1e-9)
+
+    def statistic(runs: list[Any]) -> np.ndarray:
+        Y = np.stack([run.value for run in runs])
+        whitened = whiten_symmetric(Y - gram_d / n, B, r)
+        return standardise(gaussian_log_lr(whitened, shift), MU)
+
+    t0 = statistic(_trials(plan_d, gram_d, SEED, TRIALS))
+    t1 = statistic(_trials(plan_d2, gram_d2, SEED + TRIALS, TRIALS))
+    result = epsilon_lower_bound(t0, t1, DELTA)
+    _report("covariance replace-one (symmetric, r = 2.5, exact)", result)
     assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
 
 

@@ -293,3 +293,65 @@ def test_centred_quadratic_bound_dominates_optimisation_and_beats_the_hull():
         if trial % 2 and m >= 3:
             gains.append(hull / bound)
     assert np.median(gains) > 1.2
+
+
+# -- Theorem 4: the traceless covariance (docs/bounds.md Sec. 9) ----------------------------------
+
+
+def q_traceless(D: np.ndarray, r: float) -> float:
+    """Q_r(P(D)) for P(D) = D - (tr D / m) I, built as a matrix and weighted entry by entry."""
+    m = D.shape[0]
+    return q_weighted(D - np.trace(D) / m * np.eye(m), r)
+
+
+def _square_ranges(domain: BoxDomain) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = domain.lower, domain.upper
+    sq_lo = np.where((lo < 0) & (hi > 0), 0.0, np.minimum(lo**2, hi**2))
+    return sq_lo, np.maximum(lo**2, hi**2)
+
+
+@pytest.mark.parametrize("r", [0.5, 1.0, 2.5, 3.0, 3.5, 4.0, 5.0])
+def test_traceless_bound_equals_the_grid_maximum_on_the_symmetric_box(r):
+    """On [-1, 1]^4 the edge maximum is attained: it equals the best pair of {-1, 0, 1}^4."""
+    m = 4
+    grid = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0]] * m)).reshape(m, -1).T
+    best = max(q_traceless(np.outer(x, x) - np.outer(y, y), r) for x in grid for y in grid)
+    bound = sens.traceless_box_sup(np.zeros(m), np.ones(m), ratio=r)
+    assert bound == pytest.approx(best, rel=REL)
+    assert bound == pytest.approx(16.0 if r <= 3.5 else 2.0 + 4.0 * r, rel=REL)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("pairs", [True, False], ids=["replace-one", "add-remove"])
+def test_traceless_bound_dominates_local_optimisation_on_random_boxes(seed, pairs):
+    """Random boxes (straddling 0 or not), m = 2..5, random r: nothing found exceeds the bound.
+
+    Seed ``1000 + seed``; the bound also never falls below the (exact) non-traceless value at the
+    found maximiser, and never exceeds Theorem 1's bound for the full ``Q_r``.
+    """
+    rng = np.random.default_rng(1000 + seed)
+    m = int(rng.integers(2, 6))
+    lo = rng.uniform(-1.0, 0.5, m)
+    hi = lo + rng.uniform(0.2, 1.5, m)
+    domain = BoxDomain.create(lo, hi, m)
+    r = float(rng.choice([0.5, 1.0, 2.0, (m + 1) / 2.0, m + 2.0]))
+    found = maximise(
+        lambda x, xp: q_traceless(np.outer(x, x) - np.outer(xp, xp), r), domain, m, pairs, rng
+    )
+    sq_lo, sq_hi = _square_ranges(domain)
+    bound = sens.traceless_box_sup(sq_lo, sq_hi, ratio=r, replace_one=pairs)
+    assert found <= bound * (1 + REL) + 1e-12
+    T, sign_definite = domain.coordinate_sups(np.eye(m), np.ones(m))
+    full = sens.outer_weighted_sup(
+        T, domain.sup_norm_sq(), ratio=r, replace_one=pairs, sign_definite=sign_definite
+    )
+    assert bound <= full * (1 + REL) + 1e-12
+
+
+def test_traceless_bound_refuses_what_it_cannot_enumerate():
+    with pytest.raises(ValueError, match="at most 8 features"):
+        sens.traceless_box_sup(np.zeros(9), np.ones(9), ratio=1.0)
+    with pytest.raises(ValueError, match="lower_sq <= upper_sq"):
+        sens.traceless_box_sup(np.ones(3), np.zeros(3), ratio=1.0)
+    with pytest.raises(ValueError, match=r">= 0\.5"):
+        sens.traceless_box_sup(np.zeros(3), np.ones(3), ratio=0.4)

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from scipy import stats
 from sklearn.kernel_ridge import KernelRidge
+from sklearn.linear_model import Ridge
 
 from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import load_ctg, load_liver, load_movement
@@ -26,10 +28,13 @@ from mvg_dask.experiments import EPSILONS, EXPERIMENTS, run_experiment
 from mvg_dask.experiments.cli import experiments
 from mvg_dask.experiments.covariance import residual_sum_of_squares
 from mvg_dask.experiments.first_pc import FirstPCExperiment, captured_variance_gap
+from mvg_dask.experiments.mechanisms import traceless_noise
 from mvg_dask.experiments.paper_values import PAPER_TABLES
-from mvg_dask.experiments.regression import krr_rmse
+from mvg_dask.experiments.regression import krr_rmse, moments_ridge_rmse
 from mvg_dask.experiments.targets import check_targets
+from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import AllocationSpec, BoxDomain, QuerySpec, build_noise_plan
+from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
 
 TRIALS = 3
@@ -48,9 +53,10 @@ COMMON = {
     "jl",
 }
 EXPECTED_METHODS = {
-    "regression": COMMON | {"mvg-thm2-dppca", "exact-dppca", "blr"},
-    "first-pc": COMMON | {"mvg-thm3", "analyze-gauss", "ppca"},
-    "covariance": COMMON | {"blr"},
+    "regression": COMMON | {"mvg-thm2-dppca", "exact-dppca", "exact-moments", "blr"},
+    "first-pc": COMMON
+    | {"mvg-thm3", "exact-symmetric", "exact-traceless", "analyze-gauss", "ppca"},
+    "covariance": COMMON | {"exact-unbiased", "exact-covariance", "blr"},
 }
 
 
@@ -160,7 +166,7 @@ def test_tau_sweep_chooses_the_best(run_all: dict[str, Path]) -> None:
     groups: dict[tuple[str, str], list[dict[str, str]]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["epsilon"]), []).append(r)
-    assert {m for m, _ in groups} == {"mvg-thm2", "mgm-udn", "mgm-idn", "exact"}
+    assert {m for m, _ in groups} == {"mvg-thm2", "mgm-udn", "mgm-idn", "exact", "exact-moments"}
     for group in groups.values():
         assert [float(r["tau"]) for r in group] == [0.55, 0.65, 0.75, 0.85, 0.95]
         (chosen,) = [r for r in group if r["chosen"] == "true"]
@@ -254,6 +260,54 @@ def test_krr_matches_scikit_learn() -> None:
         assert ours[t] == pytest.approx(ref, rel=1e-10)
 
 
+def test_moments_ridge_matches_scikit_learn() -> None:
+    """Ridge from exact moments = scikit-learn's Ridge (intercept) with alpha = lambda N."""
+    rng = np.random.default_rng(3)
+    n, d, lam = 60, 4, 0.3
+    x, y = rng.random((n, d)), rng.random(n)
+    z = np.column_stack([x, y, np.ones(n)])
+    moments = (z.T @ z / n)[None]
+    ex, ey = rng.random((10, d)), rng.random(10)
+    ours = moments_ridge_rmse(moments, ex, ey, target=d, ridge=lam)[0]
+    model = Ridge(alpha=lam * n).fit(x, y)
+    assert ours == pytest.approx(np.sqrt(np.mean((model.predict(ex) - ey) ** 2)), rel=1e-10)
+
+
+def test_traceless_noise_calibration_and_law() -> None:
+    """Exp. II's traceless row: sensitivity from an independent grid search, sigma = Delta / mu*,
+    and the draws' entry variances (chi-square, two-sided, alpha = 0.001 each; key seed 5)."""
+    m, n, eps, delta = 4, 100, 1.0, 1e-3
+    tl = traceless_noise(
+        BoxDomain.create(-1.0, 1.0, m),
+        n,
+        epsilon=eps,
+        delta=delta,
+        key=NoiseKey.from_seed(5),
+        trials=3000,
+    )
+    grid = np.array(np.meshgrid(*[[-1.0, 0.0, 1.0]] * m)).reshape(m, -1).T
+    best = 0.0
+    for x in grid:
+        for y in grid:
+            D = np.outer(x, x) - np.outer(y, y)
+            P = D - np.trace(D) / m * np.eye(m)
+            iu = np.triu_indices(m, 1)
+            best = max(best, float(np.sum(P[iu] ** 2) + tl.ratio * np.sum(np.diag(P) ** 2)))
+    assert tl.sensitivity == pytest.approx(math.sqrt(best / tl.ratio) / n, rel=1e-9)
+    assert tl.sensitivity / tl.sigma == pytest.approx(analytic_gaussian_mu(eps, delta), rel=1e-9)
+    assert 2.5 < tl.ratio < 4.0  # beyond the symmetric mechanism's r* = 2.5, still Q* = 16
+    Z = tl.noise
+    assert np.array_equal(Z, np.swapaxes(Z, 1, 2))
+    iu = np.triu_indices(m, 1)
+    for values, var in (
+        (np.diagonal(Z, axis1=1, axis2=2), tl.sigma**2),
+        (Z[:, iu[0], iu[1]], tl.ratio * tl.sigma**2),
+    ):
+        k = values.size
+        stat = float(np.sum(values**2) / var)
+        assert stats.chi2.ppf(0.0005, k) < stat < stats.chi2.ppf(0.9995, k)
+
+
 def test_metrics_against_definitions() -> None:
     rng = np.random.default_rng(1)
     A = rng.standard_normal((5, 5))
@@ -312,10 +366,14 @@ def test_paper_values_map_to_methods() -> None:
 def test_targets_are_computed_from_the_rows() -> None:
     result = run_experiment(EXPERIMENTS["first-pc"](), trials=2, seed=0, epsilons=(1.0,))
     check = check_targets(result)
-    assert check.exact.method.key == "exact"
+    exact_rows = [r for r in result.rows_at(1.0) if r.method.kind == "exact"]
+    assert {r.method.key for r in exact_rows} == {"exact", "exact-symmetric", "exact-traceless"}
+    assert check.exact.mean == min(r.mean for r in exact_rows)  # target 1: the best exact design
+    assert check.exact_design.method.key == "exact"  # target 2 compares like with like
     assert check.baseline.method.kind == "baseline" and check.baseline.evaluation.valid
     assert check.paper.method.key in ("mvg-thm2", "mvg-thm3")
-    assert check.ratio_paper_exact == pytest.approx(check.paper.mean / check.exact.mean)
+    assert check.ratio_exact_baseline == pytest.approx(check.exact.mean / check.baseline.mean)
+    assert check.ratio_paper_exact == pytest.approx(check.paper.mean / check.exact_design.mean)
     assert check.met_paper == (check.ratio_paper_exact >= 10)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import dp_accounting
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.optimize import linprog
 
 from mvg_dask.engine.ledger import (
@@ -29,6 +30,7 @@ from mvg_dask.engine.ledger import (
     convert_neighbours,
     export_ledger,
     migrate_ledger,
+    mixed_pld,
     open_ledger,
     spending,
     summary_text,
@@ -377,9 +379,20 @@ def test_gaussian_dp_composition_when_every_release_is_exact(location):
         assert cal.analytic_gaussian_delta(eps_total, math.sqrt(n + 1) * mu1) > delta_total
         (summary,) = book.summary()
         assert summary["composition"] == "gaussian-dp"
-        # a paper-calibrated release switches the dataset to basic composition: now over budget
+        # a paper-calibrated release makes the set mixed: privacy-loss-distribution composition,
+        # which admits it exactly when the closed form of the mix fits (basic composition of
+        # the same set would be far over budget: n > 3 releases of epsilon 1)
+        mu_n = math.sqrt(n) * mu1
+        big = _gaussian_plus_approx_dp_delta(eps_total, mu_n, 0.5, 1e-9)
+        assert big > delta_total
         with pytest.raises(BudgetError):
-            _reserve(book, "paper", eps=0.01, delta=1e-9, calibration="mvg-thm2")
+            _reserve(book, "paper-big", eps=0.5, delta=1e-9, calibration="mvg-thm2")
+        small = _gaussian_plus_approx_dp_delta(eps_total, mu_n, 0.01, 1e-9)
+        assert small <= 0.99 * delta_total
+        _reserve(book, "paper", eps=0.01, delta=1e-9, calibration="mvg-thm2")
+        (summary,) = book.summary()
+        assert summary["composition"] == "pld"
+        assert summary["spent"]["epsilon"] <= eps_total
 
 
 def test_gaussian_dp_total_agrees_with_dp_accounting_pld():
@@ -392,6 +405,87 @@ def test_gaussian_dp_total_agrees_with_dp_accounting_pld():
     eps_pld = acc.get_epsilon(1e-5)
     assert s.epsilon == pytest.approx(eps_pld, rel=2e-2)
     assert s.epsilon <= eps_pld * (1 + 1e-9) + 1e-9  # PLD is pessimistic, never below exact
+
+
+def _gauss_delta(e: float, mu: float) -> float:
+    """Hockey-stick divergence of N(mu, 1) from N(0, 1) at any real e (Balle & Wang, Thm. 8)."""
+    return float(stats.norm.cdf(mu / 2 - e / mu) - math.exp(e) * stats.norm.cdf(-mu / 2 - e / mu))
+
+
+def _gaussian_plus_approx_dp_delta(eps: float, mu: float, eps0: float, delta0: float) -> float:
+    """Tight delta(eps) of a mu-GDP mechanism composed with a worst-case (eps0, delta0)-DP one.
+
+    Independent of dp-accounting: every (eps0, delta0)-DP mechanism is a post-processing of the
+    four-outcome mechanism of Kairouz, Oh & Viswanath (2015), whose privacy loss is +inf with
+    probability delta0 and +-eps0 with probabilities (1 - delta0) e^eps0 / (1 + e^eps0) and
+    (1 - delta0) / (1 + e^eps0); the Gaussian's loss is N(mu^2/2, mu^2), so
+    delta(eps) = delta0 + (1 - delta0) (p+ delta_G(eps - eps0) + p- delta_G(eps + eps0)).
+    """
+    p_plus = math.exp(eps0) / (1 + math.exp(eps0))
+    return delta0 + (1 - delta0) * (
+        p_plus * _gauss_delta(eps - eps0, mu) + (1 - p_plus) * _gauss_delta(eps + eps0, mu)
+    )
+
+
+def _k_fold_approx_dp_delta(eps: float, k: int, eps0: float, delta0: float) -> float:
+    """Tight delta(eps) of k worst-case (eps0, delta0)-DP mechanisms (binomial privacy loss)."""
+    p_plus = math.exp(eps0) / (1 + math.exp(eps0))
+    rr = math.fsum(
+        math.comb(k, i)
+        * p_plus ** (k - i)
+        * (1 - p_plus) ** i
+        * max(0.0, 1 - math.exp(eps - (k - 2 * i) * eps0))
+        for i in range(k + 1)
+    )
+    return 1 - (1 - delta0) ** k * (1 - rr)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0, 3.0])
+@pytest.mark.parametrize(("mu", "eps0", "delta0"), [(0.5, 0.3, 1e-6), (1.2, 1.0, 1e-8)])
+def test_mixed_composition_matches_the_closed_form(eps, mu, eps0, delta0):
+    """The ledger's PLD (dp-accounting) of a Gaussian release plus a paper-calibrated one against
+    the closed form: an upper bound (pessimistic discretisation), within 1 %."""
+    pld = mixed_pld([(1.0, 1e-6, "exact", mu), (eps0, delta0, "mvg-thm2", None)])
+    oracle = _gaussian_plus_approx_dp_delta(eps, mu, eps0, delta0)
+    ours = float(pld.get_delta_for_epsilon(eps))
+    assert oracle * (1 - 1e-9) <= ours <= oracle * 1.01 + 1e-12
+
+
+@pytest.mark.parametrize("k", [2, 10, 30])
+def test_k_paper_releases_compose_as_the_binomial_closed_form(k):
+    """k identical (eps0, delta0) releases: the PLD against the exact binomial formula."""
+    eps0, delta0 = 0.05, 1e-8
+    pld = mixed_pld([(eps0, delta0, "mvg-thm2", None)] * k)
+    for eps in (0.2, 0.5, 1.0):
+        oracle = _k_fold_approx_dp_delta(eps, k, eps0, delta0)
+        ours = float(pld.get_delta_for_epsilon(eps))
+        assert oracle * (1 - 1e-9) - 1e-15 <= ours <= oracle * 1.01 + 1e-12
+
+
+def test_mixed_releases_compose_tighter_than_basic(location):
+    """Basic composition stops at 20 releases of (0.05, 1e-8) in a (1, 1e-5) budget; the PLD
+    admits them exactly while the binomial closed form fits, and a Gaussian release joins the
+    same accounting."""
+    eps_total, delta_total = 1.0, 1e-5
+    eps0, delta0 = 0.05, 1e-8
+    with open_ledger(location) as book:
+        book.ensure_dataset("d", eps_total, delta_total)
+        n = 0
+        while True:
+            try:
+                _reserve(book, f"p{n}", eps=eps0, delta=delta0, calibration="mvg-thm2")
+            except BudgetError:
+                break
+            n += 1
+        assert n > 20
+        assert _k_fold_approx_dp_delta(eps_total, n, eps0, delta0) <= delta_total
+        assert _k_fold_approx_dp_delta(eps_total, n + 1, eps0, delta0) > delta_total * 0.99
+        (summary,) = book.summary()
+        assert summary["composition"] == "pld"
+        assert summary["spent"]["epsilon"] <= eps_total
+        assert summary["left"]["delta"] is None  # epsilon is reported at the budget's delta
+        # the refusal changed nothing
+        assert len(book.releases()) == n
 
 
 # -- aborts ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ class BudgetPreview:
     neighbours : str
         The budget's neighbour relation.
     composition : str
-        ``basic`` or ``gaussian-dp`` after this release.
+        ``basic``, ``gaussian-dp`` or ``pld`` after this release.
     spent_epsilon, spent_delta : float
         Spent before this release.
     charge_epsilon, charge_delta : float
@@ -80,12 +80,17 @@ class BudgetPreview:
                 f"{head}: {spent}; this release (epsilon = {self.charge_epsilon:.4g}) would "
                 "exceed the budget and be refused"
             )
-        if self.composition == "gaussian-dp":
-            delta = f"delta = {self.budget_delta:.3g} (Gaussian-DP composition)"
+        if self.composition in _AT_BUDGET_DELTA:
+            how = _AT_BUDGET_DELTA[self.composition]
+            delta = f"delta = {self.budget_delta:.3g} ({how} composition)"
         else:
             delta = f"delta = {max(self.budget_delta - self.after_delta, 0.0):.3g} left"
         left = f"left after this release: epsilon = {self.left_epsilon:.4g}, {delta}"
         return f"{head}: {spent}; {left}"
+
+
+#: Compositions whose epsilon is reported at the budget's delta, and how the text names them.
+_AT_BUDGET_DELTA = {"gaussian-dp": "Gaussian-DP", "pld": "privacy-loss-distribution"}
 
 
 def _empty_or_missing(location: str) -> bool:

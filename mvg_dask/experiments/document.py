@@ -31,7 +31,13 @@ from mvg_dask.experiments.report import (
     experiment_markdown,
 )
 from mvg_dask.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
-from mvg_dask.experiments.targets import PAPER_RATIO_TARGET, check_targets, fmt, position
+from mvg_dask.experiments.targets import (
+    PAPER_RATIO_TARGET,
+    best_exact,
+    check_targets,
+    fmt,
+    position,
+)
 from mvg_dask.privacy.allocation import max_pnr
 
 __all__ = ["results_document", "write_results_document"]
@@ -62,13 +68,55 @@ def _summary_table(results: Sequence[ExperimentResult]) -> str:
                 fmt(res.row("non-private").mean),
                 fmt(res.row("random-guess").mean),
                 f"{_mean_ci(c.paper)} ({c.paper.method.key})",
-                _mean_ci(c.exact),
+                f"{_mean_ci(c.exact)} ({c.exact.method.key})",
                 f"{_mean_ci(c.baseline)} ({c.baseline.method.key})",
                 f"{c.ratio_exact_baseline:.3g} ({_met(c.met_baseline)})",
                 f"{c.ratio_paper_exact:.3g} ({_met(c.met_paper)})",
             ]
         )
     return _table(header, body)
+
+
+def _best_baseline(res: ExperimentResult, eps: float) -> Row | None:
+    rows = [r for r in res.rows_at(eps) if r.method.kind == "baseline" and r.evaluation.valid]
+    return min(rows, key=lambda r: r.mean) if rows else None
+
+
+def _sweep_table(results: Sequence[ExperimentResult]) -> tuple[str, str]:
+    """Best exact design against the best valid baseline at every epsilon of the run."""
+    header = ["Experiment", "ε", "Best exact design", "Best valid baseline", "ratio", "Verdict"]
+    body = []
+    beyond = []
+    for res in results:
+        for eps in res.epsilons:
+            exact, base = best_exact(res, eps), _best_baseline(res, eps)
+            if base is None:
+                continue
+            if exact.mean <= base.mean:
+                verdict = "exact smaller"
+            elif _overlap(exact, base):
+                verdict = "exact larger, within the 95 % CIs"
+            else:
+                verdict = "exact larger, beyond the 95 % CIs"
+                beyond.append(f"{_short(res)} at ε = {eps:g}")
+            body.append(
+                [
+                    _short(res),
+                    f"{eps:g}",
+                    f"{_mean_ci(exact)} ({exact.method.key})",
+                    f"{_mean_ci(base)} ({base.method.key})",
+                    _ratio(exact.mean, base.mean),
+                    verdict,
+                ]
+            )
+    text = (
+        "Exact is above the best valid baseline beyond the confidence intervals at: "
+        + ", ".join(beyond)
+        + "."
+        if beyond
+        else "Exact is never above the best valid baseline beyond the 95 % confidence intervals."
+    )
+    return _table(header, body), text
 
 
 def _noise_table(results: Sequence[ExperimentResult]) -> str:
@@ -154,7 +202,7 @@ def _exact_positions_text(results: Sequence[ExperimentResult]) -> str:
         _, ppos = _paper_with_position(res, check.paper)
         if ppos is None:
             continue
-        epos = position(res, check.exact.mean)
+        epos = position(res, check.exact_design.mean)
         relation = "above" if epos > ppos else "below"
         lines.append(
             f"- {_short(res)}: exact at {epos:.3g}, {relation} the paper's "
@@ -174,13 +222,17 @@ def _directional_text(results: Mapping[str, ExperimentResult]) -> str:
     lines = []
     for res in results.values():
         check = check_targets(res)
-        exact, base = check.exact, check.baseline
+        exact, base = check.exact_design, check.baseline
         sweep = ", ".join(f"{t:.2f}: {fmt(m)}" for t, m, _ in exact.sweep)
         lines.append(
             f"- {_short(res)}: exact (binary, best τ = {exact.tau:.2f}) "
             f"{_mean_ci(exact)} vs {base.method.label} {_mean_ci(base)}; exact's τ sweep at "
             f"ε = 1: {sweep}."
         )
+        if check.exact is not exact:
+            lines.append(
+                f"  The best exact design, {check.exact.method.label}: {_mean_ci(check.exact)}."
+            )
         high = max(res.epsilons)
         e_hi = _row_or_none(res, "exact", high)
         b_hi = _row_or_none(res, base.method.key, high)
@@ -244,7 +296,7 @@ def _basic_table(results: Sequence[ExperimentResult]) -> tuple[str, str]:
     header = ["Experiment", "Exact MVG", *[f for f, _ in _FAMILIES], "Exact beats"]
     body, lines = [], []
     for res in results:
-        exact = res.row("exact", REFERENCE_EPSILON)
+        exact = best_exact(res, REFERENCE_EPSILON)
         fams = dict(_family_rows(res))
         cells = []
         for family, _ in _FAMILIES:
@@ -364,7 +416,14 @@ def _why_values(results: Sequence[ExperimentResult]) -> dict[str, object]:
     values["experiments"] = ", ".join(_short(r) for r in results)
     values["floor"] = f"{inspect.signature(max_pnr).parameters['floor'].default:g}"
     if cov is not None:
+        plain = _row_or_none(cov, "exact", REFERENCE_EPSILON)
+        unbiased = _row_or_none(cov, "exact-unbiased", REFERENCE_EPSILON)
+        direct = _row_or_none(cov, "exact-covariance", REFERENCE_EPSILON)
         values |= {
+            "cov_plain": _mean_ci(plain) if plain else "-",
+            "cov_unbiased": _mean_ci(unbiased) if unbiased else "-",
+            "cov_direct": _mean_ci(direct) if direct else "-",
+            "cov_rg": fmt(cov.row("random-guess").mean),
             "cov_exp": _short(cov),
             "cov_small": len(cov.important),
             "cov_large": cov.features - len(cov.important),
@@ -429,6 +488,7 @@ def results_document(
     by_name = {r.name: r for r in results}
     values = _why_values(results)
     basic_table, basic_text = _basic_table(results)
+    sweep_table, sweep_text = _sweep_table(results)
     parts = [
         _template(
             "doc_header",
@@ -442,6 +502,8 @@ def results_document(
             ratio=f"{PAPER_RATIO_TARGET:g}",
             basic_table=basic_table,
             basic_text=basic_text,
+            sweep_table=sweep_table,
+            sweep_text=sweep_text,
         ),
         "",
     ]

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from mvg_dask.baselines import IidMechanism
 from mvg_dask.noise import NoiseKey
+from mvg_dask.noise.tiles import symmetric_normals
 from mvg_dask.plan import AllocationSpec, Directions, NoisePlan, build_noise_plan
-from mvg_dask.plan.domain import RecordDomain
+from mvg_dask.plan.domain import BoxDomain, RecordDomain
 from mvg_dask.plan.query import QuerySpec
-from mvg_dask.privacy import analytic_gaussian_epsilon
+from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm, Calibration
+from mvg_dask.privacy.sensitivity import traceless_box_sup
 
 __all__ = [
     "binary_plan",
@@ -27,6 +30,8 @@ __all__ = [
     "plan_implied_epsilon",
     "plan_noise",
     "plan_std_range",
+    "symmetric_plan",
+    "traceless_noise",
 ]
 
 
@@ -77,6 +82,114 @@ def binary_plan(
         directions=Directions.standard(m, imp),
         allocation=AllocationSpec(strategy="binary", important=imp, share=tau),
     )
+
+
+def symmetric_plan(
+    query: QuerySpec, domain: RecordDomain, *, epsilon: float, delta: float
+) -> NoisePlan:
+    """The product's default plan for a covariance release: the symmetric mechanism.
+
+    ``exact`` calibration, symmetric noise ``A S A^T`` (docs/bounds.md Sec. 1), standard
+    directions, uniform allocation and the ``r`` that minimises the expected squared error
+    (:func:`mvg_dask.plan.best_symmetric_ratio`), all chosen from metadata alone: what
+    ``mvg-dask release`` does for ``query: covariance`` when the spec names no algorithm.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        A covariance query.
+    domain : BoxDomain or L2BallDomain
+        Declared record domain.
+    epsilon, delta : float
+        Privacy parameters.
+
+    Returns
+    -------
+    NoisePlan
+        The plan.
+    """
+    return build_noise_plan(
+        query, domain, epsilon=epsilon, delta=delta, algorithm="symmetric", calibration="exact"
+    )
+
+
+@dataclass(frozen=True)
+class TracelessNoise:
+    """Noise of the symmetric mechanism on the traceless covariance (docs/bounds.md Sec. 9).
+
+    Attributes
+    ----------
+    noise : numpy.ndarray
+        ``(T, m, m)`` symmetric noise, one matrix per trial.
+    ratio : float
+        ``r``, off-diagonal over diagonal variance.
+    sigma : float
+        Standard deviation of a diagonal entry (``sigma sqrt(r)`` off the diagonal).
+    sensitivity : float
+        ``Delta = sqrt(sup Q_r(P(D)) / r) / N``; ``Delta / sigma = mu*(epsilon, delta)``.
+    """
+
+    noise: np.ndarray
+    ratio: float
+    sigma: float
+    sensitivity: float
+
+
+def traceless_noise(
+    domain: BoxDomain, n: int, *, epsilon: float, delta: float, key: NoiseKey, trials: int
+) -> TracelessNoise:
+    """The symmetric mechanism on ``S - (tr S / m) I`` (eigenvector queries), per trial.
+
+    The traceless part of ``S = X X^T / N`` has the eigenvectors of ``S`` and a smaller weighted
+    sensitivity (:func:`mvg_dask.privacy.sensitivity.traceless_box_sup`), so it takes less
+    noise for the same ``(epsilon, delta)``. Standard directions, uniform precisions, the ``r``
+    that minimises the expected squared error of the released traceless matrix,
+    ``Delta(r)^2 ((m - 1) + r m (m - 1))`` over the same fixed grid as
+    :func:`mvg_dask.plan.best_symmetric_ratio` (metadata only); exact calibration
+    ``sigma = Delta / mu*(epsilon, delta)`` (Balle & Wang). Trial ``t`` draws
+    :func:`mvg_dask.noise.tiles.symmetric_normals` under ``key.derive(f"trial/{t}")``.
+
+    Parameters
+    ----------
+    domain : BoxDomain
+        Declared record domain (at most 8 features).
+    n : int
+        Records (the public normaliser of the replace-one covariance).
+    epsilon, delta : float
+        Privacy parameters.
+    key : NoiseKey
+        Keyed generator of this set of trials.
+    trials : int
+        Number of draws.
+
+    Returns
+    -------
+    TracelessNoise
+        The draws and their calibration.
+    """
+    m = domain.m
+    lo, hi = domain.lower, domain.upper
+    sq_hi = np.maximum(lo**2, hi**2)
+    sq_lo = np.where((lo < 0) & (hi > 0), 0.0, np.minimum(lo**2, hi**2))
+    grid = np.unique(
+        np.concatenate(
+            [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
+        )
+    )
+    best: tuple[float, float, float] | None = None
+    for r in grid:
+        q = traceless_box_sup(sq_lo, sq_hi, ratio=float(r))
+        cost = q / r * ((m - 1) + r * m * (m - 1))
+        if best is None or cost < best[0]:
+            best = (cost, float(r), q)
+    assert best is not None
+    _, ratio, q = best
+    sens = math.sqrt(q / ratio) / n
+    sigma = sens / analytic_gaussian_mu(epsilon, delta)
+    noise = np.stack(
+        [sigma * symmetric_normals(key.derive(f"trial/{t}"), m, ratio) for t in range(trials)]
+    )
+    return TracelessNoise(noise=noise, ratio=ratio, sigma=sigma, sensitivity=sens)
 
 
 def plan_noise(plan: NoisePlan, key: NoiseKey, trials: int) -> np.ndarray:

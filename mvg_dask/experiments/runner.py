@@ -35,7 +35,7 @@ from mvg_dask.experiments.mechanisms import (
     plan_std_range,
 )
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, QuerySpec
+from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 
 __all__ = [
@@ -461,6 +461,18 @@ class PaperExperiment(ABC):
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
 
+    def _binary_domain(self, method: MethodSpec) -> tuple[BoxDomain, tuple[int, ...]]:
+        """The record domain and the domain-knowledge features of a binary row."""
+        return self.domain, tuple(self.dataset.important)
+
+    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, noise: np.ndarray) -> np.ndarray:
+        """The errors of a binary MVG row's ``noise`` (by default :meth:`_noisy_errors`).
+
+        A row whose analyst uses the plan after the release (e.g. to remove the noise's known
+        bias) overrides this.
+        """
+        return self._noisy_errors(noise)
+
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         """The errors of synthetic record sets ``(T, m, d)`` (one record per row) as releases."""
         raise NotImplementedError(f"{self.name}: no metric for synthetic records")
@@ -497,18 +509,19 @@ class PaperExperiment(ABC):
         if method.sweep_tau:
             assert tau is not None and method.calibration is not None
             query, algorithm = self._binary_query(method)
+            domain, important = self._binary_domain(method)
             plan = binary_plan(
                 query,
-                self.domain,
+                domain,
                 epsilon=epsilon,
                 delta=delta,
                 algorithm=algorithm,
                 calibration=method.calibration,
-                important=self.dataset.important,
+                important=important,
                 tau=tau,
             )
             return Evaluation(
-                errors=self._noisy_errors(plan_noise(plan, key, trials)),
+                errors=self._plan_errors(method, plan, plan_noise(plan, key, trials)),
                 noise_std=plan_std_range(plan),
                 implied_epsilon=plan_implied_epsilon(plan),
             )

@@ -235,6 +235,93 @@ def outer_weighted_sup(
     return float(bound)
 
 
+#: Largest dimension :func:`traceless_box_sup` enumerates (``2m 2^(2m - 1)`` box edges).
+TRACELESS_MAX_FEATURES = 8
+
+
+def traceless_box_sup(
+    lower_sq: np.ndarray, upper_sq: np.ndarray, *, ratio: float, replace_one: bool = True
+) -> float:
+    """Upper bound of ``sup Q(P(y y^T - y' y'^T))`` for the traceless part ``P(D)``.
+
+    ``P(D) = D - (tr D / m) I`` and ``Q(D) = sum_{i<j} D_ij^2 + ratio sum_i D_ii^2``, so
+    ``Q(P(D)) = sum_{i<j} D_ij^2 + ratio (sum_i D_ii^2 - (tr D)^2 / m)``: the weighted
+    sensitivity of the traceless covariance ``S - (tr S / m) I`` under symmetric noise, for
+    uniform precisions (the whitening is a multiple of an orthogonal map, which keeps ``I``).
+    Each ``y_i^2`` ranges over ``[lower_sq_i, upper_sq_i]``. Proof (docs/bounds.md, Sec. 9):
+    dropping ``-(y . y')^2`` gives a quadratic ``G`` in ``(y_i^2, y'_i^2)`` that is convex on
+    every slice ``sum y_i^2 - sum y'_i^2 = const``, whose vertices lie on the edges of the box of
+    squares; ``G`` is maximised exactly along every edge (a one-variable quadratic).
+
+    Parameters
+    ----------
+    lower_sq, upper_sq : ndarray
+        Range of each ``y_i^2`` (``0 <= lower_sq_i <= upper_sq_i``), length ``m <= 8``.
+    ratio : float
+        ``r >= 1/2``.
+    replace_one : bool, default True
+        Replace-one (``y'`` in the same set) or add/remove (``y' = 0``).
+
+    Returns
+    -------
+    float
+        The bound.
+
+    Raises
+    ------
+    ValueError
+        If ``m > 8`` (the enumeration would be too large) or the ranges are invalid.
+    """
+    _check_ratio(ratio)
+    lo = np.asarray(lower_sq, dtype=np.float64)
+    hi = np.asarray(upper_sq, dtype=np.float64)
+    m = lo.size
+    if m > TRACELESS_MAX_FEATURES:
+        raise ValueError(
+            f"the traceless bound enumerates the edges of a {2 * m}-dimensional box; "
+            f"at most {TRACELESS_MAX_FEATURES} features are supported, got {m}"
+        )
+    if lo.shape != hi.shape or np.any(lo < 0) or np.any(hi < lo):
+        raise ValueError("need 0 <= lower_sq <= upper_sq, of one length")
+    # z = (y_i^2, y'_i^2); add/remove fixes y' = 0, so one formula serves both relations
+    lo_z = np.concatenate([lo, lo if replace_one else np.zeros(m)])
+    hi_z = np.concatenate([hi, hi if replace_one else np.zeros(m)])
+    dims = 2 * m
+    c = ratio - 0.5
+
+    def g(z: np.ndarray) -> np.ndarray:
+        a, b = z[..., :m], z[..., m:]
+        A, B = a.sum(axis=-1), b.sum(axis=-1)
+        return np.asarray(
+            0.5 * A * A + 0.5 * B * B + c * np.sum((a - b) ** 2, axis=-1) - ratio * (A - B) ** 2 / m
+        )
+
+    corners = ((np.arange(2 ** (dims - 1))[:, None] >> np.arange(dims - 1)) & 1).astype(bool)
+    best = 0.0
+    for k in range(dims):
+        rest = [i for i in range(dims) if i != k]
+        z = np.empty((corners.shape[0], dims))
+        z[:, rest] = np.where(corners, hi_z[rest], lo_z[rest])
+        # G along the edge is q(t) = g0 + g1 t + g2 t^2 for t in [lo_k, hi_k]: three exact samples
+        t0, t1 = lo_z[k], hi_z[k]
+        vals = []
+        for t in (t0, t1):
+            z[:, k] = t
+            vals.append(g(z))
+        best = max(best, float(np.max(vals[0])), float(np.max(vals[1])))
+        if t1 > t0:
+            z[:, k] = 0.5 * (t0 + t1)
+            mid = g(z)
+            h = 0.5 * (t1 - t0)
+            g2 = (vals[0] + vals[1] - 2.0 * mid) / (2.0 * h * h)  # curvature / 2
+            g1 = (vals[1] - vals[0]) / (2.0 * h)  # slope at the midpoint
+            inner = (g2 < 0) & (np.abs(g1) < -2.0 * g2 * h)  # concave, vertex inside
+            if np.any(inner):
+                peak = mid[inner] - g1[inner] ** 2 / (4.0 * g2[inner])
+                best = max(best, float(np.max(peak)))
+    return float(best)
+
+
 def box_linear_range(
     lower: np.ndarray, upper: np.ndarray, W: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ from mvg_dask.engine.ledger.composition import (
     Spending,
     convert_neighbours,
     gaussian_dp_composable,
+    mixed_pld,
     spending,
 )
 from mvg_dask.engine.ledger.location import parse_location, redact
@@ -35,6 +36,7 @@ __all__ = [
     "export_ledger",
     "gaussian_dp_composable",
     "migrate_ledger",
+    "mixed_pld",
     "open_ledger",
     "redact",
     "spending",

@@ -546,8 +546,11 @@ class Ledger(ABC):
                     "spent": {"epsilon": spent.epsilon, "delta": spent.delta, "mu": spent.mu},
                     "left": {
                         "epsilon": max(eps - spent.epsilon, 0.0),
-                        # under Gaussian-DP composition epsilon is reported at the budget's delta
-                        "delta": None if spent.mu is not None else max(delta - spent.delta, 0.0),
+                        # under Gaussian-DP and PLD composition epsilon is reported at the
+                        # budget's delta
+                        "delta": None
+                        if spent.composition != "basic"
+                        else max(delta - spent.delta, 0.0),
                     },
                     "releases": [e.public() for e in mine],
                 }

@@ -1,18 +1,29 @@
 """Composition of releases against a budget, and the neighbour-relation conversion.
 
-Composition is basic (``sum eps``, ``sum delta``) by default. When every release of a dataset is
-a Gaussian mechanism after whitening (the ``exact`` calibration), the releases compose exactly as
-Gaussian DP, ``mu^2 = sum mu_i^2``, and the budget admits them while
-``delta_AG(eps_total, mu) <= delta_total``. Which releases may compose as Gaussian DP is decided
-in one place, :func:`gaussian_dp_composable`.
+Three rules, the tightest that applies:
+
+* ``gaussian-dp``: every release is a Gaussian mechanism after whitening (the ``exact``
+  calibration); they compose exactly, ``mu^2 = sum mu_i^2``, and the budget admits them while
+  ``delta_AG(eps_total, mu) <= delta_total``. Which releases may compose as Gaussian DP is
+  decided in one place, :func:`gaussian_dp_composable`.
+* ``pld``: a mix (or several releases with a paper calibration, whose guarantee is a bare
+  ``(epsilon_i, delta_i)``). The Gaussian releases merge into one ``mu``; each other release
+  contributes the worst-case privacy-loss distribution of an ``(epsilon_i, delta_i)``-DP
+  mechanism; dp-accounting's privacy-loss-distribution accountant composes them (pessimistic
+  discretisation, so its ``delta(epsilon)`` is an upper bound). The budget admits the set when
+  ``delta(eps_total) <= delta_total`` by this accounting *or* by basic composition (both are
+  sound, so either suffices).
+* ``basic`` (``sum eps``, ``sum delta``): a single non-Gaussian release, or when it reports the
+  smaller epsilon.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from mvg_dask.errors import BudgetError
 from mvg_dask.privacy import calibration as cal
@@ -110,23 +121,48 @@ def convert_neighbours(g: Guarantee, budget: Neighbours, *, allow: bool) -> Guar
     )
 
 
+#: Grid of the privacy-loss distributions (dp-accounting's default).
+PLD_DISCRETISATION = 1e-4
+
+
 @dataclass(frozen=True)
 class Spending:
-    """What a set of releases spends under the dataset's composition rule."""
+    """What a set of releases spends under the dataset's composition rule.
+
+    Attributes
+    ----------
+    composition : {"basic", "gaussian-dp", "pld"}
+        The rule whose numbers are reported.
+    epsilon, delta : float
+        The spent guarantee (for ``gaussian-dp`` and ``pld``: epsilon at the budget's delta).
+    mu : float or None
+        The Gaussian-DP total (``gaussian-dp`` only).
+    basic : tuple of float or None
+        ``(sum eps, sum delta)`` where basic composition also applies (not ``gaussian-dp``).
+    """
 
     composition: str
     epsilon: float
     delta: float
     mu: float | None
+    basic: tuple[float, float] | None = None
+    pld: Any = field(default=None, repr=False, compare=False)
 
     def fits(self, budget_epsilon: float, budget_delta: float) -> bool:
         """True when the spending is within the budget."""
         if self.composition == "gaussian-dp":
             assert self.mu is not None
             return cal.analytic_gaussian_delta(budget_epsilon, self.mu) <= budget_delta
-        return self.epsilon <= budget_epsilon * (1 + _TOL) and self.delta <= budget_delta * (
-            1 + _TOL
-        )
+        if self.basic is not None and _basic_fits(self.basic, budget_epsilon, budget_delta):
+            return True
+        if self.pld is not None:
+            return float(self.pld.get_delta_for_epsilon(budget_epsilon)) <= budget_delta
+        return False
+
+
+def _basic_fits(basic: tuple[float, float], budget_epsilon: float, budget_delta: float) -> bool:
+    eps, delta = basic
+    return eps <= budget_epsilon * (1 + _TOL) and delta <= budget_delta * (1 + _TOL)
 
 
 Charge = tuple[float, float, str, float | None]
@@ -138,7 +174,64 @@ def gaussian_dp_composable(entries: Sequence[Charge]) -> bool:
     The one place that decides it: today a release is Gaussian when its calibration is
     ``exact``.
     """
-    return bool(entries) and all(c == "exact" and mu is not None for _, _, c, mu in entries)
+    return bool(entries) and all(_is_gaussian(c) for c in entries)
+
+
+def _is_gaussian(charge: Charge) -> bool:
+    _, _, calibration, mu = charge
+    return calibration == "exact" and mu is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _gaussian_pld(mu: float) -> Any:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_gaussian_mechanism(
+        1.0 / mu, sensitivity=1.0, value_discretization_interval=PLD_DISCRETISATION
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _approx_dp_pld(epsilon: float, delta: float, count: int) -> Any:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
+    one = pld.from_privacy_parameters(
+        DifferentialPrivacyParameters(epsilon, delta),
+        value_discretization_interval=PLD_DISCRETISATION,
+    )
+    return one if count == 1 else one.self_compose(count)
+
+
+def mixed_pld(entries: Sequence[Charge]) -> Any:
+    """dp-accounting's privacy-loss distribution of a set of releases (see the module text).
+
+    Parameters
+    ----------
+    entries : sequence of tuple
+        ``(epsilon, delta, calibration, mu)`` charges, at least one.
+
+    Returns
+    -------
+    dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
+        The composition: ``get_delta_for_epsilon`` is an upper bound of the true delta.
+    """
+    gauss = [float(c[3] or 0.0) for c in entries if _is_gaussian(c)]
+    others: dict[tuple[float, float], int] = {}
+    for c in entries:
+        if not _is_gaussian(c):
+            key = (float(c[0]), float(c[1]))
+            others[key] = others.get(key, 0) + 1
+    parts = [_approx_dp_pld(e, d, k) for (e, d), k in sorted(others.items())]
+    mu = math.sqrt(math.fsum(m * m for m in gauss))
+    if mu > 0:
+        parts.append(_gaussian_pld(mu))
+    if not parts:
+        raise ValueError("mixed_pld needs at least one release")
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.compose(part)
+    return out
 
 
 def spending(entries: Sequence[Charge], budget_delta: float) -> Spending:
@@ -149,22 +242,25 @@ def spending(entries: Sequence[Charge], budget_delta: float) -> Spending:
     entries : sequence of tuple
         One charge per release (pending, committed and aborted releases all count).
     budget_delta : float
-        The dataset's delta (the epsilon of a Gaussian-DP total is reported at it).
+        The dataset's delta (the epsilon of a Gaussian-DP or PLD total is reported at it).
 
     Returns
     -------
     Spending
-        Basic composition, or exact Gaussian-DP composition when
-        :func:`gaussian_dp_composable`.
+        Exact Gaussian-DP composition when :func:`gaussian_dp_composable`; otherwise basic
+        composition, and for two or more releases also the privacy-loss-distribution
+        composition (:func:`mixed_pld`), whose epsilon is reported when it is the smaller one.
     """
     if gaussian_dp_composable(entries):
         mu = math.sqrt(math.fsum(float(m or 0.0) ** 2 for _, _, _, m in entries))
         return Spending(
             "gaussian-dp", cal.analytic_gaussian_epsilon(mu, budget_delta), budget_delta, mu
         )
-    return Spending(
-        "basic",
-        math.fsum(e for e, _, _, _ in entries),
-        math.fsum(d for _, d, _, _ in entries),
-        None,
-    )
+    basic = (math.fsum(e for e, _, _, _ in entries), math.fsum(d for _, d, _, _ in entries))
+    if len(entries) < 2:
+        return Spending("basic", basic[0], basic[1], None, basic=basic)
+    composed = mixed_pld(entries)
+    eps = float(composed.get_epsilon_for_delta(budget_delta))
+    if basic[1] <= budget_delta * (1 + _TOL) and basic[0] <= eps:
+        return Spending("basic", basic[0], basic[1], None, basic=basic, pld=composed)
+    return Spending("pld", eps, budget_delta, None, basic=basic, pld=composed)
