@@ -168,10 +168,21 @@ class PrivacySpec(_Strict):
 
 
 class OutputSpec(_Strict):
-    """Where the release goes."""
+    """Where the release goes, and how its values are encoded.
+
+    ``codec`` compresses the released values: ``none`` (the default) because noise does not
+    compress (measured on noisy float64 chunks: zstd saves about 3 % of the bytes and costs four
+    times the write time; see the sizing guide), ``zstd`` or ``lz4`` (Blosc, byte shuffle) when
+    storage matters more than time. ``dtype`` of an identity release: ``auto`` keeps a float32
+    input float32 (the noise's standard deviation is many orders of magnitude above float32's
+    resolution; rounding the noisy value is post-processing) and writes float64 otherwise. A
+    covariance output is small and always float64.
+    """
 
     store: str
     storage_options: dict[str, Any] | None = None
+    codec: Literal["none", "zstd", "lz4"] = "none"
+    dtype: Literal["auto", "float64", "float32"] = "auto"
 
 
 class BudgetSpec(_Strict):

@@ -94,6 +94,7 @@ class Case:
     domain: str  # "box" | "l2"
     directions: str = "standard"  # "standard" | "matrix" | "dp-pca"
     allocation: str = "uniform"
+    output: str = "float64"  # "float64" | "float32-zstd": a float32 input, zstd-compressed output
 
     @property
     def id(self) -> str:
@@ -103,6 +104,7 @@ class Case:
         return "-".join(
             [self.query[:3], self.algorithm[:4], self.calibration, nb, self.domain, self.directions]
             + ([self.allocation] if self.allocation != "uniform" else [])
+            + ([self.output] if self.output != "float64" else [])
         )
 
     @property
@@ -160,6 +162,16 @@ CASES: list[Case] = [
     Case("covariance", "unimodal", "exact", "add-remove", None, "l2", "dp-pca", "max-pnr"),
     Case("covariance", "equi-modal", "mvg-thm2", "add-remove", N0, "box", "dp-pca", "binary"),
     Case("covariance", "unimodal", "mgm-udn", "add-remove", None, "box", "dp-pca"),
+    # the symmetric mechanism (the default of an exact covariance), every relation and both
+    # domain kinds, rotated and DP-PCA directions
+    Case("covariance", "symmetric", "exact", "replace-one", None, "box"),
+    Case("covariance", "symmetric", "exact", "replace-one", None, "l2", "matrix", "binary"),
+    Case("covariance", "symmetric", "exact", "add-remove", N0, "l2"),
+    Case("covariance", "symmetric", "exact", "add-remove", None, "box"),
+    Case("covariance", "symmetric", "exact", "replace-one", None, "box", "dp-pca"),
+    # output encoding: a float32 input gives a float32, zstd-compressed output
+    Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
+    Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
 ]
 
 
@@ -216,7 +228,10 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "query": case.query,
         "mechanism": mech,
         "privacy": privacy,
-        "output": {"store": str(root / "release.zarr")},
+        "output": {
+            "store": str(root / "release.zarr"),
+            **({"codec": "zstd"} if case.output == "float32-zstd" else {}),
+        },
     }
 
 
@@ -298,7 +313,7 @@ def release_once(
     case: Case, root: Path, X: np.ndarray, client: Any, caplog: pytest.LogCaptureFixture, tag: str
 ) -> dict[str, Any]:
     """Release ``X`` with the case's spec; move the output to ``root/tag.zarr``."""
-    put_input(root, X)
+    put_input(root, X.astype(np.float32) if case.output == "float32-zstd" else X)
     raw = spec_for(case, root)
     spec: ReleaseSpec = resolve_paths(parse_spec(raw), root)
     dry = api.dry_run(raw).public_dict()
@@ -339,6 +354,13 @@ def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) ->
     assert any("%" in line[2] for line in ra["logs"]), "progress was not reported"
     # the pair really differs, and only through the noisy query output (same seed: same noise)
     assert QUERY_VARIABLE[case.query] in differing
+    if case.output == "float32-zstd":  # the encoding the case asks for is what was written
+        meta = json.loads(
+            (tmp_path / "a.zarr" / QUERY_VARIABLE[case.query] / "zarr.json").read_text()
+        )
+        want = "float32" if case.query == "identity" else "float64"
+        assert meta["data_type"] == want
+        assert any(c["name"] == "zstd" for c in meta["codecs"])
 
 
 # -- the command line -------------------------------------------------------------------------

@@ -257,13 +257,31 @@ def _write_marker(fs: Any, path: str, payload: bytes) -> None:
     fs.pipe_file(path, payload)
 
 
-def gram_task(start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper) -> Outcome:
-    """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``."""
-    try:
-        x, clipped = clipper(source.read(start, stop), start)
-    except MvgDaskError as exc:
-        return Outcome.failure(exc)
-    return Outcome((x @ x.T, clipped))
+def gram_task(
+    start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper, step: int | None = None
+) -> Outcome:
+    """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
+
+    The range is read ``step`` records (one stored chunk) at a time and the chunk products are
+    added in record order, so a task over many chunks holds one chunk and one ``M x M``
+    accumulator, never the whole range.
+    """
+    step = stop - start if step is None else step
+    total: np.ndarray | None = None
+    clipped = 0
+    for a in range(start, stop, step):
+        b = min(a + step, stop)
+        try:
+            x, c = clipper(source.read(a, b), a)
+        except MvgDaskError as exc:
+            return Outcome.failure(exc)
+        part = x @ x.T
+        if total is None:
+            total = part
+        else:
+            total += part
+        clipped += c
+    return Outcome((total, clipped))
 
 
 def combine_grams(parts: list[Outcome]) -> Outcome:

@@ -108,18 +108,33 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
     return {f"{PREFIX}{name}": values[name] for name in ATTRS if values[name] is not None}
 
 
+def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
+    """The Zarr v3 compressors of a release's arrays (``output.codec``; ``None``: raw bytes)."""
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    codec = rplan.output_codec
+    if codec == "none":
+        return None
+    if codec == "zstd":
+        return (ZstdCodec(),)
+    if codec == "lz4":
+        return (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
+    raise ValueError(f"unknown output codec {codec!r}")
+
+
 def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArray]:
     """The noise description as data variables (they depend on the data through DP-PCA only,
     and then only through its noisy output)."""
     fd = rplan.input.feature_dim
     rows, cols = f"{fd}_row", f"{fd}_col"
+    row_cov = plan.row_cov
     out = {
-        "row_cov": xr.DataArray(plan.row_cov, dims=(rows, cols)),
+        "row_cov": xr.DataArray(row_cov, dims=(rows, cols)),
         "directions": xr.DataArray(plan.directions.matrix, dims=(rows, "direction")),
         "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
     }
     if plan.algorithm != "unimodal":
-        out["col_cov"] = xr.DataArray(plan.row_cov, dims=(rows, cols))
+        out["col_cov"] = xr.DataArray(row_cov, dims=(rows, cols))
     ratio = plan.output_symmetric_ratio
     if ratio is not None:
         # the published noise is B S B^T, B = directions * sqrt(noise_variances), S symmetric
@@ -278,7 +293,7 @@ class OutputTarget:
         self.clear_staging()
         rec = info.record_chunk
         chunks = (rec, info.features) if info.records_first else (info.features, rec)
-        placeholder = da.zeros(info.shape, chunks=chunks, dtype=np.float64)
+        placeholder = da.zeros(info.shape, chunks=chunks, dtype=np.dtype(rplan.output_dtype))
         out = xr.Dataset(
             {
                 info.variable: xr.DataArray(placeholder, dims=info.dims),
@@ -294,7 +309,7 @@ class OutputTarget:
             compute=False,
             zarr_format=3,
             consolidated=False,
-            encoding={info.variable: {"chunks": chunks}},
+            encoding={info.variable: {"chunks": chunks, "compressors": compressors(rplan)}},
             storage_options=self.storage_options,
         )
         self.make_progress_dir()
@@ -333,6 +348,11 @@ class OutputTarget:
             mode="w-",
             zarr_format=3,
             consolidated=False,
+            encoding={
+                k: {"compressors": compressors(rplan)}
+                for k, v in ds.data_vars.items()
+                if v.ndim == 2
+            },
             storage_options=self.storage_options,
         )
 

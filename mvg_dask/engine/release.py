@@ -94,10 +94,13 @@ class _Stages:
         reduction (groups of ``SPLIT_EVERY`` consecutive chunks), the same sum on every run."""
         rplan, client = self.rplan, self.client
         source = _source(rplan)
-        ranges = rplan.input.record_ranges()
+        ranges = rplan.input.gram_ranges()
+        step = rplan.input.record_chunk
         self.read_started = True
         leaves = [
-            client.submit(gram_task, a, b, source=source, clipper=self.clipper, pure=False)
+            client.submit(
+                gram_task, a, b, source=source, clipper=self.clipper, step=step, pure=False
+            )
             for a, b in ranges
         ]
         level = leaves

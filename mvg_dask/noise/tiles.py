@@ -186,8 +186,20 @@ def symmetric_matrix_noise(
     return np.asarray((Z + Z.T) / 2.0)  # exact symmetry in floating point
 
 
+def _diagonal_product(d: np.ndarray, core: np.ndarray, right: bool) -> np.ndarray:
+    """``diag(d) core`` (and ``diag(d) core diag(d)`` with ``right``) in O(m^2): the same numbers
+    as the dense products with a diagonal factor, whose other terms are exact zeros."""
+    out = d[:, None] * core
+    return np.asarray(out * d[None, :] if right else out)
+
+
 def symmetric_query_noise(
-    key: NoiseKey, factor: np.ndarray, algorithm: str, ratio: float | None = None
+    key: NoiseKey,
+    factor: np.ndarray,
+    algorithm: str,
+    ratio: float | None = None,
+    *,
+    diagonal: bool = False,
 ) -> np.ndarray:
     """The noise a release adds to a symmetric ``m x m`` query output (tile 0 of ``key``).
 
@@ -209,17 +221,29 @@ def symmetric_query_noise(
         Noise type.
     ratio : float, optional
         ``r`` of symmetric noise.
+    diagonal : bool, default False
+        ``factor`` is diagonal (standard directions): the products take O(m^2) instead of
+        O(m^3), from the same normals.
 
     Returns
     -------
     ndarray
         ``m x m`` noise.
     """
+    m = factor.shape[0]
+    d = np.diagonal(factor).copy() if diagonal else None
     if algorithm == "symmetric":
         if ratio is None:
             raise ValueError("symmetric noise needs its ratio r")
-        return symmetric_matrix_noise(key, factor, ratio)
+        if d is None:
+            return symmetric_matrix_noise(key, factor, ratio)
+        return _diagonal_product(d, symmetric_normals(key, m, ratio), right=True)
     if algorithm == "equi-modal":
-        Z = matrix_noise(key, factor, factor)
+        if d is None:
+            Z = matrix_noise(key, factor, factor)
+        else:
+            Z = _diagonal_product(d, key.tile_normals(0, (m, m)), right=True)
         return np.asarray((Z + Z.T) / 2.0)
-    return matrix_noise(key, factor, None)
+    if d is None:
+        return matrix_noise(key, factor, None)
+    return _diagonal_product(d, key.tile_normals(0, (m, m)), right=False)

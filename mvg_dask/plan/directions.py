@@ -85,8 +85,12 @@ class Directions:
 
     @property
     def is_standard(self) -> bool:
-        """True when ``W`` is the identity."""
-        return bool(np.array_equal(self.matrix, np.eye(self.matrix.shape[0])))
+        """True when ``W`` is the identity (``Sigma`` is then diagonal: the plan's math and the
+        sampler take their O(m) and O(m^2) paths)."""
+        if self.method == "standard":
+            return True
+        W = self.matrix
+        return bool(np.all(np.diagonal(W) == 1.0) and np.count_nonzero(W) == W.shape[0])
 
 
 def vech_sensitivity(domain: RecordDomain, neighbours: Neighbours, *, ratio: float = 1.0) -> float:

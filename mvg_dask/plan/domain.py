@@ -100,6 +100,21 @@ class BoxDomain:
         """Upper bound of ``sup (x - x')^T P (x - x')`` over pairs of records."""
         return sens.sup_quadratic_box(P, self.widths)
 
+    def sup_quadratic_diag(self, p: np.ndarray) -> float:
+        """``sup x^T diag(p) x = sum_i p_i max(lower_i^2, upper_i^2)`` (exact: separable)."""
+        a = self.abs_max
+        return float(np.asarray(p, float) @ (a * a))
+
+    def sup_quadratic_diff_diag(self, p: np.ndarray) -> float:
+        """``sup (x - x')^T diag(p) (x - x') = sum_i p_i width_i^2`` (exact)."""
+        w = self.widths
+        return float(np.asarray(p, float) @ (w * w))
+
+    def coordinate_sups_diag(self, p: np.ndarray) -> tuple[np.ndarray, bool]:
+        """:meth:`coordinate_sups` for the standard basis, in O(m)."""
+        a = self.abs_max
+        return np.asarray(p, float) * a * a, self.sign_definite
+
     def diff_norm(self) -> float:
         """``sup ||x - x'||`` over pairs of records."""
         return float(np.linalg.norm(self.widths))
@@ -177,6 +192,18 @@ class L2BallDomain:
     def sup_quadratic_diff(self, P: np.ndarray) -> float:
         """``(2C)^2 lambda_max(P)``."""
         return 4.0 * self.radius**2 * sens.lambda_max(P)
+
+    def sup_quadratic_diag(self, p: np.ndarray) -> float:
+        """``C^2 max p``."""
+        return float(self.radius**2 * np.max(p))
+
+    def sup_quadratic_diff_diag(self, p: np.ndarray) -> float:
+        """``(2C)^2 max p``."""
+        return float(4.0 * self.radius**2 * np.max(p))
+
+    def coordinate_sups_diag(self, p: np.ndarray) -> tuple[np.ndarray, bool]:
+        """:meth:`coordinate_sups` for the standard basis."""
+        return self.coordinate_sups(np.empty((0, 0)), p)
 
     def diff_norm(self) -> float:
         """``2C``."""

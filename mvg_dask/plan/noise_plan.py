@@ -381,7 +381,9 @@ class NoisePlan:
 
     @property
     def row_cov(self) -> np.ndarray:
-        """``Sigma = W diag(v) W^T``."""
+        """``Sigma = W diag(v) W^T`` (``diag(v)`` for standard directions, in O(m^2))."""
+        if self.directions.is_standard:
+            return np.diag(self.row_variances)
         W = self.directions.matrix
         return np.asarray((W * self.row_variances) @ W.T)
 
@@ -405,6 +407,8 @@ class NoisePlan:
     @property
     def row_precision(self) -> np.ndarray:
         """``Sigma^-1 = W diag(1/v) W^T``."""
+        if self.directions.is_standard:
+            return np.diag(1.0 / self.row_variances)
         W = self.directions.matrix
         return np.asarray((W / self.row_variances) @ W.T)
 
@@ -421,10 +425,9 @@ class NoisePlan:
         (``B = W diag(sqrt(v))``): ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) +
         (1 - 2r) sum_i B_ki^2 B_li^2`` (docs/bounds.md, Sec. 1).
         """
-        Sigma = self.row_cov
-        d = np.diag(Sigma)
         if self.algorithm == "symmetric":
-            return symmetric_entry_std(self.row_factor, float(self.symmetric_ratio or 0.5))
+            return self._symmetric_std(float(self.symmetric_ratio or 0.5))
+        d = self.row_variances if self.directions.is_standard else np.diag(self.row_cov)
         if self.algorithm == "equi-modal":
             return np.asarray(np.sqrt(np.outer(d, d)))
         return np.asarray(np.sqrt(d)[:, None])
@@ -454,8 +457,11 @@ class NoisePlan:
         if self.algorithm == "unimodal" and (self.query.kind == "identity" or m != n):
             standard = self.directions.is_standard
             return record_noise(key, B, 0, n, tile=tile, n_total=n, diagonal=standard)
+        standard = self.directions.is_standard
         if self.query.is_symmetric:
-            return symmetric_query_noise(key, B, self.algorithm, self.symmetric_ratio)
+            return symmetric_query_noise(
+                key, B, self.algorithm, self.symmetric_ratio, diagonal=standard
+            )
         return matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
 
     def released_entry_std(self) -> np.ndarray:
@@ -466,8 +472,18 @@ class NoisePlan:
         """
         r = self.output_symmetric_ratio
         if self.algorithm == "equi-modal" and r is not None:
-            return symmetric_entry_std(self.row_factor, r)
+            return self._symmetric_std(r)
         return self.entry_std()
+
+    def _symmetric_std(self, ratio: float) -> np.ndarray:
+        """:func:`symmetric_entry_std` of ``B S B^T``; for standard directions in O(m^2):
+        ``Var Z_kl = r v_k v_l`` off the diagonal and ``v_k^2`` on it."""
+        if not self.directions.is_standard:
+            return symmetric_entry_std(self.row_factor, ratio)
+        v = self.row_variances
+        var = ratio * np.outer(v, v)
+        np.fill_diagonal(var, v * v)
+        return np.asarray(np.sqrt(var))
 
     def implied_epsilon(self) -> float:
         """Smallest ``epsilon`` the release step really has at its ``delta`` (analytic Gaussian).
@@ -491,7 +507,11 @@ class NoisePlan:
             return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
         budget = self.budget_detail
         assert budget is not None
-        eig = np.linalg.eigvalsh(self.row_cov)
+        eig = (
+            np.sort(self.row_variances)
+            if self.directions.is_standard
+            else np.linalg.eigvalsh(self.row_cov)
+        )
         return rule.theorem_lhs(eig, n=self.shape[1], algorithm=self.algorithm), budget.bound
 
     # -- presentation ------------------------------------------------------------------------
@@ -635,11 +655,10 @@ def build_noise_plan(
     rule = _check_compatible(query, algorithm, calibration, directions)
     split = split_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
-    W = directions.matrix
     ratio: float | None = None
     if algorithm == "symmetric":
         if symmetric_ratio is None:
-            ratio = best_symmetric_ratio(query, domain, neighbours, W)
+            ratio = best_symmetric_ratio(query, domain, neighbours, directions)
         else:
             ratio = float(symmetric_ratio)
             if not (math.isfinite(ratio) and ratio >= 0.5):
@@ -656,7 +675,14 @@ def build_noise_plan(
             weights = domain.widths**2
         # the linear precision a uniform plan would get: the water level for max-pnr
         uniform_total = _exact_scale(
-            query, domain, neighbours, algorithm, W, alloc.uniform(m), split.release_mu, ratio
+            query,
+            domain,
+            neighbours,
+            algorithm,
+            directions,
+            alloc.uniform(m),
+            split.release_mu,
+            ratio,
         )
         theta = _resolve_allocation(
             allocation,
@@ -665,13 +691,14 @@ def build_noise_plan(
             total_precision=uniform_total,
             weights=weights,
         )
-        c = _exact_scale(query, domain, neighbours, algorithm, W, theta, split.release_mu, ratio)
+        c = _exact_scale(
+            query, domain, neighbours, algorithm, directions, theta, split.release_mu, ratio
+        )
         # round toward more privacy on the matrices the release really uses
         for _ in range(200):
             row_variances = 1.0 / (c * theta)
-            precision = (W / row_variances) @ W.T
-            d_m = query.mahalanobis_sensitivity(
-                domain, neighbours, precision, algorithm, directions=W, ratio=ratio
+            d_m = _mahalanobis(
+                query, domain, neighbours, algorithm, directions, row_variances, ratio
             )
             if d_m <= split.release_mu:
                 break
@@ -694,10 +721,7 @@ def build_noise_plan(
         )
         row_variances = budget.variances(theta)
         gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
-    precision = (W / row_variances) @ W.T
-    d_m = query.mahalanobis_sensitivity(
-        domain, neighbours, precision, algorithm, directions=W, ratio=ratio
-    )
+    d_m = _mahalanobis(query, domain, neighbours, algorithm, directions, row_variances, ratio)
     return NoisePlan(
         query=query,
         domain=domain,
@@ -721,12 +745,33 @@ def build_noise_plan(
     )
 
 
+def _mahalanobis(
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    algorithm: Algorithm,
+    directions: Directions,
+    variances: np.ndarray,
+    ratio: float | None,
+) -> float:
+    """``Delta_M`` of noise with ``Sigma = W diag(variances) W^T``: with standard directions from
+    the precision vector (O(m), no ``m x m`` matrix), otherwise from the dense precision."""
+    if directions.is_standard:
+        return query.mahalanobis_sensitivity(
+            domain, neighbours, 1.0 / np.asarray(variances), algorithm, ratio=ratio
+        )
+    W = directions.matrix
+    return query.mahalanobis_sensitivity(
+        domain, neighbours, (W / variances) @ W.T, algorithm, directions=W, ratio=ratio
+    )
+
+
 def _exact_scale(
     query: QuerySpec,
     domain: RecordDomain,
     neighbours: Neighbours,
     algorithm: Algorithm,
-    W: np.ndarray,
+    directions: Directions,
     theta: np.ndarray,
     mu: float,
     ratio: float | None = None,
@@ -737,8 +782,7 @@ def _exact_scale(
     ``A^-1`` scales) and 1 for equi-modal and symmetric noise (``A^-1`` and ``A^-T`` both
     scale).
     """
-    P1 = (W * theta) @ W.T
-    d1 = query.mahalanobis_sensitivity(domain, neighbours, P1, algorithm, directions=W, ratio=ratio)
+    d1 = _mahalanobis(query, domain, neighbours, algorithm, directions, 1.0 / theta, ratio)
     degree = 0.5 if algorithm == "unimodal" else 1.0
     return float((mu / d1) ** (1.0 / degree))
 
@@ -843,7 +887,10 @@ def symmetric_error_factor(theta: np.ndarray, ratio: float) -> float:
 
 
 def best_symmetric_ratio(
-    query: QuerySpec, domain: RecordDomain, neighbours: Neighbours, W: np.ndarray
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    directions: Directions | np.ndarray,
 ) -> float:
     """The ratio ``r = b^2 / a^2`` that minimises the expected squared error of symmetric noise.
 
@@ -861,17 +908,17 @@ def best_symmetric_ratio(
         Declared record domain.
     neighbours : {"replace-one", "add-remove"}
         Neighbouring relation.
-    W : ndarray
-        Directions.
+    directions : Directions or ndarray
+        Directions (a matrix ``W`` is wrapped as given).
 
     Returns
     -------
     float
         ``r``.
     """
-    m = W.shape[0]
+    dirs = directions if isinstance(directions, Directions) else Directions("matrix", directions)
+    m = dirs.matrix.shape[0]
     theta = alloc.uniform(m)
-    P1 = (W * theta) @ W.T
     grid = np.unique(
         np.concatenate(
             [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
@@ -879,9 +926,7 @@ def best_symmetric_ratio(
     )
     best_r, best_err = 0.5, math.inf
     for r in grid:
-        d1 = query.mahalanobis_sensitivity(
-            domain, neighbours, P1, "symmetric", directions=W, ratio=float(r)
-        )
+        d1 = _mahalanobis(query, domain, neighbours, "symmetric", dirs, 1.0 / theta, float(r))
         err = d1 * d1 * symmetric_error_factor(theta, float(r))
         if err < best_err * (1.0 - 1e-12):
             best_r, best_err = float(r), err

@@ -279,7 +279,9 @@ class QuerySpec:
         neighbours : {"replace-one", "add-remove"}
             Neighbouring relation.
         precision : ndarray
-            ``Sigma^-1``.
+            ``Sigma^-1`` (``m x m``), or the vector ``p`` of a diagonal ``Sigma^-1 = diag(p)``
+            (standard directions; then ``directions`` must be ``None``): the same bounds in
+            O(m), with no ``m x m`` matrix.
         algorithm : {"unimodal", "equi-modal", "symmetric"}
             Noise type.
         directions : ndarray, optional
@@ -295,29 +297,48 @@ class QuerySpec:
             ``Delta_M``.
         """
         self._check_neighbours(neighbours)
-        if algorithm == "symmetric" and (directions is None or ratio is None):
+        if algorithm == "symmetric" and (
+            ratio is None or (directions is None and np.ndim(precision) != 1)
+        ):
             raise ValueError("symmetric noise needs its directions and its ratio r")
-        lam = sens.lambda_max(precision)
+        diagonal = np.ndim(precision) == 1
+        if diagonal and directions is not None:
+            raise ValueError("a precision vector means standard directions: pass directions=None")
+        p_diag = np.maximum(np.asarray(precision, dtype=np.float64), 0.0) if diagonal else None
+        lam = float(np.max(p_diag)) if p_diag is not None else sens.lambda_max(precision)
         s2 = self.l2_sensitivity(domain, neighbours)
         bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
         if self.kind == "identity":
-            bounds.append(math.sqrt(domain.sup_quadratic_diff(precision)))
+            diff = (
+                domain.sup_quadratic_diff_diag(p_diag)
+                if p_diag is not None
+                else domain.sup_quadratic_diff(precision)
+            )
+            bounds.append(math.sqrt(diff))
         elif self.kind == "covariance":
-            S = domain.sup_quadratic(precision)
+            S = (
+                domain.sup_quadratic_diag(p_diag)
+                if p_diag is not None
+                else domain.sup_quadratic(precision)
+            )
             N = self.records
             if algorithm == "unimodal":
                 R = domain.sup_norm_sq()
                 factor = 2.0 if neighbours == "replace-one" else 1.0
                 bounds.append(factor * math.sqrt(S * R) / N)
             else:
-                if directions is None:
-                    _, directions = np.linalg.eigh(precision)
-                W = np.asarray(directions, dtype=np.float64)
-                p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
-                scale = float(np.max(np.abs(precision)))
-                if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
-                    raise ValueError("the precision matrix is not diagonal in these directions")
-                T, sign_definite = domain.coordinate_sups(W, p)
+                if p_diag is not None:
+                    p = p_diag
+                    T, sign_definite = domain.coordinate_sups_diag(p)
+                else:
+                    if directions is None:
+                        _, directions = np.linalg.eigh(precision)
+                    W = np.asarray(directions, dtype=np.float64)
+                    p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
+                    scale = float(np.max(np.abs(precision)))
+                    if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
+                        raise ValueError("the precision matrix is not diagonal in these directions")
+                    T, sign_definite = domain.coordinate_sups(W, p)
                 r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
                 top = np.sort(p)[::-1]
                 # Lemma 3: ||y||^2 ||y'||^2 - (y.y')^2 <= lambda_1 lambda_2 ||x||^2 ||x'||^2

@@ -55,6 +55,12 @@ _DIRECTION_DEPENDENT = (
 )
 
 
+#: A Gram task holds at least this many records per feature (see ``gram_ranges``).
+GRAM_RECORDS_PER_FEATURE = 8
+#: ... while keeping at least this many Gram tasks where there are that many chunks.
+GRAM_MIN_TASKS = 8
+
+
 @dataclass(frozen=True, kw_only=True)
 class InputMetadata:
     """What a release knows about its input, from metadata only (no chunk is read).
@@ -109,6 +115,23 @@ class InputMetadata:
         """One ``[start, stop)`` record range per stored chunk: the release's task grid."""
         c, n = self.record_chunk, self.records
         return [(a, min(a + c, n)) for a in range(0, n, c)]
+
+    def gram_ranges(self) -> list[tuple[int, int]]:
+        """The Gram pass's task grid: runs of whole chunks, each task one partial ``X X^T``.
+
+        A partial Gram matrix costs ``M^2`` to allocate, move and add whatever its record count,
+        against ``M^2 b`` to compute, so wide inputs group consecutive chunks until a task holds
+        at least ``GRAM_RECORDS_PER_FEATURE * M`` records, while keeping ``GRAM_MIN_TASKS`` tasks
+        for the cluster where the data allow. Metadata only, so the summation order (and the
+        bytes of the sum) never depends on the cluster.
+        """
+        c, n, m = self.record_chunk, self.records, self.features
+        chunks = -(-n // c)
+        want = max(1, -(-GRAM_RECORDS_PER_FEATURE * m // c))  # chunks per task for the M^2 cost
+        spread = max(1, chunks // GRAM_MIN_TASKS)  # chunks per task that keeps the cluster busy
+        per = max(1, min(want, spread))
+        step = per * c
+        return [(a, min(a + step, n)) for a in range(0, n, step)]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without storage options)."""
@@ -261,6 +284,10 @@ class ReleasePlan:
         Where the release is written.
     output_storage_options : dict or None
         fsspec options of the output (not serialised).
+    output_codec : {"none", "zstd", "lz4"}
+        Compression of the released values.
+    output_dtype : {"float64", "float32"}
+        Stored dtype of an identity release's values (``auto`` resolved from the input's).
     ledger : LedgerCharge or None
         The budget charge.
     query : QuerySpec
@@ -294,6 +321,8 @@ class ReleasePlan:
     input: InputMetadata
     output_store: str
     output_storage_options: dict[str, Any] | None = None
+    output_codec: str = "none"
+    output_dtype: str = "float64"
     ledger: LedgerCharge | None
     query: QuerySpec
     domain: RecordDomain
@@ -390,7 +419,11 @@ class ReleasePlan:
             "created": self.created,
             "spec_hash": self.spec_hash,
             "input": self.input.to_dict(),
-            "output": {"store": self.output_store},
+            "output": {
+                "store": self.output_store,
+                "codec": self.output_codec,
+                "dtype": self.output_dtype,
+            },
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
             "on_violation": self.on_violation,
             "tile_records": self.tile_records,
@@ -479,6 +512,8 @@ class ReleasePlan:
             input=inp,
             output_store=data["output"]["store"],
             output_storage_options=output_storage_options,
+            output_codec=data["output"].get("codec", "none"),
+            output_dtype=data["output"].get("dtype", "float64"),
             ledger=(
                 None if ledger is None else LedgerCharge.from_dict(ledger, ledger_location or "")
             ),
@@ -556,6 +591,13 @@ def _fixed_directions(
     if not 1 <= k <= m:
         raise DataError(f"mechanism.directions.k: must lie in 1..{m}, got {k}")
     return None, DpPcaStep(k=k, budget_share=d.budget_share)
+
+
+def _output_dtype(requested: str, input_dtype: str) -> str:
+    """``auto``: float32 for a float32 input, float64 otherwise (input metadata only)."""
+    if requested != "auto":
+        return requested
+    return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
 def plan_release(
@@ -665,6 +707,8 @@ def plan_release(
         input=metadata,
         output_store=spec.output.store,
         output_storage_options=spec.output.storage_options,
+        output_codec=spec.output.codec,
+        output_dtype=_output_dtype(spec.output.dtype, metadata.dtype),
         ledger=ledger,
         query=query,
         domain=domain,
