@@ -176,13 +176,20 @@ class OutputSpec(_Strict):
     storage matters more than time. ``dtype`` of an identity release: ``auto`` keeps a float32
     input float32 (the noise's standard deviation is many orders of magnitude above float32's
     resolution; rounding the noisy value is post-processing) and writes float64 otherwise. A
-    covariance output is small and always float64.
+    covariance output is always float64.
+
+    ``matrix_chunk``: features per chunk (both axes) of a covariance output. By default the
+    whole matrix is one chunk up to 8,192 features (assembled on the client) and blocks of 2,048
+    beyond, computed, privatized and written panel by panel on the workers with bounded memory;
+    a value below the number of features (a multiple of 256, the noise grid) chooses the
+    blocked path explicitly. The blocked path needs standard directions.
     """
 
     store: str
     storage_options: dict[str, Any] | None = None
     codec: Literal["none", "zstd", "lz4"] = "none"
     dtype: Literal["auto", "float64", "float32"] = "auto"
+    matrix_chunk: Annotated[int, Field(gt=0)] | None = None
 
 
 class BudgetSpec(_Strict):

@@ -297,3 +297,134 @@ def combine_grams(parts: list[Outcome]) -> Outcome:
         total += g
         count += c
     return Outcome((total, count))
+
+
+@dataclass(frozen=True)
+class PanelNoise:
+    """What a covariance panel task needs to draw and describe its noise (standard directions).
+
+    Attributes
+    ----------
+    key : NoiseKey
+        The release's noise key (its ``derive("release")`` sub-key).
+    variances : ndarray
+        The per-feature noise variances ``v`` (``B = diag(sqrt(v))``).
+    algorithm : str
+        ``symmetric``, ``equi-modal`` or ``unimodal``.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    """
+
+    key: NoiseKey
+    variances: np.ndarray
+    algorithm: str
+    ratio: float | None
+
+
+def covariance_panel_task(
+    rows: tuple[int, int],
+    *,
+    source: ZarrMatrix,
+    sink: str,
+    storage_options: dict[str, Any] | None,
+    clipper: Clipper,
+    ranges: list[tuple[int, int]],
+    normaliser: float,
+    count: float | None,
+    noise: PanelNoise,
+    block: int,
+) -> Outcome:
+    """One row panel of a blocked covariance release: ``X[rows] X[rows:]^T``, privatized, written.
+
+    The task streams every chunk of the input (full records: a record's clipping needs all its
+    features), accumulates the panel ``rows x [rows[0], m)`` of the Gram matrix (the diagonal
+    block mirrored from its upper triangle, so the output is exactly symmetric), adds the
+    noise of each output block drawn from the noise grid (:func:`~mvg_dask.noise.tiles.
+    diagonal_noise_block`: the same bytes as the whole-matrix path, whatever ``block``) and
+    writes the panel's blocks and their transposes, with the noise description's blocks. Memory:
+    one input chunk and one ``block x m`` panel. A panel whose marker exists is skipped (resume);
+    once the release failed (abort marker) the task does nothing.
+
+    Returns
+    -------
+    Outcome
+        ``[clipped values (first panel only), 0]`` (int64), or the error.
+    """
+    import json
+
+    import fsspec
+    import zarr
+
+    from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, diagonal_noise_block
+
+    r0, r1 = rows
+    fs, marker = fsspec.core.url_to_fs(progress_marker(sink, r0), **(storage_options or {}))
+    done = _read_marker(fs, marker)
+    if done is not None:
+        return Outcome(np.array([done["clipped"], done["records"]], dtype=np.int64))
+    _, abort_path = fsspec.core.url_to_fs(abort_marker(sink), **(storage_options or {}))
+    if fs.exists(abort_path):
+        return Outcome(skipped=True)
+    m = noise.variances.size
+    acc = np.zeros((r1 - r0, m - r0))
+    clipped = 0
+    for a, b in ranges:
+        try:
+            x, c = clipper(source.read(a, b), a)
+        except MvgDaskError as exc:
+            return Outcome.failure(exc)
+        acc += x[r0:r1] @ x[r0:].T
+        clipped += c
+    h = r1 - r0
+    acc[:, :h] = np.triu(acc[:, :h]) + np.triu(acc[:, :h], 1).T
+    d = np.sqrt(noise.variances)
+    tf = NOISE_TILE_FEATURES
+
+    def open_(name: str) -> Any:
+        return zarr.open_array(store=sink, path=name, mode="r+", storage_options=storage_options)
+
+    cov = open_("covariance")
+    gram = open_("gram") if count is not None else None
+    names = ["row_cov"] + (["col_cov"] if noise.algorithm != "unimodal" else [])
+    described = [open_(n) for n in names]
+    directions = open_("directions")
+
+    def grid_noise(rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
+        """The published noise of the output region ``rs x cs`` (whole grid blocks)."""
+        z = np.empty((rs[1] - rs[0], cs[1] - cs[0]))
+        for i in range(rs[0] // tf, -(-rs[1] // tf)):
+            for j in range(cs[0] // tf, -(-cs[1] // tf)):
+                zb = diagonal_noise_block(noise.key, d, noise.algorithm, noise.ratio, i, j)
+                a0, b0 = i * tf - rs[0], j * tf - cs[0]
+                z[a0 : a0 + zb.shape[0], b0 : b0 + zb.shape[1]] = zb
+        return z
+
+    def put(arr: Any, rs: tuple[int, int], cs: tuple[int, int], value: np.ndarray) -> None:
+        arr[rs[0] : rs[1], cs[0] : cs[1]] = value
+
+    symmetric_noise = noise.algorithm != "unimodal"
+    for c0 in range(r0, m, block):
+        cs = (c0, min(c0 + block, m))
+        data = acc[:, c0 - r0 : cs[1] - r0] / normaliser
+        regions = [(rows, cs, data + grid_noise(rows, cs))]
+        if c0 != r0:  # the mirrored block: the same data; symmetric noise is the transpose
+            lower = regions[0][2].T if symmetric_noise else data.T + grid_noise(cs, rows)
+            regions.append((cs, rows, lower))
+        for rs, cs_, noisy in regions:
+            put(cov, rs, cs_, noisy if count is None else noisy / max(count, 1.0))
+            if gram is not None:
+                put(gram, rs, cs_, noisy)
+            if c0 == r0:
+                v = noise.variances[r0:r1]
+                for arr in described:
+                    put(arr, rs, cs_, np.diag(v))
+                put(directions, rs, cs_, np.eye(h))
+            else:
+                zeros = np.zeros((rs[1] - rs[0], cs_[1] - cs_[0]))
+                for arr in (*described, directions):
+                    put(arr, rs, cs_, zeros)
+    first = r0 == 0
+    _write_marker(
+        fs, marker, json.dumps({"clipped": clipped if first else 0, "records": 0}).encode()
+    )
+    return Outcome(np.array([clipped if first else 0, 0], dtype=np.int64))

@@ -108,6 +108,29 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
     return {f"{PREFIX}{name}": values[name] for name in ATTRS if values[name] is not None}
 
 
+def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
+    ratio = plan.output_symmetric_ratio
+    if ratio is None:
+        return {}
+    # the published noise is B S B^T, B = directions * sqrt(noise_variances), S symmetric with
+    # S_ii ~ N(0, 1), S_ij ~ N(0, ratio): symmetric noise, or equi-modal noise averaged with its
+    # transpose (ratio 1/2); row_cov = col_cov = B B^T
+    return {
+        "symmetric_ratio": xr.DataArray(
+            ratio,
+            attrs={
+                "description": "published noise B S B^T, B = directions * sqrt(noise_variances),"
+                " S symmetric, S_ii ~ N(0, 1), S_ij = S_ji ~ N(0, symmetric_ratio)"
+            },
+        )
+    }
+
+
+#: The blocked covariance's noise-description matrices (diagonal for standard directions: their
+#: zero blocks compress to almost nothing whatever the output codec).
+BLOCKED_NOISE_MATRICES = ("row_cov", "col_cov", "directions")
+
+
 def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
     """The Zarr v3 compressors of a release's arrays (``output.codec``; ``None``: raw bytes)."""
     from zarr.codecs import BloscCodec, ZstdCodec
@@ -135,18 +158,7 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     }
     if plan.algorithm != "unimodal":
         out["col_cov"] = xr.DataArray(row_cov, dims=(rows, cols))
-    ratio = plan.output_symmetric_ratio
-    if ratio is not None:
-        # the published noise is B S B^T, B = directions * sqrt(noise_variances), S symmetric
-        # with S_ii ~ N(0, 1), S_ij ~ N(0, ratio): symmetric noise, or equi-modal noise
-        # averaged with its transpose (ratio 1/2); row_cov = col_cov = B B^T
-        out["symmetric_ratio"] = xr.DataArray(
-            ratio,
-            attrs={
-                "description": "published noise B S B^T, B = directions * sqrt(noise_variances),"
-                " S symmetric, S_ii ~ N(0, 1), S_ij = S_ji ~ N(0, symmetric_ratio)"
-            },
-        )
+    out |= _ratio_variable(plan)
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
         out["dp_pca_eigenvalues"] = xr.DataArray(plan.directions.eigenvalues, dims=("direction",))
     return out
@@ -355,6 +367,54 @@ class OutputTarget:
             },
             storage_options=self.storage_options,
         )
+
+    def write_blocked_skeleton(
+        self, rplan: ReleasePlan, names: tuple[str, ...], scalars: dict[str, float]
+    ) -> None:
+        """Create a blocked covariance output: the ``names`` matrices (``m x m``, chunks of
+        ``matrix_chunk``) and the noise description, whose values the panel tasks write, plus
+        the small variables and ``status = incomplete``; the plan is saved for a resume."""
+        import dask.array as da
+        from zarr.codecs import ZstdCodec
+
+        plan = rplan.noise_plan()
+        m, fb = rplan.input.features, rplan.matrix_chunk
+        assert fb is not None
+        fd = rplan.input.feature_dim
+        rows, cols = f"{fd}_row", f"{fd}_col"
+
+        def lazy(dims: tuple[str, str]) -> xr.DataArray:
+            return xr.DataArray(da.zeros((m, m), chunks=(fb, fb)), dims=dims)
+
+        variables = {name: lazy((rows, cols)) for name in names}
+        variables["row_cov"] = lazy((rows, cols))
+        if plan.algorithm != "unimodal":
+            variables["col_cov"] = lazy((rows, cols))
+        variables["directions"] = lazy((rows, "direction"))
+        variables["noise_variances"] = xr.DataArray(plan.row_variances, dims=("direction",))
+        variables |= _ratio_variable(plan)
+        variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
+        ds = xr.Dataset(variables, coords=_feature_coords(rplan))
+        ds.attrs[STATUS_ATTR] = "incomplete"
+        ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
+        encoding: dict[str, dict[str, Any]] = {
+            name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
+        }
+        for name in BLOCKED_NOISE_MATRICES:
+            if name in variables:
+                encoding[name] = {"chunks": (fb, fb), "compressors": (ZstdCodec(),)}
+        self.clear_staging()
+        ds.to_zarr(
+            self.write_store,
+            mode="w-",
+            compute=False,
+            zarr_format=3,
+            consolidated=False,
+            encoding=encoding,
+            storage_options=self.storage_options,
+        )
+        self.make_progress_dir()
+        self.save_plan(rplan)
 
     def commit(self, attrs: dict[str, Any]) -> None:
         """Write the final attrs with ``status = complete`` last, then move into place."""

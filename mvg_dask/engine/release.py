@@ -20,9 +20,11 @@ from distributed import Client
 
 from mvg_dask.engine.blocks import (
     Clipper,
+    PanelNoise,
     ZarrMatrix,
     abort_marker,
     combine_grams,
+    covariance_panel_task,
     gram_task,
     identity_task,
 )
@@ -209,12 +211,66 @@ class _Stages:
             raise ReleaseError(f"wrote {counts[1]} records, expected {info.records}")
         self.clipped += int(counts[0])
 
+    def blocked_covariance(self, *, resume: bool, progress: bool) -> None:
+        """A covariance of many features, panel by panel on the workers (``matrix_chunk``):
+        each task reads the input, computes one row panel of ``X X^T``, adds the noise of its
+        blocks from the noise grid and writes them; no ``m x m`` matrix exists anywhere."""
+        rplan, target = self.rplan, self.target
+        plan = rplan.noise_plan()
+        info = rplan.input
+        block = rplan.matrix_chunk
+        assert block is not None and plan.directions.is_standard
+        count = self.noisy_count() if rplan.releases_count else None
+        names = ("covariance",) if count is None else ("covariance", "gram")
+        if not (resume and target.has_skeleton()):
+            scalars = {} if count is None else {"record_count": count}
+            target.write_blocked_skeleton(rplan, names, scalars)
+        crash_point("skeleton")
+        noise = PanelNoise(
+            self.key.derive("release"),
+            plan.row_variances,
+            plan.algorithm,
+            plan.symmetric_ratio,
+        )
+        source = _source(rplan)
+        ranges = info.record_ranges()
+        self.read_started = True
+        m = info.features
+        futures = [
+            self.client.submit(
+                covariance_panel_task,
+                (r0, min(r0 + block, m)),
+                source=source,
+                sink=target.write_store,
+                storage_options=target.storage_options,
+                clipper=self.clipper,
+                ranges=ranges,
+                normaliser=float(rplan.query.records),
+                count=count,
+                noise=noise,
+                block=block,
+                pure=False,
+            )
+            for r0 in range(0, m, block)
+        ]
+        results = gather_with_progress(
+            self.client,
+            futures,
+            Progress(len(futures), "covariance", enabled=progress, private_total=False),
+            on_result=functools.partial(crash_point, "chunk"),
+            on_failure=functools.partial(_mark_aborted, target),
+        )
+        self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
+
     def run(self, *, resume: bool, progress: bool) -> ReleasePlan:
         """Every stage of the plan; returns the resolved plan."""
         rplan = self.rplan
         inp = rplan.input
         check_chunks_present(inp.store, inp.variable, inp.storage_options)
         covariance = rplan.query.kind == "covariance"
+        if covariance and rplan.matrix_chunk is not None:
+            self.blocked_covariance(resume=resume, progress=progress)
+            return rplan
         # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
         gram = self.gram(progress) if covariance or rplan.uses_dp_pca else None
         count = self.noisy_count() if rplan.releases_count else None

@@ -5,9 +5,14 @@ data is chunked. Tile ``t`` of the record axis covers records ``[t*tile, min((t+
 its standard normals are drawn whole, as an ``M x tile`` C-ordered matrix, from
 ``key.generator(t)``. The noise of a record therefore depends only on the key and the record's
 index, never on the chunking, the cluster or how often a task runs. A square (``m x m``) query's
-noise uses tile 0 of its own derived key: ``m x m`` normals (:func:`matrix_noise`) or, for
-symmetric noise, the ``m (m + 1) / 2`` normals of an upper triangle
-(:func:`symmetric_matrix_noise`).
+noise uses its own derived key on a grid of feature blocks of ``NOISE_TILE_FEATURES``
+(:func:`feature_blocks`): block ``(I, J)`` of the ``m x m`` normals is drawn whole, C-ordered,
+from tile ``I * blocks + J`` (:func:`square_normals`); for symmetric noise the upper triangle of
+a diagonal block ``(I, I)`` (row-major, as :func:`numpy.triu_indices`) and the whole block
+``(I, J)``, ``I < J``, come from tile ``J (J + 1) / 2 + I`` (:func:`symmetric_normals`). A query of
+at most ``NOISE_TILE_FEATURES`` features is one block drawn from tile 0. Any block of the noise
+can be drawn on its own, so a wide release draws it where it writes it, with the same bytes
+whatever its blocking (:func:`diagonal_noise_block`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,53 @@ from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.samplers import affine_sample
 
 TILE_RECORDS = 1024
+#: Features per block of the noise grid of a square query (see the module text).
+NOISE_TILE_FEATURES = 256
+
+
+def feature_blocks(m: int) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` feature ranges of the noise grid of an ``m x m`` query."""
+    b = NOISE_TILE_FEATURES
+    return [(a, min(a + b, m)) for a in range(0, m, b)]
+
+
+def square_normals_block(key: NoiseKey, m: int, i: int, j: int, *, tile: int = 0) -> np.ndarray:
+    """Block ``(i, j)`` of the ``m x m`` iid normals of a square query (tile ``i * nb + j``)."""
+    blocks = feature_blocks(m)
+    (a, b), (c, d) = blocks[i], blocks[j]
+    return key.tile_normals(tile + i * len(blocks) + j, (b - a, d - c))
+
+
+def square_normals(key: NoiseKey, m: int, *, tile: int = 0) -> np.ndarray:
+    """The ``m x m`` iid standard normals of a square query, assembled from the block grid."""
+    blocks = feature_blocks(m)
+    if len(blocks) == 1:
+        return square_normals_block(key, m, 0, 0, tile=tile)
+    out = np.empty((m, m))
+    for i, (a, b) in enumerate(blocks):
+        for j, (c, d) in enumerate(blocks):
+            out[a:b, c:d] = square_normals_block(key, m, i, j, tile=tile)
+    return out
+
+
+def symmetric_normals_block(
+    key: NoiseKey, m: int, ratio: float, i: int, j: int, *, tile: int = 0
+) -> np.ndarray:
+    """Block ``(i, j)`` of :func:`symmetric_normals` (``S_ji`` blocks are transposes)."""
+    if i > j:
+        return symmetric_normals_block(key, m, ratio, j, i, tile=tile).T
+    blocks = feature_blocks(m)
+    (a, b), (c, d) = blocks[i], blocks[j]
+    t = tile + j * (j + 1) // 2 + i
+    if i < j:
+        return key.tile_normals(t, (b - a, d - c)) * np.sqrt(ratio)
+    size = b - a
+    iu = np.triu_indices(size)
+    z = key.tile_normals(t, (iu[0].size,))
+    z[iu[0] != iu[1]] *= np.sqrt(ratio)
+    S = np.zeros((size, size))
+    S[iu] = z
+    return S + np.triu(S, 1).T
 
 
 def tile_normals(
@@ -126,16 +178,18 @@ def matrix_noise(
     """
     m = row_factor.shape[0]
     n = m if col_factor is None else col_factor.shape[0]
-    return affine_sample(key.tile_normals(tile, (m, n)), row_factor, col_factor)
+    normals = square_normals(key, m, tile=tile) if n == m else key.tile_normals(tile, (m, n))
+    return affine_sample(normals, row_factor, col_factor)
 
 
 def symmetric_normals(key: NoiseKey, m: int, ratio: float, *, tile: int = 0) -> np.ndarray:
     """A symmetric ``m x m`` Gaussian matrix ``S``: ``S_ii ~ N(0, 1)``, ``S_ij = S_ji ~ N(0, r)``.
 
-    The ``m (m + 1) / 2`` normals of the upper triangle (row-major order, diagonal included, as
-    :func:`numpy.triu_indices`) are one whole draw from tile ``tile`` of ``key``; the
-    off-diagonal ones are scaled by ``sqrt(r)`` and mirrored. The bytes depend only on the key,
-    ``m`` and ``r``.
+    Up to ``NOISE_TILE_FEATURES`` features the ``m (m + 1) / 2`` normals of the upper triangle
+    (row-major order, diagonal included, as :func:`numpy.triu_indices`) are one whole draw from
+    tile ``tile`` of ``key``; beyond, the upper triangle is drawn block by block from the grid of
+    the module text (:func:`symmetric_normals_block`). Off-diagonal normals are scaled by
+    ``sqrt(r)`` and mirrored. The bytes depend only on the key, ``m`` and ``r``.
 
     Parameters
     ----------
@@ -153,12 +207,70 @@ def symmetric_normals(key: NoiseKey, m: int, ratio: float, *, tile: int = 0) -> 
     ndarray
         ``S``.
     """
-    iu = np.triu_indices(m)
-    z = key.tile_normals(tile, (iu[0].size,))
-    z[iu[0] != iu[1]] *= np.sqrt(ratio)
-    S = np.zeros((m, m))
-    S[iu] = z
-    return S + np.triu(S, 1).T
+    blocks = feature_blocks(m)
+    if len(blocks) == 1:
+        return symmetric_normals_block(key, m, ratio, 0, 0, tile=tile)
+    S = np.empty((m, m))
+    for i, (a, b) in enumerate(blocks):
+        for j in range(i, len(blocks)):
+            c, d = blocks[j]
+            block = symmetric_normals_block(key, m, ratio, i, j, tile=tile)
+            S[a:b, c:d] = block
+            S[c:d, a:b] = block.T
+    return S
+
+
+def diagonal_noise_block(
+    key: NoiseKey, d: np.ndarray, algorithm: str, ratio: float | None, i: int, j: int
+) -> np.ndarray:
+    """Block ``(i, j)`` (of the :func:`feature_blocks` grid) of the noise a release of a square
+    query publishes with a diagonal factor ``B = diag(d)`` (standard directions).
+
+    Exactly block ``(i, j)`` of :func:`symmetric_query_noise` with ``diagonal=True``, drawn from
+    the blocks it needs only: ``(Z_ij + Z_ji^T) / 2`` for symmetric and equi-modal noise (the
+    symmetrisation of the whole-matrix path, entry for entry), ``d_i N_ij`` for unimodal noise.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key (its ``derive("release")`` sub-key).
+    d : ndarray
+        The diagonal of ``B`` (``sqrt`` of the noise variances), length ``m``.
+    algorithm : {"symmetric", "equi-modal", "unimodal"}
+        Noise type.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    i, j : int
+        Block indices.
+
+    Returns
+    -------
+    ndarray
+        The block.
+    """
+    m = d.size
+    blocks = feature_blocks(m)
+    (a, b), (c, e) = blocks[i], blocks[j]
+    di, dj = d[a:b], d[c:e]
+    if algorithm == "unimodal":
+        return _diagonal_product_2(di, square_normals_block(key, m, i, j), None)
+    if algorithm == "symmetric":
+        if ratio is None:
+            raise ValueError("symmetric noise needs its ratio r")
+        n_ij = symmetric_normals_block(key, m, ratio, i, j)
+        n_ji = n_ij.T
+    else:
+        n_ij = square_normals_block(key, m, i, j)
+        n_ji = n_ij if i == j else square_normals_block(key, m, j, i)
+    # Z = diag(d) N diag(d) blockwise, then (Z + Z^T) / 2 entry for entry as the whole matrix
+    z_ij = _diagonal_product_2(di, n_ij, dj)
+    z_ji = _diagonal_product_2(dj, n_ji, di)
+    return np.asarray((z_ij + z_ji.T) / 2.0)
+
+
+def _diagonal_product_2(left: np.ndarray, core: np.ndarray, right: np.ndarray | None) -> np.ndarray:
+    out = left[:, None] * core
+    return np.asarray(out if right is None else out * right[None, :])
 
 
 def symmetric_matrix_noise(
@@ -237,13 +349,14 @@ def symmetric_query_noise(
             raise ValueError("symmetric noise needs its ratio r")
         if d is None:
             return symmetric_matrix_noise(key, factor, ratio)
-        return _diagonal_product(d, symmetric_normals(key, m, ratio), right=True)
+        Z = _diagonal_product(d, symmetric_normals(key, m, ratio), right=True)
+        return np.asarray((Z + Z.T) / 2.0)  # as the dense path: exactly symmetric
     if algorithm == "equi-modal":
         if d is None:
             Z = matrix_noise(key, factor, factor)
         else:
-            Z = _diagonal_product(d, key.tile_normals(0, (m, m)), right=True)
+            Z = _diagonal_product(d, square_normals(key, m), right=True)
         return np.asarray((Z + Z.T) / 2.0)
     if d is None:
         return matrix_noise(key, factor, None)
-    return _diagonal_product(d, key.tile_normals(0, (m, m)), right=False)
+    return _diagonal_product(d, square_normals(key, m), right=False)

@@ -924,9 +924,17 @@ def best_symmetric_ratio(
             [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
         )
     )
+    if dirs.is_standard:
+        d1s = query.mahalanobis_sensitivities(
+            domain, neighbours, theta, directions=None, ratios=list(grid)
+        )
+    else:
+        W = dirs.matrix
+        d1s = query.mahalanobis_sensitivities(
+            domain, neighbours, (W * theta) @ W.T, directions=W, ratios=list(grid)
+        )
     best_r, best_err = 0.5, math.inf
-    for r in grid:
-        d1 = _mahalanobis(query, domain, neighbours, "symmetric", dirs, 1.0 / theta, float(r))
+    for r, d1 in zip(grid, d1s, strict=True):
         err = d1 * d1 * symmetric_error_factor(theta, float(r))
         if err < best_err * (1.0 - 1e-12):
             best_r, best_err = float(r), err

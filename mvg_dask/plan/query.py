@@ -6,6 +6,7 @@ Records are the columns of ``X`` (``M`` features x ``N`` records), as in the MVG
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -301,6 +302,39 @@ class QuerySpec:
             ratio is None or (directions is None and np.ndim(precision) != 1)
         ):
             raise ValueError("symmetric noise needs its directions and its ratio r")
+        r = None if algorithm != "symmetric" else float(ratio)  # type: ignore[arg-type]
+        return self._mahalanobis(domain, neighbours, precision, algorithm, directions, [r])[0]
+
+    def mahalanobis_sensitivities(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray,
+        *,
+        directions: np.ndarray | None,
+        ratios: Sequence[float],
+    ) -> list[float]:
+        """:meth:`mahalanobis_sensitivity` of symmetric noise for many ratios ``r`` at once.
+
+        Everything but the last step (Theorem 1/2's maximisation, O(m)) is computed once: the
+        ratio search of a plan with dense directions costs one eigendecomposition, not one per
+        candidate ``r``.
+        """
+        self._check_neighbours(neighbours)
+        if directions is None and np.ndim(precision) != 1:
+            raise ValueError("symmetric noise needs its directions and its ratio r")
+        rs: list[float | None] = [float(r) for r in ratios]
+        return self._mahalanobis(domain, neighbours, precision, "symmetric", directions, rs)
+
+    def _mahalanobis(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray,
+        algorithm: Algorithm,
+        directions: np.ndarray | None,
+        ratios: Sequence[float | None],
+    ) -> list[float]:
         diagonal = np.ndim(precision) == 1
         if diagonal and directions is not None:
             raise ValueError("a precision vector means standard directions: pass directions=None")
@@ -315,48 +349,54 @@ class QuerySpec:
                 else domain.sup_quadratic_diff(precision)
             )
             bounds.append(math.sqrt(diff))
-        elif self.kind == "covariance":
-            S = (
-                domain.sup_quadratic_diag(p_diag)
-                if p_diag is not None
-                else domain.sup_quadratic(precision)
-            )
-            N = self.records
-            if algorithm == "unimodal":
-                R = domain.sup_norm_sq()
-                factor = 2.0 if neighbours == "replace-one" else 1.0
-                bounds.append(factor * math.sqrt(S * R) / N)
-            else:
-                if p_diag is not None:
-                    p = p_diag
-                    T, sign_definite = domain.coordinate_sups_diag(p)
-                else:
-                    if directions is None:
-                        _, directions = np.linalg.eigh(precision)
-                    W = np.asarray(directions, dtype=np.float64)
-                    p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
-                    scale = float(np.max(np.abs(precision)))
-                    if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
-                        raise ValueError("the precision matrix is not diagonal in these directions")
-                    T, sign_definite = domain.coordinate_sups(W, p)
-                r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
-                top = np.sort(p)[::-1]
-                # Lemma 3: ||y||^2 ||y'||^2 - (y.y')^2 <= lambda_1 lambda_2 ||x||^2 ||x'||^2
-                area = float(top[0] * top[1]) * domain.sup_norm_sq() ** 2 if p.size > 1 else 0.0
-                q = sens.outer_weighted_sup(
-                    T,
-                    S,
-                    ratio=r,
-                    replace_one=neighbours == "replace-one",
-                    sign_definite=sign_definite,
-                    area_sup=area,
+        if self.kind != "covariance" or algorithm == "unimodal":
+            if self.kind == "covariance":
+                S = (
+                    domain.sup_quadratic_diag(p_diag)
+                    if p_diag is not None
+                    else domain.sup_quadratic(precision)
                 )
-                # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
-                bounds.append(math.sqrt(q / r) / N)
-                if algorithm == "equi-modal":
-                    factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
-                    bounds.append(factor * S / N)
-        return float(min(bounds))
+                factor = 2.0 if neighbours == "replace-one" else 1.0
+                bounds.append(factor * math.sqrt(S * domain.sup_norm_sq()) / self.records)
+            return [float(min(bounds)) for _ in ratios]
+        S = (
+            domain.sup_quadratic_diag(p_diag)
+            if p_diag is not None
+            else domain.sup_quadratic(precision)
+        )
+        N = self.records
+        if p_diag is not None:
+            p = p_diag
+            T, sign_definite = domain.coordinate_sups_diag(p)
+        else:
+            if directions is None:
+                _, directions = np.linalg.eigh(precision)
+            W = np.asarray(directions, dtype=np.float64)
+            p = np.maximum(np.einsum("ki,kl,li->i", W, precision, W), 0.0)
+            scale = float(np.max(np.abs(precision)))
+            if np.max(np.abs((W * p) @ W.T - precision)) > 1e-6 * scale:
+                raise ValueError("the precision matrix is not diagonal in these directions")
+            T, sign_definite = domain.coordinate_sups(W, p)
+        top = np.sort(p)[::-1]
+        # Lemma 3: ||y||^2 ||y'||^2 - (y.y')^2 <= lambda_1 lambda_2 ||x||^2 ||x'||^2
+        area = float(top[0] * top[1]) * domain.sup_norm_sq() ** 2 if p.size > 1 else 0.0
+        if algorithm == "equi-modal":
+            factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+            bounds.append(factor * S / N)
+        out = []
+        for ratio in ratios:
+            r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
+            q = sens.outer_weighted_sup(
+                T,
+                S,
+                ratio=r,
+                replace_one=neighbours == "replace-one",
+                sign_definite=sign_definite,
+                area_sup=area,
+            )
+            # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
+            out.append(float(min([*bounds, math.sqrt(q / r) / N])))
+        return out
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready description."""

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mvg_dask.errors import DataError
-from mvg_dask.noise.tiles import TILE_RECORDS
+from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, TILE_RECORDS
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import (
     BoxDomain,
@@ -55,6 +55,10 @@ _DIRECTION_DEPENDENT = (
 )
 
 
+#: Covariances with more features than this are computed blockwise by default ...
+WIDE_FEATURES = 8192
+#: ... in panels of this many features (a multiple of the noise grid's block).
+WIDE_BLOCK = 2048
 #: A Gram task holds at least this many records per feature (see ``gram_ranges``).
 GRAM_RECORDS_PER_FEATURE = 8
 #: ... while keeping at least this many Gram tasks where there are that many chunks.
@@ -288,6 +292,9 @@ class ReleasePlan:
         Compression of the released values.
     output_dtype : {"float64", "float32"}
         Stored dtype of an identity release's values (``auto`` resolved from the input's).
+    matrix_chunk : int or None
+        Features per chunk of a covariance output computed blockwise on the workers (panels of
+        ``matrix_chunk`` rows); ``None``: one chunk, assembled on the client.
     ledger : LedgerCharge or None
         The budget charge.
     query : QuerySpec
@@ -323,6 +330,7 @@ class ReleasePlan:
     output_storage_options: dict[str, Any] | None = None
     output_codec: str = "none"
     output_dtype: str = "float64"
+    matrix_chunk: int | None = None
     ledger: LedgerCharge | None
     query: QuerySpec
     domain: RecordDomain
@@ -423,6 +431,7 @@ class ReleasePlan:
                 "store": self.output_store,
                 "codec": self.output_codec,
                 "dtype": self.output_dtype,
+                "matrix_chunk": self.matrix_chunk,
             },
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
             "on_violation": self.on_violation,
@@ -514,6 +523,7 @@ class ReleasePlan:
             output_storage_options=output_storage_options,
             output_codec=data["output"].get("codec", "none"),
             output_dtype=data["output"].get("dtype", "float64"),
+            matrix_chunk=data["output"].get("matrix_chunk"),
             ledger=(
                 None if ledger is None else LedgerCharge.from_dict(ledger, ledger_location or "")
             ),
@@ -593,6 +603,29 @@ def _fixed_directions(
     return None, DpPcaStep(k=k, budget_share=d.budget_share)
 
 
+def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
+    """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
+    if spec.query != "covariance":
+        return None
+    chunk = spec.output.matrix_chunk
+    if chunk is None:
+        chunk = WIDE_BLOCK if m > WIDE_FEATURES else None
+    elif chunk >= m:
+        chunk = None
+    elif chunk % NOISE_TILE_FEATURES:
+        raise DataError(
+            f"output.matrix_chunk must be a multiple of {NOISE_TILE_FEATURES} (the noise grid), "
+            f"got {chunk}"
+        )
+    if chunk is not None and spec.mechanism.directions.method != "standard":
+        raise DataError(
+            f"a covariance of {m} features is computed blockwise (output.matrix_chunk = {chunk}), "
+            "which needs standard directions; use mechanism.directions.method: standard, or "
+            f"output.matrix_chunk >= {m} to assemble the whole matrix on the client"
+        )
+    return chunk
+
+
 def _output_dtype(requested: str, input_dtype: str) -> str:
     """``auto``: float32 for a float32 input, float64 otherwise (input metadata only)."""
     if requested != "auto":
@@ -635,6 +668,7 @@ def plan_release(
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
     m = metadata.features
+    matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
     domain = _domain(spec, m)
     mech = spec.mechanism
     privacy = spec.privacy
@@ -709,6 +743,7 @@ def plan_release(
         output_storage_options=spec.output.storage_options,
         output_codec=spec.output.codec,
         output_dtype=_output_dtype(spec.output.dtype, metadata.dtype),
+        matrix_chunk=matrix_chunk,
         ledger=ledger,
         query=query,
         domain=domain,
