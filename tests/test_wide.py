@@ -234,3 +234,32 @@ def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
     differing = assert_same_except_noisy(tmp_path / "a.zarr", tmp_path / "b.zarr", noisy)
     assert "covariance" in differing
     assert (tmp_path / "a.plan.json").read_bytes() == (tmp_path / "b.plan.json").read_bytes()
+
+
+def test_a_wide_identity_release_has_short_tiles_and_ignores_the_chunking(tmp_path, client) -> None:
+    """2,048 features: tiles of 512 records (about 2^20 normals, metadata only); two chunkings
+    of the same data (96 and 200 records per chunk, neither a multiple of the tile) publish the
+    same bytes; the noise is the plan's own draw (``NoisePlan.draw`` on the same tile grid)."""
+    from mvg_dask.noise import NoiseKey
+
+    m, n = 2048, 700
+    X = np.random.default_rng(4).random((m, n))
+    outs = []
+    for chunk in (96, 200):
+        store = make_input(tmp_path / f"in-{chunk}.zarr", X, chunk=chunk)
+        spec = {
+            "name": "wide-id",
+            "release_id": "wide-id",
+            "input": {"store": store},
+            "domain": {"box": {"lower": 0.0, "upper": 1.0}},
+            "query": "identity",
+            "privacy": {"epsilon": 1.0, "delta": 1e-6},
+            "output": {"store": str(tmp_path / f"out-{chunk}.zarr")},
+        }
+        plan = api.dry_run(spec)
+        assert plan.tile_records == 512
+        api.release(spec, client=client, seed=SEED, progress=False)
+        outs.append(api.open_release(spec["output"]["store"])["X"].values)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    noise = plan.noise_plan().draw(NoiseKey.from_seed(SEED).derive("release"), tile=512)
+    np.testing.assert_allclose(outs[0] - X, noise, rtol=0, atol=1e-9)

@@ -181,6 +181,11 @@ class _Stages:
             target.write_store, info.variable, info.records_first, target.storage_options
         )
         source = _source(rplan)
+        # standard directions: the tasks need the diagonal only (no m x m matrix is shipped)
+        standard = plan.directions.is_standard
+        factor = np.sqrt(plan.row_variances) if standard else plan.row_factor
+        if len(info.record_ranges()) > 1:
+            factor = self.client.scatter(factor, broadcast=True)
         self.read_started = True
         futures = [
             self.client.submit(
@@ -191,7 +196,7 @@ class _Stages:
                 sink=sink,
                 clipper=self.clipper,
                 noise_key=self.key.derive("release"),
-                factor=plan.row_factor,
+                factor=factor,
                 tile=rplan.tile_records,
                 n_total=info.records,
                 diagonal=plan.directions.is_standard,

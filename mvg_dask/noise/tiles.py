@@ -23,6 +23,20 @@ from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.samplers import affine_sample
 
 TILE_RECORDS = 1024
+#: Normals per record tile at most: wide inputs get shorter tiles (:func:`tile_records_for`).
+TILE_NORMALS = 2**20
+
+
+def tile_records_for(features: int) -> int:
+    """Records per tile of an identity release of ``features`` features (metadata only).
+
+    ``TILE_RECORDS`` up to 1,024 features; beyond, tiles of about ``TILE_NORMALS`` normals (at
+    least 16 records), so that a task of a wide input (whose chunks hold few records) does not
+    draw whole tiles it mostly discards.
+    """
+    return max(16, min(TILE_RECORDS, TILE_NORMALS // max(1, features)))
+
+
 #: Features per block of the noise grid of a square query (see the module text).
 NOISE_TILE_FEATURES = 256
 
@@ -125,7 +139,8 @@ def record_noise(
     key : NoiseKey
         The release's noise key.
     factor : ndarray
-        ``B_Sigma`` (``M x M``); when ``diagonal``, only its diagonal is used.
+        ``B_Sigma`` (``M x M``); when ``diagonal``, only its diagonal is used, and it may be
+        given as that vector (what a release ships to its tasks: no ``M x M`` matrix).
     start, stop : int
         Record range.
     tile : int
@@ -146,8 +161,11 @@ def record_noise(
     """
     N = tile_normals(key, factor.shape[0], start, stop, tile=tile, n_total=n_total)
     if diagonal:
-        N *= np.diag(factor)[:, None]  # N is fresh (or a view of a fresh tile): scale in place
+        d = factor if factor.ndim == 1 else np.diag(factor)
+        N *= d[:, None]  # N is fresh (or a view of a fresh tile): scale in place
         return N
+    if factor.ndim == 1:
+        raise ValueError("a vector factor means diagonal=True")
     return affine_sample(N, factor)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from mvg_dask.errors import DataError
-from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, TILE_RECORDS
+from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, TILE_RECORDS, tile_records_for
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import (
     BoxDomain,
@@ -734,6 +734,7 @@ def plan_release(
             neighbours=privacy.neighbours,
         )
     plan = ReleasePlan(
+        tile_records=tile_records_for(m),
         release_id=rid,
         name=spec.name,
         created=created or datetime.now(UTC).isoformat(timespec="seconds"),
