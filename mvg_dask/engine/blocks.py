@@ -299,6 +299,22 @@ def combine_grams(parts: list[Outcome]) -> Outcome:
     return Outcome((total, count))
 
 
+#: A panel task reads at least this many records at a time (wide inputs have short chunks,
+#: and the panel product is a matrix product over the records read).
+PANEL_RECORDS = 256
+
+
+def _read_groups(ranges: list[tuple[int, int]], records: int) -> list[tuple[int, int]]:
+    """Consecutive chunk ranges merged until each holds at least ``records`` records."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if out and out[-1][1] - out[-1][0] < records and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
 @dataclass(frozen=True)
 class PanelNoise:
     """What a covariance panel task needs to draw and describe its noise (standard directions).
@@ -365,15 +381,22 @@ def covariance_panel_task(
     _, abort_path = fsspec.core.url_to_fs(abort_marker(sink), **(storage_options or {}))
     if fs.exists(abort_path):
         return Outcome(skipped=True)
+    from scipy.linalg.blas import dgemm
+
     m = noise.variances.size
     acc = np.zeros((r1 - r0, m - r0))
     clipped = 0
-    for a, b in ranges:
+    for a, b in _read_groups(ranges, PANEL_RECORDS):
         try:
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        acc += x[r0:r1] @ x[r0:].T
+        x = np.ascontiguousarray(x)
+        # acc += X[rows] X[r0:]^T in place (BLAS beta = 1 on acc^T, Fortran-ordered): no
+        # panel-sized temporary per chunk
+        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=acc.T, trans_a=1, overwrite_c=1)
+        if not np.shares_memory(out, acc):  # pragma: no cover - BLAS copied c
+            acc[...] = out.T
         clipped += c
     h = r1 - r0
     acc[:, :h] = np.triu(acc[:, :h]) + np.triu(acc[:, :h], 1).T

@@ -81,12 +81,12 @@ def _read(start: int, stop: int, source: Any) -> int:
 
 def _noise(start: int, stop: int, m: int, n: int) -> int:
     from mvg_dask.noise import NoiseKey
-    from mvg_dask.noise.tiles import TILE_RECORDS, record_noise
+    from mvg_dask.noise.tiles import record_noise, tile_records_for
 
     key = NoiseKey.from_seed(1)
-    factor = np.eye(m)
+    factor = np.ones(m)  # the diagonal a release ships to its tasks
     t = time.perf_counter()
-    record_noise(key, factor, start, stop, tile=TILE_RECORDS, n_total=n, diagonal=True)
+    record_noise(key, factor, start, stop, tile=tile_records_for(m), n_total=n, diagonal=True)
     return int(1e9 * (time.perf_counter() - t))  # ns spent drawing
 
 
@@ -98,10 +98,25 @@ def _write(start: int, stop: int, sink: Any, m: int) -> int:
 
 
 def _gram(start: int, stop: int, m: int) -> int:
+    """The Gram product of a chunk: ``x x^T`` (one task), or for a wide input the row panels
+    of a blocked release (``acc += x[rows] x[rows0:]^T`` in place), timed without allocation."""
+    from scipy.linalg.blas import dgemm
+
+    from mvg_dask.plan.release_plan import WIDE_BLOCK, WIDE_FEATURES
+
     x = np.random.default_rng(start).random((m, stop - start))
-    t = time.perf_counter()
-    x @ x.T
-    return int(1e9 * (time.perf_counter() - t))  # ns spent in the product
+    if m <= WIDE_FEATURES:
+        t = time.perf_counter()
+        x @ x.T
+        return int(1e9 * (time.perf_counter() - t))  # ns spent in the product
+    spent = 0.0
+    for r0 in range(0, m, WIDE_BLOCK):
+        r1 = min(r0 + WIDE_BLOCK, m)
+        acc = np.zeros((r1 - r0, m - r0))
+        t = time.perf_counter()
+        dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=acc.T, trans_a=1, overwrite_c=1)
+        spent += time.perf_counter() - t
+    return int(1e9 * spent)
 
 
 def floors(client: Any, store: str, work: Path, m: int, n: int, chunk: int) -> dict[str, float]:
@@ -111,6 +126,10 @@ def floors(client: Any, store: str, work: Path, m: int, n: int, chunk: int) -> d
     from mvg_dask.engine.blocks import ZarrMatrix
 
     ranges = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
+    if m > 8192:  # a wide release reads (and multiplies) groups of at least 256 records
+        from mvg_dask.engine.blocks import PANEL_RECORDS, _read_groups
+
+        ranges = _read_groups(ranges, PANEL_RECORDS)
     source = ZarrMatrix(store, "X", False)
     sink_path = str(work / "floor-write.zarr")
     out: dict[str, float] = {}
