@@ -13,8 +13,8 @@ Three rules, the tightest that applies:
   discretisation, so its ``delta(epsilon)`` is an upper bound). The budget admits the set when
   ``delta(eps_total) <= delta_total`` by this accounting *or* by basic composition (both are
   sound, so either suffices).
-* ``basic`` (``sum eps``, ``sum delta``): a single non-Gaussian release, or when it reports the
-  smaller epsilon.
+* ``basic`` (``sum eps``, ``sum delta``): a single non-Gaussian release, or when the PLD total
+  is not smaller by more than ``PLD_REPORT_GAIN`` (0.1 %): the sum is then what is reported.
 """
 
 from __future__ import annotations
@@ -123,6 +123,9 @@ def convert_neighbours(g: Guarantee, budget: Neighbours, *, allow: bool) -> Guar
 
 #: Grid of the privacy-loss distributions (dp-accounting's default).
 PLD_DISCRETISATION = 1e-4
+#: The privacy-loss-distribution total is reported when it is below the basic sum by more than
+#: this fraction (otherwise the basic sum, which a person can check; admission uses both).
+PLD_REPORT_GAIN = 1e-3
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,7 @@ def spending(entries: Sequence[Charge], budget_delta: float) -> Spending:
         return Spending("basic", basic[0], basic[1], None, basic=basic)
     composed = mixed_pld(entries)
     eps = float(composed.get_epsilon_for_delta(budget_delta))
-    if basic[1] <= budget_delta * (1 + _TOL) and basic[0] <= eps:
+    if basic[1] <= budget_delta * (1 + _TOL) and eps >= basic[0] * (1 - PLD_REPORT_GAIN):
+        # within PLD_REPORT_GAIN of the basic sum: report the sum a person can check
         return Spending("basic", basic[0], basic[1], None, basic=basic, pld=composed)
     return Spending("pld", eps, budget_delta, None, basic=basic, pld=composed)
