@@ -313,19 +313,8 @@ class OutputTarget:
             },
             coords={**small_coords(variable), **_feature_coords(rplan)},
         )
-        out.attrs[STATUS_ATTR] = "incomplete"
-        out.attrs[RELEASE_ID_ATTR] = rplan.release_id
-        out.to_zarr(
-            self.write_store,
-            mode="w-",
-            compute=False,
-            zarr_format=3,
-            consolidated=False,
-            encoding={info.variable: {"chunks": chunks, "compressors": compressors(rplan)}},
-            storage_options=self.storage_options,
-        )
-        self.make_progress_dir()
-        self.save_plan(rplan)
+        encoding = {info.variable: {"chunks": chunks, "compressors": compressors(rplan)}}
+        self._write_skeleton(rplan, out, encoding)
 
     def write_matrix(
         self,
@@ -395,8 +384,6 @@ class OutputTarget:
         variables |= _ratio_variable(plan)
         variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
         ds = xr.Dataset(variables, coords=_feature_coords(rplan))
-        ds.attrs[STATUS_ATTR] = "incomplete"
-        ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         encoding: dict[str, dict[str, Any]] = {
             name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
         }
@@ -404,6 +391,15 @@ class OutputTarget:
             if name in variables:
                 encoding[name] = {"chunks": (fb, fb), "compressors": (ZstdCodec(),)}
         self.clear_staging()
+        self._write_skeleton(rplan, ds, encoding)
+
+    def _write_skeleton(
+        self, rplan: ReleasePlan, ds: xr.Dataset, encoding: dict[str, dict[str, Any]]
+    ) -> None:
+        """Write an output's metadata and small variables with ``status = incomplete`` (the
+        tasks write the large arrays' chunks), the progress directory and the plan."""
+        ds.attrs[STATUS_ATTR] = "incomplete"
+        ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         ds.to_zarr(
             self.write_store,
             mode="w-",

@@ -271,7 +271,7 @@ def diagonal_noise_block(
     (a, b), (c, e) = blocks[i], blocks[j]
     di, dj = d[a:b], d[c:e]
     if algorithm == "unimodal":
-        return _diagonal_product_2(di, square_normals_block(key, m, i, j), None)
+        return _diagonal_product(di, square_normals_block(key, m, i, j), None)
     if algorithm == "symmetric":
         if ratio is None:
             raise ValueError("symmetric noise needs its ratio r")
@@ -281,12 +281,14 @@ def diagonal_noise_block(
         n_ij = square_normals_block(key, m, i, j)
         n_ji = n_ij if i == j else square_normals_block(key, m, j, i)
     # Z = diag(d) N diag(d) blockwise, then (Z + Z^T) / 2 entry for entry as the whole matrix
-    z_ij = _diagonal_product_2(di, n_ij, dj)
-    z_ji = _diagonal_product_2(dj, n_ji, di)
+    z_ij = _diagonal_product(di, n_ij, dj)
+    z_ji = _diagonal_product(dj, n_ji, di)
     return np.asarray((z_ij + z_ji.T) / 2.0)
 
 
-def _diagonal_product_2(left: np.ndarray, core: np.ndarray, right: np.ndarray | None) -> np.ndarray:
+def _diagonal_product(left: np.ndarray, core: np.ndarray, right: np.ndarray | None) -> np.ndarray:
+    """``diag(left) core`` (``diag(left) core diag(right)``) in O(m^2): the numbers of the dense
+    products with diagonal factors, whose other terms are exact zeros."""
     out = left[:, None] * core
     return np.asarray(out if right is None else out * right[None, :])
 
@@ -314,13 +316,6 @@ def symmetric_matrix_noise(
     """
     Z = factor @ symmetric_normals(key, factor.shape[0], ratio, tile=tile) @ factor.T
     return np.asarray((Z + Z.T) / 2.0)  # exact symmetry in floating point
-
-
-def _diagonal_product(d: np.ndarray, core: np.ndarray, right: bool) -> np.ndarray:
-    """``diag(d) core`` (and ``diag(d) core diag(d)`` with ``right``) in O(m^2): the same numbers
-    as the dense products with a diagonal factor, whose other terms are exact zeros."""
-    out = d[:, None] * core
-    return np.asarray(out * d[None, :] if right else out)
 
 
 def symmetric_query_noise(
@@ -367,14 +362,14 @@ def symmetric_query_noise(
             raise ValueError("symmetric noise needs its ratio r")
         if d is None:
             return symmetric_matrix_noise(key, factor, ratio)
-        Z = _diagonal_product(d, symmetric_normals(key, m, ratio), right=True)
+        Z = _diagonal_product(d, symmetric_normals(key, m, ratio), d)
         return np.asarray((Z + Z.T) / 2.0)  # as the dense path: exactly symmetric
     if algorithm == "equi-modal":
         if d is None:
             Z = matrix_noise(key, factor, factor)
         else:
-            Z = _diagonal_product(d, square_normals(key, m), right=True)
+            Z = _diagonal_product(d, square_normals(key, m), d)
         return np.asarray((Z + Z.T) / 2.0)
     if d is None:
         return matrix_noise(key, factor, None)
-    return _diagonal_product(d, square_normals(key, m), right=False)
+    return _diagonal_product(d, square_normals(key, m), None)
