@@ -126,7 +126,8 @@ def test_blocked_values_agree_with_the_whole_matrix(inputs, tmp_path, client, do
 
 
 def test_the_plan_refuses_what_the_blocked_path_cannot_do(inputs, tmp_path) -> None:
-    """Before any read (nothing charged): rotated directions and a chunk off the noise grid."""
+    """Before any read (nothing charged): a user's rotation (an m x m matrix) and a chunk off
+    the noise grid. (DP-PCA's top k are supported: tests/test_low_rank.py.)"""
     store = inputs["data"]
     W = np.linalg.qr(np.random.default_rng(1).standard_normal((M, M)))[0]
     np.save(tmp_path / "W.npy", W)
@@ -136,7 +137,7 @@ def test_the_plan_refuses_what_the_blocked_path_cannot_do(inputs, tmp_path) -> N
         matrix_chunk=256,
         mechanism={"directions": {"method": "matrix", "path": str(tmp_path / "W.npy")}},
     )
-    with pytest.raises(DataError, match="needs standard directions"):
+    with pytest.raises(DataError, match="holds no m x m matrix"):
         api.dry_run(rotated)
     with pytest.raises(DataError, match="multiple of 256"):
         api.dry_run(_spec(store, str(tmp_path / "o.zarr"), matrix_chunk=300))

@@ -315,26 +315,121 @@ def _read_groups(ranges: list[tuple[int, int]], records: int) -> list[tuple[int,
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PanelNoise:
-    """What a covariance panel task needs to draw and describe its noise (standard directions).
+    """What a covariance panel task needs to draw and describe its noise.
 
     Attributes
     ----------
     key : NoiseKey
-        The release's noise key (its ``derive("release")`` sub-key).
+        The noise key (a release's ``derive("release")`` sub-key, or DP-PCA's).
     variances : ndarray
-        The per-feature noise variances ``v`` (``B = diag(sqrt(v))``).
+        The ``m`` noise variances ``v``: ``B = diag(sqrt(v))`` for standard directions; for
+        low-rank directions ``k`` along ``basis``, then the complement's.
     algorithm : str
         ``symmetric``, ``equi-modal`` or ``unimodal``.
     ratio : float or None
         ``r`` of symmetric noise.
+    basis : ndarray or None
+        ``U`` (``m x k``) of low-rank directions (``B = Sigma^(1/2)``); ``None``: standard.
+    projection : ndarray or None
+        The first pass's ``m x k`` projection (:func:`~mvg_dask.noise.tiles.
+        low_rank_projection_block`), low-rank directions only.
+    core : ndarray or None
+        ``K = U^T G`` (``k x k``; symmetric and equi-modal low-rank noise).
     """
 
     key: NoiseKey
     variances: np.ndarray
     algorithm: str
     ratio: float | None
+    basis: np.ndarray | None = None
+    projection: np.ndarray | None = None
+    core: np.ndarray | None = None
+
+    def block(self, i: int, j: int) -> np.ndarray:
+        """Block ``(i, j)`` of the published noise, on the grid of
+        :func:`~mvg_dask.noise.tiles.feature_blocks`."""
+        from mvg_dask.noise.tiles import diagonal_noise_block, low_rank_noise_block
+        from mvg_dask.plan.low_rank import low_rank_factor
+
+        if self.basis is None:
+            d = np.sqrt(self.variances)
+            return diagonal_noise_block(self.key, d, self.algorithm, self.ratio, i, j)
+        assert self.projection is not None
+        a, delta = low_rank_factor(self.basis, self.variances)
+        return low_rank_noise_block(
+            self.key,
+            self.basis,
+            a,
+            delta,
+            self.algorithm,
+            self.ratio,
+            self.projection,
+            self.core,
+            i,
+            j,
+        )
+
+    def region(self, rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
+        """The published noise of the output region ``rs x cs`` (whole grid blocks)."""
+        from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
+
+        tf = NOISE_TILE_FEATURES
+        z = np.empty((rs[1] - rs[0], cs[1] - cs[0]))
+        for i in range(rs[0] // tf, -(-rs[1] // tf)):
+            for j in range(cs[0] // tf, -(-cs[1] // tf)):
+                zb = self.block(i, j)
+                a0, b0 = i * tf - rs[0], j * tf - cs[0]
+                z[a0 : a0 + zb.shape[0], b0 : b0 + zb.shape[1]] = zb
+        return z
+
+    def covariance(self, rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
+        """The region ``rs x cs`` of ``Sigma`` (the published ``row_cov``)."""
+        v = self.variances
+        if self.basis is None:
+            out = np.zeros((rs[1] - rs[0], cs[1] - cs[0]))
+            if rs == cs:
+                np.fill_diagonal(out, v[rs[0] : rs[1]])
+            return out
+        U = self.basis
+        k = U.shape[1]
+        out = (U[rs[0] : rs[1]] * (v[:k] - v[k])) @ U[cs[0] : cs[1]].T
+        if rs == cs:
+            out[np.diag_indices_from(out)] += v[k]
+        return np.asarray(out)
+
+
+def _gram_panel(
+    rows: tuple[int, int],
+    m: int,
+    source: ZarrMatrix,
+    clipper: Clipper,
+    ranges: list[tuple[int, int]],
+) -> tuple[np.ndarray, int] | Outcome:
+    """The panel ``rows x [rows[0], m)`` of ``X X^T`` of the clipped records, its diagonal block
+    mirrored from its upper triangle (exactly symmetric), and the number of clipped values; or
+    the failure the data gave."""
+    from scipy.linalg.blas import dgemm
+
+    r0, r1 = rows
+    acc = np.zeros((r1 - r0, m - r0))
+    clipped = 0
+    for a, b in _read_groups(ranges, PANEL_RECORDS):
+        try:
+            x, c = clipper(source.read(a, b), a)
+        except MvgDaskError as exc:
+            return Outcome.failure(exc)
+        x = np.ascontiguousarray(x)
+        # acc += X[rows] X[r0:]^T in place (BLAS beta = 1 on acc^T, Fortran-ordered): no
+        # panel-sized temporary per chunk
+        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=acc.T, trans_a=1, overwrite_c=1)
+        if not np.shares_memory(out, acc):  # pragma: no cover - BLAS copied c
+            acc[...] = out.T
+        clipped += c
+    h = r1 - r0
+    acc[:, :h] = np.triu(acc[:, :h]) + np.triu(acc[:, :h], 1).T
+    return acc, clipped
 
 
 def covariance_panel_task(
@@ -355,11 +450,11 @@ def covariance_panel_task(
     The task streams every chunk of the input (full records: a record's clipping needs all its
     features), accumulates the panel ``rows x [rows[0], m)`` of the Gram matrix (the diagonal
     block mirrored from its upper triangle, so the output is exactly symmetric), adds the
-    noise of each output block drawn from the noise grid (:func:`~mvg_dask.noise.tiles.
-    diagonal_noise_block`: the same bytes as the whole-matrix path, whatever ``block``) and
-    writes the panel's blocks and their transposes, with the noise description's blocks. Memory:
-    one input chunk and one ``block x m`` panel. A panel whose marker exists is skipped (resume);
-    once the release failed (abort marker) the task does nothing.
+    noise of each output block drawn from the noise grid (:meth:`PanelNoise.block`: the same
+    bytes whatever ``block``) and writes the panel's blocks and their transposes, with the noise
+    description's blocks. Memory: one input chunk and one ``block x m`` panel. A panel whose
+    marker exists is skipped (resume); once the release failed (abort marker) the task does
+    nothing.
 
     Returns
     -------
@@ -371,9 +466,7 @@ def covariance_panel_task(
     import fsspec
     import zarr
 
-    from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, diagonal_noise_block
-
-    r0, r1 = rows
+    r0 = rows[0]
     fs, marker = fsspec.core.url_to_fs(progress_marker(sink, r0), **(storage_options or {}))
     done = _read_marker(fs, marker)
     if done is not None:
@@ -381,27 +474,11 @@ def covariance_panel_task(
     _, abort_path = fsspec.core.url_to_fs(abort_marker(sink), **(storage_options or {}))
     if fs.exists(abort_path):
         return Outcome(skipped=True)
-    from scipy.linalg.blas import dgemm
-
     m = noise.variances.size
-    acc = np.zeros((r1 - r0, m - r0))
-    clipped = 0
-    for a, b in _read_groups(ranges, PANEL_RECORDS):
-        try:
-            x, c = clipper(source.read(a, b), a)
-        except MvgDaskError as exc:
-            return Outcome.failure(exc)
-        x = np.ascontiguousarray(x)
-        # acc += X[rows] X[r0:]^T in place (BLAS beta = 1 on acc^T, Fortran-ordered): no
-        # panel-sized temporary per chunk
-        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=acc.T, trans_a=1, overwrite_c=1)
-        if not np.shares_memory(out, acc):  # pragma: no cover - BLAS copied c
-            acc[...] = out.T
-        clipped += c
-    h = r1 - r0
-    acc[:, :h] = np.triu(acc[:, :h]) + np.triu(acc[:, :h], 1).T
-    d = np.sqrt(noise.variances)
-    tf = NOISE_TILE_FEATURES
+    panel = _gram_panel(rows, m, source, clipper, ranges)
+    if isinstance(panel, Outcome):
+        return panel
+    acc, clipped = panel
 
     def open_(name: str) -> Any:
         return zarr.open_array(store=sink, path=name, mode="r+", storage_options=storage_options)
@@ -410,17 +487,8 @@ def covariance_panel_task(
     gram = open_("gram") if count is not None else None
     names = ["row_cov"] + (["col_cov"] if noise.algorithm != "unimodal" else [])
     described = [open_(n) for n in names]
-    directions = open_("directions")
-
-    def grid_noise(rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
-        """The published noise of the output region ``rs x cs`` (whole grid blocks)."""
-        z = np.empty((rs[1] - rs[0], cs[1] - cs[0]))
-        for i in range(rs[0] // tf, -(-rs[1] // tf)):
-            for j in range(cs[0] // tf, -(-cs[1] // tf)):
-                zb = diagonal_noise_block(noise.key, d, noise.algorithm, noise.ratio, i, j)
-                a0, b0 = i * tf - rs[0], j * tf - cs[0]
-                z[a0 : a0 + zb.shape[0], b0 : b0 + zb.shape[1]] = zb
-        return z
+    # low-rank directions are published whole (m x k) with the skeleton
+    directions = open_("directions") if noise.basis is None else None
 
     def put(arr: Any, rs: tuple[int, int], cs: tuple[int, int], value: np.ndarray) -> None:
         arr[rs[0] : rs[1], cs[0] : cs[1]] = value
@@ -429,25 +497,93 @@ def covariance_panel_task(
     for c0 in range(r0, m, block):
         cs = (c0, min(c0 + block, m))
         data = acc[:, c0 - r0 : cs[1] - r0] / normaliser
-        regions = [(rows, cs, data + grid_noise(rows, cs))]
+        regions = [(rows, cs, data + noise.region(rows, cs))]
         if c0 != r0:  # the mirrored block: the same data; symmetric noise is the transpose
-            lower = regions[0][2].T if symmetric_noise else data.T + grid_noise(cs, rows)
+            lower = regions[0][2].T if symmetric_noise else data.T + noise.region(cs, rows)
             regions.append((cs, rows, lower))
         for rs, cs_, noisy in regions:
             put(cov, rs, cs_, noisy if count is None else noisy / max(count, 1.0))
             if gram is not None:
                 put(gram, rs, cs_, noisy)
-            if c0 == r0:
-                v = noise.variances[r0:r1]
-                for arr in described:
-                    put(arr, rs, cs_, np.diag(v))
-                put(directions, rs, cs_, np.eye(h))
-            else:
-                zeros = np.zeros((rs[1] - rs[0], cs_[1] - cs_[0]))
-                for arr in (*described, directions):
-                    put(arr, rs, cs_, zeros)
+            sigma = noise.covariance(rs, cs_)
+            for arr in described:
+                put(arr, rs, cs_, sigma)
+            if directions is not None:
+                shape = (rs[1] - rs[0], cs_[1] - cs_[0])
+                put(directions, rs, cs_, np.eye(*shape) if rs == cs_ else np.zeros(shape))
     first = r0 == 0
     _write_marker(
         fs, marker, json.dumps({"clipped": clipped if first else 0, "records": 0}).encode()
     )
     return Outcome(np.array([clipped if first else 0, 0], dtype=np.int64))
+
+
+def noisy_gram_panel_task(
+    rows: tuple[int, int],
+    *,
+    source: ZarrMatrix,
+    sink: str,
+    storage_options: dict[str, Any] | None,
+    clipper: Clipper,
+    ranges: list[tuple[int, int]],
+    noise: PanelNoise,
+    block: int,
+) -> Outcome:
+    """One row panel of DP-PCA's noisy Gram matrix ``X X^T + sigma S`` (Analyze Gauss: ``S``
+    symmetric with an iid upper triangle, from the noise grid), written with its mirrored
+    blocks to the scratch array ``gram`` at ``sink``.
+
+    Returns
+    -------
+    Outcome
+        ``[clipped values (first panel only), 0]`` (int64), or the error.
+    """
+    import zarr
+
+    r0, r1 = rows
+    m = noise.variances.size
+    panel = _gram_panel(rows, m, source, clipper, ranges)
+    if isinstance(panel, Outcome):
+        return panel
+    acc, clipped = panel
+    arr = zarr.open_array(store=sink, path="gram", mode="r+", storage_options=storage_options)
+    for c0 in range(r0, m, block):
+        cs = (c0, min(c0 + block, m))
+        noisy = acc[:, c0 - r0 : cs[1] - r0] + noise.region(rows, cs)
+        arr[r0:r1, cs[0] : cs[1]] = noisy
+        if c0 != r0:
+            arr[cs[0] : cs[1], r0:r1] = noisy.T
+    return Outcome(np.array([clipped if r0 == 0 else 0, 0], dtype=np.int64))
+
+
+def panel_product_task(
+    rows: tuple[int, int], *, sink: str, storage_options: dict[str, Any] | None, Q: np.ndarray
+) -> np.ndarray:
+    """``G[rows] @ Q`` for the scratch Gram matrix ``G`` at ``sink`` (one step of the top-``k``
+    DP-PCA's subspace iteration)."""
+    import zarr
+
+    from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
+
+    arr = zarr.open_array(store=sink, path="gram", mode="r", storage_options=storage_options)
+    panel = np.asarray(arr[rows[0] : rows[1], :])
+    # one product per grid block of rows: the same BLAS call (shapes and data) whatever the
+    # release's blocking, so the directions' bytes do not depend on it
+    step = NOISE_TILE_FEATURES
+    return np.vstack([panel[a : a + step] @ Q for a in range(0, panel.shape[0], step)])
+
+
+def projection_task(
+    grid_blocks: tuple[int, int],
+    *,
+    noise_key: NoiseKey,
+    U: np.ndarray,
+    algorithm: str,
+    ratio: float | None,
+) -> np.ndarray:
+    """Grid blocks ``[i0, i1)`` of the low-rank noise's first-pass projection, stacked."""
+    from mvg_dask.noise.tiles import low_rank_projection_block
+
+    return np.vstack(
+        [low_rank_projection_block(noise_key, U, algorithm, ratio, i) for i in range(*grid_blocks)]
+    )

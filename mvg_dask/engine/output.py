@@ -279,6 +279,32 @@ class OutputTarget:
             return None
         return dict(json.loads(fs.cat_file(path)))
 
+    def scratch_matrix(self, name: str, m: int, chunk: int) -> str:
+        """Create (afresh) a scratch Zarr group ``name`` with an ``m x m`` float64 array ``gram``
+        of ``chunk x chunk`` raw chunks, inside the progress directory: an abort removes it
+        with the rest, and :meth:`remove_scratch` once it has served. Returns its location."""
+        import zarr
+
+        path = f"{self.write_store.rstrip('/')}/{PROGRESS_DIR}/{name}"
+        self.remove_scratch(name)
+        zarr.create_array(
+            store=path,
+            name="gram",
+            shape=(m, m),
+            chunks=(chunk, chunk),
+            dtype="float64",
+            compressors=None,
+            storage_options=self.storage_options,
+        )
+        return path
+
+    def remove_scratch(self, name: str) -> None:
+        """Remove the scratch group ``name``, if any."""
+        fs, root = self._fs()
+        path = f"{root}/{PROGRESS_DIR}/{name}"
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
     def clear_staging(self) -> None:
         """Remove a leftover staging directory of this release id."""
         if self.local and Path(self.write_store).exists():
@@ -379,7 +405,15 @@ class OutputTarget:
         variables["row_cov"] = lazy((rows, cols))
         if plan.algorithm != "unimodal":
             variables["col_cov"] = lazy((rows, cols))
-        variables["directions"] = lazy((rows, "direction"))
+        low_rank = plan.directions.is_low_rank
+        if low_rank:  # DP-PCA's top k, published whole (m x k)
+            variables["directions"] = xr.DataArray(plan.directions.matrix, dims=(rows, "component"))
+            if plan.directions.eigenvalues is not None:
+                variables["dp_pca_eigenvalues"] = xr.DataArray(
+                    plan.directions.eigenvalues, dims=("component",)
+                )
+        else:
+            variables["directions"] = lazy((rows, "direction"))
         variables["noise_variances"] = xr.DataArray(plan.row_variances, dims=("direction",))
         variables |= _ratio_variable(plan)
         variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
@@ -388,7 +422,7 @@ class OutputTarget:
             name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
         }
         for name in BLOCKED_NOISE_MATRICES:
-            if name in variables:
+            if name in variables and not (low_rank and name == "directions"):
                 encoding[name] = {"chunks": (fb, fb), "compressors": (ZstdCodec(),)}
         self.clear_staging()
         self._write_skeleton(rplan, ds, encoding)

@@ -27,6 +27,9 @@ from mvg_dask.engine.blocks import (
     covariance_panel_task,
     gram_task,
     identity_task,
+    noisy_gram_panel_task,
+    panel_product_task,
+    projection_task,
 )
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.ledger import Ledger, open_ledger
@@ -34,12 +37,16 @@ from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.output import OutputTarget, open_release, provenance, stored_plan
 from mvg_dask.errors import BudgetError, DataError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
+from mvg_dask.plan.directions import top_k_directions
 from mvg_dask.plan.release_plan import ReleasePlan
 
 log = logging.getLogger("mvg_dask")
 
 SPLIT_EVERY = 8
+#: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
+DP_PCA_SCRATCH = "dp-pca"
 
 
 @dataclass(frozen=True)
@@ -216,27 +223,90 @@ class _Stages:
             raise ReleaseError(f"wrote {counts[1]} records, expected {info.records}")
         self.clipped += int(counts[0])
 
-    def blocked_covariance(self, *, resume: bool, progress: bool) -> None:
+    def blocked_directions(self, count: float | None, progress: bool) -> ReleasePlan:
+        """DP-PCA of a wide release, with no ``m x m`` matrix in memory: the workers write the
+        noisy Gram matrix (Analyze Gauss, its noise from the grid of the step's key) panel by
+        panel to a scratch array, then a subspace iteration finds its top ``k`` eigenvectors
+        (:func:`~mvg_dask.plan.directions.top_k_directions`, post-processing) and the plan
+        takes them as low-rank directions. The scratch array is removed."""
+        rplan, target, client = self.rplan, self.target, self.client
+        assert rplan.dp_pca is not None and rplan.split.step_mu is not None
+        m, block = rplan.input.features, rplan.matrix_chunk
+        assert block is not None
+        sigma = gram_sensitivity(rplan.domain, rplan.neighbours) / rplan.split.step_mu  # type: ignore[arg-type]
+        key = self.key.derive("dp-pca")
+        scratch = target.scratch_matrix(DP_PCA_SCRATCH, m, block)
+        # sqrt(v) S sqrt(v) with v = sigma: sigma S, the whole-matrix step's noise
+        noise = PanelNoise(key, np.full(m, sigma), "symmetric", 1.0)
+        panels = [(r0, min(r0 + block, m)) for r0 in range(0, m, block)]
+        source = _source(rplan)
+        ranges = rplan.input.record_ranges()
+        self.read_started = True
+        futures = [
+            client.submit(
+                noisy_gram_panel_task,
+                rows,
+                source=source,
+                sink=scratch,
+                storage_options=target.storage_options,
+                clipper=self.clipper,
+                ranges=ranges,
+                noise=noise,
+                block=block,
+                pure=False,
+            )
+            for rows in panels
+        ]
+        results = gather_with_progress(
+            client,
+            futures,
+            Progress(len(futures), "dp-pca", enabled=progress, private_total=False),
+        )
+        self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
+
+        def apply(Q: np.ndarray) -> np.ndarray:
+            q = client.scatter(Q, broadcast=True)
+            parts = [
+                client.submit(
+                    panel_product_task,
+                    rows,
+                    sink=scratch,
+                    storage_options=target.storage_options,
+                    Q=q,
+                    pure=False,
+                )
+                for rows in panels
+            ]
+            return np.vstack(client.gather(parts))
+
+        directions = top_k_directions(
+            apply,
+            m,
+            rplan.dp_pca.k,
+            start=key.derive("start"),
+            records=rplan.query.records if count is None else max(count, 1.0),
+        )
+        target.remove_scratch(DP_PCA_SCRATCH)
+        return rplan.resolve(directions)
+
+    def blocked_covariance(
+        self, rplan: ReleasePlan, count: float | None, *, resume: bool, progress: bool
+    ) -> None:
         """A covariance of many features, panel by panel on the workers (``matrix_chunk``):
         each task reads the input, computes one row panel of ``X X^T``, adds the noise of its
-        blocks from the noise grid and writes them; no ``m x m`` matrix exists anywhere."""
-        rplan, target = self.rplan, self.target
+        blocks from the noise grid and writes them; no ``m x m`` matrix exists anywhere. With
+        low-rank directions a first pass computes the noise's ``m x k`` projection."""
+        target = self.target
         plan = rplan.noise_plan()
         info = rplan.input
         block = rplan.matrix_chunk
-        assert block is not None and plan.directions.is_standard
-        count = self.noisy_count() if rplan.releases_count else None
+        assert block is not None and (plan.directions.is_standard or plan.directions.is_low_rank)
         names = ("covariance",) if count is None else ("covariance", "gram")
         if not (resume and target.has_skeleton()):
             scalars = {} if count is None else {"record_count": count}
             target.write_blocked_skeleton(rplan, names, scalars)
         crash_point("skeleton")
-        noise = PanelNoise(
-            self.key.derive("release"),
-            plan.row_variances,
-            plan.algorithm,
-            plan.symmetric_ratio,
-        )
+        noise = self._panel_noise(plan, block)
         source = _source(rplan)
         ranges = info.record_ranges()
         self.read_started = True
@@ -267,6 +337,45 @@ class _Stages:
         )
         self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
 
+    def _panel_noise(self, plan: NoisePlan, block: int) -> PanelNoise:
+        """The panel tasks' noise: the diagonal factor, or for low-rank directions the factor
+        ``Sigma^(1/2)`` with the first pass's projection (computed on the workers, grid block by
+        grid block: the same bytes whatever ``block``)."""
+        key = self.key.derive("release")
+        directions = plan.directions
+        if not directions.is_low_rank:
+            return PanelNoise(key, plan.row_variances, plan.algorithm, plan.symmetric_ratio)
+        U = directions.matrix
+        nb = len(feature_blocks(U.shape[0]))
+        per = max(1, block // NOISE_TILE_FEATURES)
+        u = self.client.scatter(U, broadcast=True)
+        futures = [
+            self.client.submit(
+                projection_task,
+                (i, min(i + per, nb)),
+                noise_key=key,
+                U=u,
+                algorithm=plan.algorithm,
+                ratio=plan.symmetric_ratio,
+                pure=False,
+            )
+            for i in range(0, nb, per)
+        ]
+        projection = np.vstack(self.client.gather(futures))
+        core = None
+        if plan.algorithm != "unimodal":
+            K = U.T @ projection
+            core = (K + K.T) / 2.0
+        return PanelNoise(
+            key,
+            plan.row_variances,
+            plan.algorithm,
+            plan.symmetric_ratio,
+            basis=U,
+            projection=projection,
+            core=core,
+        )
+
     def run(self, *, resume: bool, progress: bool) -> ReleasePlan:
         """Every stage of the plan; returns the resolved plan."""
         rplan = self.rplan
@@ -274,7 +383,10 @@ class _Stages:
         check_chunks_present(inp.store, inp.variable, inp.storage_options)
         covariance = rplan.query.kind == "covariance"
         if covariance and rplan.matrix_chunk is not None:
-            self.blocked_covariance(resume=resume, progress=progress)
+            count = self.noisy_count() if rplan.releases_count else None
+            if rplan.uses_dp_pca and not rplan.is_resolved:
+                rplan = self.blocked_directions(count, progress)
+            self.blocked_covariance(rplan, count, resume=resume, progress=progress)
             return rplan
         # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
         gram = self.gram(progress) if covariance or rplan.uses_dp_pca else None

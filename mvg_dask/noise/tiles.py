@@ -286,6 +286,135 @@ def diagonal_noise_block(
     return np.asarray((z_ij + z_ji.T) / 2.0)
 
 
+def _core_block(
+    key: NoiseKey, m: int, algorithm: str, ratio: float | None, i: int, j: int
+) -> np.ndarray:
+    """Block ``(i, j)`` of the normals ``M`` a square query's noise is made from: ``S``
+    (symmetric), ``(N + N^T) / 2`` (equi-modal, published symmetrised), ``N`` (unimodal)."""
+    if algorithm == "symmetric":
+        if ratio is None:
+            raise ValueError("symmetric noise needs its ratio r")
+        return symmetric_normals_block(key, m, ratio, i, j)
+    n_ij = square_normals_block(key, m, i, j)
+    if algorithm == "unimodal":
+        return n_ij
+    n_ji = n_ij if i == j else square_normals_block(key, m, j, i)
+    return np.asarray((n_ij + n_ji.T) / 2.0)
+
+
+def low_rank_projection_block(
+    key: NoiseKey, U: np.ndarray, algorithm: str, ratio: float | None, i: int
+) -> np.ndarray:
+    """Grid block ``i`` of the ``m x k`` projection a low-rank factor needs (first pass).
+
+    ``(M U)_i = sum_j M_ij U_j`` for symmetric and equi-modal noise (``M`` symmetric), and
+    ``(N^T U)_i = sum_j N_ji^T U_j`` for unimodal noise, summed over ``j`` in grid order: the
+    bytes of block ``i`` depend only on the key, ``U`` and ``i``, never on a release's blocking.
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    U : ndarray
+        ``m x k`` directions.
+    algorithm : {"symmetric", "equi-modal", "unimodal"}
+        Noise type.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    i : int
+        Grid block.
+
+    Returns
+    -------
+    ndarray
+        ``b_i x k``.
+    """
+    m = U.shape[0]
+    blocks = feature_blocks(m)
+    a, b = blocks[i]
+    out = np.zeros((b - a, U.shape[1]))
+    for j, (c, d) in enumerate(blocks):
+        if algorithm == "unimodal":
+            out += square_normals_block(key, m, j, i).T @ U[c:d]
+        else:
+            out += _core_block(key, m, algorithm, ratio, i, j) @ U[c:d]
+    return out
+
+
+def low_rank_noise_block(
+    key: NoiseKey,
+    U: np.ndarray,
+    scale: float,
+    delta: np.ndarray,
+    algorithm: str,
+    ratio: float | None,
+    projection: np.ndarray,
+    core: np.ndarray | None,
+    i: int,
+    j: int,
+) -> np.ndarray:
+    """Block ``(i, j)`` of the noise a square query's release publishes with the low-rank factor
+    ``B = scale I + U diag(delta) U^T`` (``Sigma^(1/2)`` of identity-plus-low-rank directions).
+
+    * symmetric and equi-modal noise ``B M B`` (``M`` symmetric, :func:`_core_block`), with
+      ``G = M U`` and ``K = U^T G``: ``a^2 M_ij + a G_i D U_j^T + a U_i D G_j^T + U_i D K D U_j^T``
+      (``D = diag(delta)``); a block below the diagonal is the transpose of its mirror and a
+      diagonal block is symmetrised, so the matrix is exactly symmetric;
+    * unimodal noise ``B N``, with ``H^T = N^T U``: ``a N_ij + U_i D (H^T)_j^T``.
+
+    The same numbers as the dense ``B M B`` up to rounding, in O(b^2 k) per block from the
+    ``m x k`` projection of the first pass (:func:`low_rank_projection_block`).
+
+    Parameters
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    U : ndarray
+        ``m x k`` directions.
+    scale : float
+        ``a``.
+    delta : ndarray
+        Length ``k``.
+    algorithm : {"symmetric", "equi-modal", "unimodal"}
+        Noise type.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    projection : ndarray
+        ``G`` (``m x k``; unimodal: ``H^T``).
+    core : ndarray or None
+        ``K`` (``k x k``, symmetric; ``None`` for unimodal noise).
+    i, j : int
+        Grid block.
+
+    Returns
+    -------
+    ndarray
+        The block.
+    """
+    m = U.shape[0]
+    blocks = feature_blocks(m)
+    (r0, r1), (c0, c1) = blocks[i], blocks[j]
+    ud_i = U[r0:r1] * delta
+    if algorithm == "unimodal":
+        n = square_normals_block(key, m, i, j)
+        return np.asarray(scale * n + ud_i @ projection[c0:c1].T)
+    if i > j:
+        return low_rank_noise_block(
+            key, U, scale, delta, algorithm, ratio, projection, core, j, i
+        ).T
+    assert core is not None
+    ud_j = U[c0:c1] * delta
+    g_i, g_j = projection[r0:r1], projection[c0:c1]
+    out = (
+        scale * scale * _core_block(key, m, algorithm, ratio, i, j)
+        + scale * ((g_i * delta) @ U[c0:c1].T + ud_i @ g_j.T)
+        + ud_i @ core @ ud_j.T
+    )
+    if i == j:
+        out = (out + out.T) / 2.0
+    return np.asarray(out)
+
+
 def _diagonal_product(left: np.ndarray, core: np.ndarray, right: np.ndarray | None) -> np.ndarray:
     """``diag(left) core`` (``diag(left) core diag(right)``) in O(m^2): the numbers of the dense
     products with diagonal factors, whose other terms are exact zeros."""

@@ -8,6 +8,7 @@ eigendecomposition; the top-``k`` eigenvectors are the important directions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,7 +61,9 @@ class Directions:
     method : str
         ``"standard"``, ``"matrix"`` or ``"dp-pca"``.
     matrix : ndarray
-        ``W`` (orthonormal columns).
+        ``W`` (``m x m``, orthonormal columns); or, in the low-rank form (:meth:`low_rank`),
+        the ``m x k`` top directions ``U``, the complement being every direction orthogonal to
+        them, all with one noise variance (``Sigma = v_c I + U diag(v_U - v_c) U^T``).
     important : tuple of int
         Indices of the directions flagged important (DP-PCA: the top ``k``).
     eigenvalues : ndarray or None
@@ -83,12 +86,67 @@ class Directions:
         arr = np.asarray(W, dtype=np.float64)
         return cls("matrix", check_orthonormal(arr, arr.shape[0]), tuple(important))
 
+    @classmethod
+    def low_rank(
+        cls,
+        U: np.ndarray,
+        important: tuple[int, ...] = (),
+        eigenvalues: np.ndarray | None = None,
+        *,
+        method: str = "dp-pca",
+    ) -> Directions:
+        """The top ``k`` directions ``U`` (``m x k``, orthonormal columns, ``k < m``) and their
+        orthogonal complement, kept implicit: no ``m x m`` matrix (validated in O(m k^2)).
+
+        Parameters
+        ----------
+        U : ndarray
+            ``m x k`` with orthonormal columns.
+        important : tuple of int
+            Important directions (indices below ``k``).
+        eigenvalues : ndarray, optional
+            DP-PCA's noisy eigenvalues along the ``k`` directions.
+        method : str
+            ``"dp-pca"`` (default) or ``"matrix"``.
+
+        Returns
+        -------
+        Directions
+            Directions with :attr:`is_low_rank`.
+        """
+        arr = np.asarray(U, dtype=np.float64)
+        if arr.ndim != 2 or not 1 <= arr.shape[1] < arr.shape[0]:
+            raise ValueError(f"low-rank directions must be m x k with 1 <= k < m, got {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("direction matrix must be finite")
+        k = arr.shape[1]
+        err = float(np.max(np.abs(arr.T @ arr - np.eye(k))))
+        if err > ORTHONORMAL_TOL:
+            raise ValueError(
+                f"low-rank directions are not orthonormal: max |U^T U - I| = {err:.3g}"
+            )
+        if any(not 0 <= i < k for i in important):
+            raise ValueError(f"important directions of a low-rank set must lie in 0..{k - 1}")
+        return cls(method, arr, tuple(important), eigenvalues)
+
+    @property
+    def dim(self) -> int:
+        """``m``, the dimension the directions live in."""
+        return int(self.matrix.shape[0])
+
+    @property
+    def is_low_rank(self) -> bool:
+        """True for the low-rank form (``matrix`` is ``m x k``, ``k < m``)."""
+        return bool(self.matrix.shape[1] < self.matrix.shape[0])
+
     @property
     def is_standard(self) -> bool:
         """True when ``W`` is the identity (``Sigma`` is then diagonal: the plan's math and the
         sampler take their O(m) and O(m^2) paths)."""
         if self.method == "standard":
             return True
+        if self.is_low_rank:
+            return False
         W = self.matrix
         return bool(np.all(np.diagonal(W) == 1.0) and np.count_nonzero(W) == W.shape[0])
 
@@ -225,3 +283,82 @@ def dp_pca(
         tuple(range(k)),
         vals[order] / records,
     )
+
+
+#: Most subspace iterations of the top-``k`` DP-PCA (:func:`top_k_directions`).
+TOP_K_ITERATIONS = 60
+#: Its convergence: the top ``k`` Ritz values change by less than this (relative).
+TOP_K_RTOL = 1e-12
+#: Extra columns of its iterated subspace.
+TOP_K_OVERSAMPLE = 10
+
+
+def top_k_directions(
+    apply: Callable[[np.ndarray], np.ndarray],
+    m: int,
+    k: int,
+    *,
+    start: NoiseKey,
+    records: float,
+    iterations: int = TOP_K_ITERATIONS,
+    oversample: int = TOP_K_OVERSAMPLE,
+    rtol: float = TOP_K_RTOL,
+) -> Directions:
+    """The top ``k`` eigenvectors of a noisy Gram matrix seen only through products, as
+    low-rank directions: DP-PCA for a release too wide to hold ``m x m`` matrices.
+
+    Subspace iteration with ``k + oversample`` columns from a start block drawn from ``start``
+    (keyed, so a resumed release finds the same directions), with Rayleigh-Ritz at every step:
+    it stops when the top ``k`` Ritz values (largest eigenvalues, not largest in magnitude) have
+    converged to ``rtol``, or after ``iterations`` products. Everything is post-processing of the
+    noisy matrix: it costs no privacy, whatever its accuracy. The iteration converges fast when
+    the top eigenvalues stand out of the noise, the only case in which DP-PCA's directions carry
+    information about the data.
+
+    Parameters
+    ----------
+    apply : callable
+        ``Q -> G Q`` for the noisy Gram matrix ``G`` (``m x m``, symmetric).
+    m, k : int
+        Dimension and number of directions (``1 <= k < m``).
+    start : NoiseKey
+        Key of the start block.
+    records : float
+        Normaliser of the reported eigenvalues (of ``G / records``).
+    iterations, oversample : int
+        Most products and extra columns.
+    rtol : float
+        Convergence of the Ritz values.
+
+    Returns
+    -------
+    Directions
+        :meth:`Directions.low_rank`, the ``k`` directions all important.
+
+    References
+    ----------
+    .. [1] N. Halko, P.-G. Martinsson, J. A. Tropp, "Finding structure with randomness",
+       SIAM Review 53(2), 2011, Algorithm 4.4 (randomized subspace iteration).
+    """
+    if not 1 <= k < m:
+        raise ValueError(f"top-k DP-PCA needs 1 <= k < {m}, got {k}")
+    width = min(m, k + oversample)
+    Q = np.linalg.qr(start.tile_normals(0, (m, width)))[0]
+    previous = None
+    for step in range(iterations):
+        Y = apply(Q)
+        T = Q.T @ Y
+        vals, vecs = np.linalg.eigh((T + T.T) / 2.0)
+        top = vals[::-1][:k]
+        done = previous is not None and bool(
+            np.all(np.abs(top - previous) <= rtol * np.abs(top).max())
+        )
+        if done or step == iterations - 1:
+            break
+        previous = top
+        Q = np.linalg.qr(Y)[0]
+    order = np.argsort(vals)[::-1][:k]
+    ritz = Q @ vecs[:, order]
+    U = np.linalg.qr(ritz)[0]
+    U *= np.sign(np.sum(U * ritz, axis=0))[None, :]  # QR may flip a column's sign
+    return Directions.low_rank(U, tuple(range(k)), vals[order] / records)

@@ -32,6 +32,7 @@ from mvg_dask.plan.domain import (
     RecordDomain,
     domain_from_dict,
 )
+from mvg_dask.plan.low_rank import LowRankPrecision, dense_low_rank, low_rank_factor
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
@@ -210,10 +211,8 @@ def _check_compatible(
         standard_directions=directions.is_standard,
         symmetric=query.is_symmetric,
     )
-    if directions.matrix.shape != (m, m):
-        raise ValueError(
-            f"directions are {directions.matrix.shape[0]}-dimensional but the query has {m} rows"
-        )
+    if directions.dim != m:
+        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
     return rule
 
 
@@ -272,7 +271,13 @@ def _resolve_allocation(
     total_precision: float,
     weights: np.ndarray | None,
 ) -> np.ndarray:
-    m = directions.matrix.shape[0]
+    m = directions.dim
+    if directions.is_low_rank and spec.strategy in ("max-pnr", "mgm-optimal"):
+        raise ValueError(
+            f"allocation strategy {spec.strategy} needs every direction, but these directions "
+            f"keep only the top {directions.matrix.shape[1]} (a wide release's DP-PCA): use "
+            "strategy uniform or binary"
+        )
     if spec.strategy == "uniform":
         return alloc.uniform(m)
     if spec.strategy == "binary":
@@ -381,9 +386,15 @@ class NoisePlan:
 
     @property
     def row_cov(self) -> np.ndarray:
-        """``Sigma = W diag(v) W^T`` (``diag(v)`` for standard directions, in O(m^2))."""
+        """``Sigma = W diag(v) W^T`` (``diag(v)`` for standard directions, in O(m^2); ``v_c I +
+        U diag(v_U - v_c) U^T`` for low-rank directions)."""
         if self.directions.is_standard:
             return np.diag(self.row_variances)
+        if self.directions.is_low_rank:
+            U = self.directions.matrix
+            k = U.shape[1]
+            v = self.row_variances
+            return dense_low_rank(U, v[:k], float(v[k]))
         W = self.directions.matrix
         return np.asarray((W * self.row_variances) @ W.T)
 
@@ -409,12 +420,23 @@ class NoisePlan:
         """``Sigma^-1 = W diag(1/v) W^T``."""
         if self.directions.is_standard:
             return np.diag(1.0 / self.row_variances)
+        if self.directions.is_low_rank:
+            U = self.directions.matrix
+            k = U.shape[1]
+            p = 1.0 / self.row_variances
+            return dense_low_rank(U, p[:k], float(p[k]))
         W = self.directions.matrix
         return np.asarray((W / self.row_variances) @ W.T)
 
     @property
     def row_factor(self) -> np.ndarray:
-        """``B_Sigma = W diag(sqrt(v))``, the affine sampler's factor."""
+        """``B_Sigma = W diag(sqrt(v))``, the affine sampler's factor (low-rank directions: the
+        symmetric square root ``Sigma^(1/2) = a I + U diag(delta) U^T``, see
+        :func:`~mvg_dask.plan.low_rank.low_rank_factor`)."""
+        if self.directions.is_low_rank:
+            U = self.directions.matrix
+            a, delta = low_rank_factor(U, self.row_variances)
+            return dense_low_rank(U, a + delta, a)
         return np.asarray(self.directions.matrix * np.sqrt(self.row_variances)[None, :])
 
     def entry_std(self) -> np.ndarray:
@@ -427,10 +449,21 @@ class NoisePlan:
         """
         if self.algorithm == "symmetric":
             return self._symmetric_std(float(self.symmetric_ratio or 0.5))
-        d = self.row_variances if self.directions.is_standard else np.diag(self.row_cov)
+        d = self._row_cov_diagonal()
         if self.algorithm == "equi-modal":
             return np.asarray(np.sqrt(np.outer(d, d)))
         return np.asarray(np.sqrt(d)[:, None])
+
+    def _row_cov_diagonal(self) -> np.ndarray:
+        """``diag(Sigma)`` (O(m k) for low-rank directions)."""
+        v = self.row_variances
+        if self.directions.is_standard:
+            return v
+        if self.directions.is_low_rank:
+            U = self.directions.matrix
+            k = U.shape[1]
+            return np.asarray(v[k] + (U * U) @ (v[:k] - v[k]))
+        return np.diag(self.row_cov)
 
     def draw(self, key: NoiseKey, *, tile: int = TILE_RECORDS) -> np.ndarray:
         """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
@@ -509,7 +542,7 @@ class NoisePlan:
         assert budget is not None
         eig = (
             np.sort(self.row_variances)
-            if self.directions.is_standard
+            if self.directions.is_standard or self.directions.is_low_rank
             else np.linalg.eigvalsh(self.row_cov)
         )
         return rule.theorem_lhs(eig, n=self.shape[1], algorithm=self.algorithm), budget.bound
@@ -658,7 +691,20 @@ def build_noise_plan(
     ratio: float | None = None
     if algorithm == "symmetric":
         if symmetric_ratio is None:
-            ratio = best_symmetric_ratio(query, domain, neighbours, directions)
+            # low-rank directions take uniform or binary allocations, which do not depend on the
+            # ratio: the ratio is chosen for the allocation the plan will have
+            theta0 = (
+                _resolve_allocation(
+                    allocation,
+                    directions,
+                    kind=rule.allocation_kind,
+                    total_precision=1.0,
+                    weights=None,
+                )
+                if directions.is_low_rank
+                else None
+            )
+            ratio = best_symmetric_ratio(query, domain, neighbours, directions, theta=theta0)
         else:
             ratio = float(symmetric_ratio)
             if not (math.isfinite(ratio) and ratio >= 0.5):
@@ -760,6 +806,9 @@ def _mahalanobis(
         return query.mahalanobis_sensitivity(
             domain, neighbours, 1.0 / np.asarray(variances), algorithm, ratio=ratio
         )
+    if directions.is_low_rank:
+        precision = LowRankPrecision.from_variances(directions.matrix, np.asarray(variances))
+        return query.mahalanobis_sensitivity(domain, neighbours, precision, algorithm, ratio=ratio)
     W = directions.matrix
     return query.mahalanobis_sensitivity(
         domain, neighbours, (W / variances) @ W.T, algorithm, directions=W, ratio=ratio
@@ -891,6 +940,8 @@ def best_symmetric_ratio(
     domain: RecordDomain,
     neighbours: Neighbours,
     directions: Directions | np.ndarray,
+    *,
+    theta: np.ndarray | None = None,
 ) -> float:
     """The ratio ``r = b^2 / a^2`` that minimises the expected squared error of symmetric noise.
 
@@ -910,6 +961,10 @@ def best_symmetric_ratio(
         Neighbouring relation.
     directions : Directions or ndarray
         Directions (a matrix ``W`` is wrapped as given).
+    theta : ndarray, optional
+        The allocation (low-rank directions: their uniform or binary one), for which the error
+        ``r ((tr Sigma)^2 + tr Sigma^2) + (1 - 2r) sum_i Sigma_ii^2`` of ``B S B``, ``B =
+        Sigma^(1/2)``, is minimised (docs/bounds.md, Sec. 10); uniform by default.
 
     Returns
     -------
@@ -917,14 +972,14 @@ def best_symmetric_ratio(
         ``r``.
     """
     dirs = directions if isinstance(directions, Directions) else Directions("matrix", directions)
-    m = dirs.matrix.shape[0]
+    m = dirs.dim
+    if theta is not None and dirs.is_low_rank:
+        return _best_low_rank_ratio(query, domain, neighbours, dirs, np.asarray(theta, float))
     theta = alloc.uniform(m)
-    grid = np.unique(
-        np.concatenate(
-            [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
-        )
-    )
-    if dirs.is_standard:
+    grid = _ratio_grid(m)
+    if dirs.is_standard or dirs.is_low_rank:
+        # uniform precisions: Sigma^-1 = c I whatever the directions, and B = Sigma^(1/2) of a
+        # low-rank set is diagonal too
         d1s = query.mahalanobis_sensitivities(
             domain, neighbours, theta, directions=None, ratios=list(grid)
         )
@@ -936,6 +991,43 @@ def best_symmetric_ratio(
     best_r, best_err = 0.5, math.inf
     for r, d1 in zip(grid, d1s, strict=True):
         err = d1 * d1 * symmetric_error_factor(theta, float(r))
+        if err < best_err * (1.0 - 1e-12):
+            best_r, best_err = float(r), err
+    return best_r
+
+
+def _ratio_grid(m: int) -> np.ndarray:
+    """The candidate ratios of :func:`best_symmetric_ratio`."""
+    return np.unique(
+        np.concatenate(
+            [np.geomspace(0.5, 2.0 * (m + 1), 241), [0.5, 1.0 / math.sqrt(2.0), (m + 1) / 2.0]]
+        )
+    )
+
+
+def _best_low_rank_ratio(
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    directions: Directions,
+    theta: np.ndarray,
+) -> float:
+    """:func:`best_symmetric_ratio` for low-rank directions and their allocation ``theta``:
+    ``Delta_1(r)^2`` times the expected squared error of ``B S B`` at precisions ``theta``."""
+    U = directions.matrix
+    k = U.shape[1]
+    v = 1.0 / theta
+    precision = LowRankPrecision.from_variances(U, v)
+    grid = _ratio_grid(U.shape[0])
+    d1s = query.mahalanobis_sensitivities(
+        domain, neighbours, precision, directions=None, ratios=list(grid)
+    )
+    trace, trace_sq = float(v.sum()), float(v @ v)
+    diag = v[k] + (U * U) @ (v[:k] - v[k])
+    diag_sq = float(diag @ diag)
+    best_r, best_err = 0.5, math.inf
+    for r, d1 in zip(grid, d1s, strict=True):
+        err = d1 * d1 * (r * (trace**2 + trace_sq) + (1.0 - 2.0 * r) * diag_sq)
         if err < best_err * (1.0 - 1e-12):
             best_r, best_err = float(r), err
     return best_r

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from mvg_dask.plan.domain import L2BallDomain, Neighbours, RecordDomain
+from mvg_dask.plan.low_rank import LowRankPrecision
 from mvg_dask.privacy import sensitivity as sens
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -251,7 +252,7 @@ class QuerySpec:
         self,
         domain: RecordDomain,
         neighbours: Neighbours,
-        precision: np.ndarray,
+        precision: np.ndarray | LowRankPrecision,
         algorithm: Algorithm,
         *,
         directions: np.ndarray | None = None,
@@ -279,10 +280,12 @@ class QuerySpec:
             Declared record domain.
         neighbours : {"replace-one", "add-remove"}
             Neighbouring relation.
-        precision : ndarray
+        precision : ndarray or LowRankPrecision
             ``Sigma^-1`` (``m x m``), or the vector ``p`` of a diagonal ``Sigma^-1 = diag(p)``
             (standard directions; then ``directions`` must be ``None``): the same bounds in
-            O(m), with no ``m x m`` matrix.
+            O(m), with no ``m x m`` matrix; or an identity-plus-low-rank ``Sigma^-1``
+            (:class:`~mvg_dask.plan.low_rank.LowRankPrecision`, factor ``B = Sigma^(1/2)``,
+            ``directions=None``), in O(m^2 k) with no ``m x m`` matrix.
         algorithm : {"unimodal", "equi-modal", "symmetric"}
             Noise type.
         directions : ndarray, optional
@@ -298,9 +301,8 @@ class QuerySpec:
             ``Delta_M``.
         """
         self._check_neighbours(neighbours)
-        if algorithm == "symmetric" and (
-            ratio is None or (directions is None and np.ndim(precision) != 1)
-        ):
+        dense = not isinstance(precision, LowRankPrecision) and np.ndim(precision) != 1
+        if algorithm == "symmetric" and (ratio is None or (directions is None and dense)):
             raise ValueError("symmetric noise needs its directions and its ratio r")
         r = None if algorithm != "symmetric" else float(ratio)  # type: ignore[arg-type]
         return self._mahalanobis(domain, neighbours, precision, algorithm, directions, [r])[0]
@@ -309,7 +311,7 @@ class QuerySpec:
         self,
         domain: RecordDomain,
         neighbours: Neighbours,
-        precision: np.ndarray,
+        precision: np.ndarray | LowRankPrecision,
         *,
         directions: np.ndarray | None,
         ratios: Sequence[float],
@@ -321,7 +323,8 @@ class QuerySpec:
         candidate ``r``.
         """
         self._check_neighbours(neighbours)
-        if directions is None and np.ndim(precision) != 1:
+        dense = not isinstance(precision, LowRankPrecision) and np.ndim(precision) != 1
+        if directions is None and dense:
             raise ValueError("symmetric noise needs its directions and its ratio r")
         rs: list[float | None] = [float(r) for r in ratios]
         return self._mahalanobis(domain, neighbours, precision, "symmetric", directions, rs)
@@ -330,11 +333,16 @@ class QuerySpec:
         self,
         domain: RecordDomain,
         neighbours: Neighbours,
-        precision: np.ndarray,
+        precision: np.ndarray | LowRankPrecision,
         algorithm: Algorithm,
         directions: np.ndarray | None,
         ratios: Sequence[float | None],
     ) -> list[float]:
+        if isinstance(precision, LowRankPrecision):
+            if np.all(precision.top == precision.rest):  # P = p I: the diagonal path, in O(m)
+                precision = np.full(precision.m, precision.rest)
+            else:
+                return self._mahalanobis_low_rank(domain, neighbours, precision, algorithm, ratios)
         diagonal = np.ndim(precision) == 1
         if diagonal and directions is not None:
             raise ValueError("a precision vector means standard directions: pass directions=None")
@@ -395,6 +403,50 @@ class QuerySpec:
                 area_sup=area,
             )
             # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
+            out.append(float(min([*bounds, math.sqrt(q / r) / N])))
+        return out
+
+    def _mahalanobis_low_rank(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: LowRankPrecision,
+        algorithm: Algorithm,
+        ratios: Sequence[float | None],
+    ) -> list[float]:
+        """The bounds of :meth:`_mahalanobis` for ``P = p_c I + U diag(p_U - p_c) U^T`` and the
+        factor ``B = P^(-1/2)``: the whitened record is ``y = P^(1/2) x`` in the standard basis
+        (docs/bounds.md, Sec. 10); no ``m x m`` matrix, O(m^2 k) at most."""
+        lam = precision.lambda_max
+        s2 = self.l2_sensitivity(domain, neighbours)
+        bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
+        if self.kind == "identity":
+            bounds.append(math.sqrt(precision.sup_quadratic_diff(domain)))
+        if self.kind != "covariance":
+            return [float(min(bounds)) for _ in ratios]
+        S = precision.sup_quadratic(domain)
+        N = self.records
+        if algorithm == "unimodal":
+            factor = 2.0 if neighbours == "replace-one" else 1.0
+            bounds.append(factor * math.sqrt(S * domain.sup_norm_sq()) / N)
+            return [float(min(bounds)) for _ in ratios]
+        T, sign_definite = precision.coordinate_sups(domain)
+        l1, l2 = precision.top_two()
+        area = l1 * l2 * domain.sup_norm_sq() ** 2
+        if algorithm == "equi-modal":
+            factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+            bounds.append(factor * S / N)
+        out = []
+        for ratio in ratios:
+            r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
+            q = sens.outer_weighted_sup(
+                T,
+                S,
+                ratio=r,
+                replace_one=neighbours == "replace-one",
+                sign_definite=sign_definite,
+                area_sup=area,
+            )
             out.append(float(min([*bounds, math.sqrt(q / r) / N])))
         return out
 

@@ -399,7 +399,10 @@ class ReleasePlan:
             return self.noise_plan().to_dict()
         m = self.query.shape[0]
         k = self.dp_pca.k
-        stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
+        if self.matrix_chunk is not None:  # a wide release keeps DP-PCA's top k: no m x m matrix
+            stand_in = Directions.low_rank(np.eye(m, k), tuple(range(k)), np.linspace(2, 1, k))
+        else:
+            stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
         preview = self.build(stand_in).to_dict()
         for name in _DIRECTION_DEPENDENT:
             if name in preview:
@@ -617,12 +620,30 @@ def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
             f"output.matrix_chunk must be a multiple of {NOISE_TILE_FEATURES} (the noise grid), "
             f"got {chunk}"
         )
-    if chunk is not None and spec.mechanism.directions.method != "standard":
+    if chunk is None:
+        return None
+    d, a = spec.mechanism.directions, spec.mechanism.allocation
+    blocked = f"a covariance of {m} features is computed blockwise (output.matrix_chunk = {chunk})"
+    whole = f"or output.matrix_chunk >= {m} to assemble the whole matrix on the client"
+    if d.method == "matrix":
         raise DataError(
-            f"a covariance of {m} features is computed blockwise (output.matrix_chunk = {chunk}), "
-            "which needs standard directions; use mechanism.directions.method: standard, or "
-            f"output.matrix_chunk >= {m} to assemble the whole matrix on the client"
+            f"{blocked}, which holds no m x m matrix: use mechanism.directions.method: standard "
+            f"or dp-pca (its top k are kept), {whole}"
         )
+    if d.method == "dp-pca":
+        if a.strategy not in ("uniform", "binary"):
+            raise DataError(
+                f"{blocked}: DP-PCA keeps only its top k directions, so allocation.strategy must "
+                f"be uniform or binary (got {a.strategy}), {whole}"
+            )
+        k = d.k if d.k is not None else len(a.important or ()) or 1
+        if k >= m:
+            raise DataError(f"mechanism.directions.k: a blockwise DP-PCA needs k < {m}, got {k}")
+        if a.important is not None and any(i >= k for i in a.important):
+            raise DataError(
+                f"allocation.important: {blocked}, whose DP-PCA keeps its top {k} directions; "
+                f"important directions must lie in 0..{k - 1}"
+            )
     return chunk
 
 

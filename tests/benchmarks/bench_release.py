@@ -38,13 +38,21 @@ import numpy as np
 CHUNK_BYTES = 2**23  # ~8 MiB input chunks
 
 
-def spec(store: str, out: str, query: str) -> dict[str, object]:
-    """A release spec with the product's defaults, charged to a ledger next to the output."""
+def spec(store: str, out: str, query: str, dp_pca_k: int = 0) -> dict[str, object]:
+    """A release spec with the product's defaults, charged to a ledger next to the output
+    (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation)."""
+    mechanism: dict[str, object] = {}
+    if dp_pca_k:
+        mechanism = {
+            "directions": {"method": "dp-pca", "k": dp_pca_k},
+            "allocation": {"strategy": "binary"},
+        }
     return {
         "name": f"bench-{query}",
         "input": {"store": store},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}},
         "query": query,
+        **({"mechanism": mechanism} if mechanism else {}),
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"store": out},
         "ledger": {
@@ -191,11 +199,13 @@ def bench_query(
     out = str(work / f"out-{query}.zarr")
     naive = str(work / "naive.zarr")
 
+    k = args.dp_pca_k if query == "covariance" else 0
+
     def warm_run() -> None:
-        api.release(spec(store, out, query), client=client, progress=False)
+        api.release(spec(store, out, query, k), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query), progress=False)
+        api.release(spec(store, out, query, k), progress=False)
 
     def baseline() -> None:
         if query == "covariance":
@@ -210,6 +220,8 @@ def bench_query(
     workers = len(client.scheduler_info()["workers"])
     peak = float(np.nanmax(sampler.to_pandas().to_numpy())) / workers / 2**20
     floor = fl["read"] + (fl["gram"] if query == "covariance" else fl["noise"] + fl["write"])
+    if k:  # DP-PCA reads the input and forms the Gram matrix once more
+        floor *= 2
     per_el = warm * 2 / elements * 1e9  # per worker core
     cold = base = float("nan")
     if not args.no_baselines:
@@ -219,8 +231,9 @@ def bench_query(
         )
     _clean(out)
     shutil.rmtree(naive, ignore_errors=True)
+    label = query + ("+pca" if k else "")
     print(
-        f"{m:>6} {elements:>9.1e} {query:>10} {warm:>9.2f} {per_el:>7.2f} {floor:>7.2f} "
+        f"{m:>6} {elements:>9.1e} {label:>10} {warm:>9.2f} {per_el:>7.2f} {floor:>7.2f} "
         f"{floor / per_el:>5.0%} {cold:>7.2f} {base:>10.2f} {cold / base:>6.2f} {peak:>10.0f}",
         flush=True,
     )
@@ -239,6 +252,12 @@ def main() -> None:
     p.add_argument("--memory-limit", default="4GiB", help="per worker of the warm cluster")
     p.add_argument("--queries", default="covariance,identity")
     p.add_argument("--no-baselines", action="store_true", help="skip the cold user baselines")
+    p.add_argument(
+        "--dp-pca-k",
+        type=int,
+        default=0,
+        help="covariance with DP-PCA directions (top k, binary allocation; floor: two passes)",
+    )
     p.add_argument("--workdir", default=None)
     args = p.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
