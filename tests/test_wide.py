@@ -160,15 +160,28 @@ def test_bad_data_is_a_clear_error_and_nothing_is_published(tmp_path, client) ->
 
 
 @pytest.mark.slow
-def test_a_killed_blocked_release_resumes_to_the_same_bytes(inputs, tmp_path, loopback) -> None:
+@pytest.mark.parametrize("directions", ["standard", "dp-pca"])
+def test_a_killed_blocked_release_resumes_to_the_same_bytes(
+    inputs, tmp_path, loopback, directions
+) -> None:
     """SIGKILL after the first panel is written; the rerun (same release id, pending in the
-    ledger) skips it and publishes exactly the bytes of an uninterrupted release."""
+    ledger) skips it and publishes exactly the bytes of an uninterrupted release. With DP-PCA the
+    rerun takes the low-rank directions from the plan the first run saved."""
+    mechanism = (
+        {
+            "directions": {"method": "dp-pca", "k": 3},
+            "allocation": {"strategy": "binary"},
+        }
+        if directions == "dp-pca"
+        else {}
+    )
 
     def run(name: str, crash_at: str | None) -> subprocess.CompletedProcess[str]:
         spec = _spec(
             inputs["data"],
             str(tmp_path / f"{name}.zarr"),
             matrix_chunk=256,
+            mechanism=mechanism,
             release_id=f"wide-{name}",
             ledger={
                 "path": str(tmp_path / f"{name}.sqlite"),
