@@ -286,7 +286,7 @@ def dp_pca(
 
 
 #: Most subspace iterations of the top-``k`` DP-PCA (:func:`top_k_directions`).
-TOP_K_ITERATIONS = 60
+TOP_K_ITERATIONS = 24
 #: Its convergence: the top ``k`` Ritz values change by less than this (relative).
 TOP_K_RTOL = 1e-12
 #: Extra columns of its iterated subspace.
@@ -310,7 +310,9 @@ def top_k_directions(
     Subspace iteration with ``k + oversample`` columns from a start block drawn from ``start``
     (keyed, so a resumed release finds the same directions), with Rayleigh-Ritz at every step:
     it stops when the top ``k`` Ritz values (largest eigenvalues, not largest in magnitude) have
-    converged to ``rtol``, or after ``iterations`` products. Everything is post-processing of the
+    converged to ``rtol``, or after ``iterations`` products (each a pass over the noisy matrix;
+    a spectrum with no gap above the noise never converges, and then its top ``k`` are noise
+    directions whatever the accuracy). Everything is post-processing of the
     noisy matrix: it costs no privacy, whatever its accuracy. The iteration converges fast when
     the top eigenvalues stand out of the noise, the only case in which DP-PCA's directions carry
     information about the data.
