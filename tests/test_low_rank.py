@@ -502,3 +502,17 @@ def test_low_rank_bound_sanity_against_the_whitened_vertices() -> None:
     iu = np.triu_indices(m, 1)
     worst = np.max(np.sum(D[..., iu[0], iu[1]] ** 2, -1) + np.sum(np.diagonal(D, 0, 2, 3) ** 2, -1))
     assert worst <= q * (1 + 1e-12)
+
+
+def test_bad_data_in_the_dp_pca_pass_is_a_clear_error_and_nothing_is_published(
+    tmp_path, client
+) -> None:
+    """A NaN met by the DP-PCA pass: one clean DataError, no output, no staging or scratch."""
+    X = np.random.default_rng(2).random((M, 700))
+    X[400, 650] = np.nan
+    store = make_input(tmp_path / "nan.zarr", X, chunk=350)
+    out = tmp_path / "nan-out.zarr"
+    with pytest.raises(DataError, match="NaN or infinite"):
+        api.release(_spec(store, str(out)), client=client, progress=False)
+    assert not out.exists()
+    assert not list(tmp_path.glob("nan-out.zarr.staging-*"))
