@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from typing import Any
 
 import numpy as np
 import pytest
 
 from mvg_dask import api
-from mvg_dask.engine.metadata import read_input_metadata
-from mvg_dask.engine.release import execute_release
 from mvg_dask.errors import DataError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import feature_blocks, low_rank_noise_block, low_rank_projection_block
@@ -35,11 +32,8 @@ from mvg_dask.plan.directions import Directions, top_k_directions
 from mvg_dask.plan.domain import L2BallDomain
 from mvg_dask.plan.low_rank import LowRankPrecision, low_rank_factor
 from mvg_dask.plan.noise_plan import AllocationSpec
-from mvg_dask.plan.release_plan import plan_release
 from mvg_dask.privacy import sensitivity as sens
-from mvg_dask.spec import parse_spec, resolve_paths
 from tests.pipeline_helpers import make_input
-from tests.test_neighbours import CREATED, assert_same_except_noisy
 
 SEED = 11
 
@@ -445,42 +439,6 @@ def test_blockwise_dp_pca_refusals(structured, tmp_path) -> None:
     plan = api.dry_run(base)
     published = plan.public_dict()["plan"]
     assert published["directions"]["matrix"] is None and published["row_variances"] is None
-
-
-@pytest.mark.parametrize("neighbours", ["replace-one", "add-remove"])
-def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
-    tmp_path, client, neighbours
-) -> None:
-    """The worst-case pair (a record swapped for an out-of-domain one, or one appended): every
-    published byte but the noisy values (the covariance, DP-PCA's directions and eigenvalues and
-    the noise description computed from them) is identical, the plan too."""
-    X = np.random.default_rng(8).uniform(-0.9, 0.9, (M, 600))
-    if neighbours == "replace-one":
-        Y = X.copy()
-        Y[:, 77] = 3.0
-    else:
-        Y = np.concatenate([X, np.full((M, 1), 3.0)], axis=1)
-    noisy = {"covariance", "directions", "dp_pca_eigenvalues", "noise_variances", "row_cov"}
-    noisy |= {"col_cov", "symmetric_ratio"}
-    noisy |= {"gram", "record_count"} if neighbours == "add-remove" else set()
-    for tag, data in (("a", X), ("b", Y)):
-        shutil.rmtree(tmp_path / "input.zarr", ignore_errors=True)
-        store = make_input(tmp_path / "input.zarr", data, chunk=200)
-        raw = _spec(
-            store,
-            str(tmp_path / "release.zarr"),
-            domain={"box": {"lower": -1.0, "upper": 1.0}},
-            privacy={"neighbours": neighbours},
-            release_id="wide-pca-nbr",
-        )
-        spec = resolve_paths(parse_spec(raw), tmp_path)
-        rplan = plan_release(spec, read_input_metadata(spec.input), created=CREATED)
-        execute_release(rplan, client, seed=SEED, progress=False)
-        shutil.move(tmp_path / "release.zarr", tmp_path / f"{tag}.zarr")
-        (tmp_path / f"{tag}.plan.json").write_text(json.dumps(rplan.public_dict()))
-    differing = assert_same_except_noisy(tmp_path / "a.zarr", tmp_path / "b.zarr", noisy)
-    assert {"covariance", "directions"} <= set(differing)
-    assert (tmp_path / "a.plan.json").read_bytes() == (tmp_path / "b.plan.json").read_bytes()
 
 
 def test_low_rank_bound_sanity_against_the_whitened_vertices() -> None:

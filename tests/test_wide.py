@@ -167,14 +167,7 @@ def test_a_killed_blocked_release_resumes_to_the_same_bytes(
     """SIGKILL after the first panel is written; the rerun (same release id, pending in the
     ledger) skips it and publishes exactly the bytes of an uninterrupted release. With DP-PCA the
     rerun takes the low-rank directions from the plan the first run saved."""
-    mechanism = (
-        {
-            "directions": {"method": "dp-pca", "k": 3},
-            "allocation": {"strategy": "binary"},
-        }
-        if directions == "dp-pca"
-        else {}
-    )
+    mechanism = DP_PCA if directions == "dp-pca" else {}
 
     def run(name: str, crash_at: str | None) -> subprocess.CompletedProcess[str]:
         spec = _spec(
@@ -215,13 +208,20 @@ def test_a_killed_blocked_release_resumes_to_the_same_bytes(
         assert a[name].values.tobytes() == b[name].values.tobytes(), name
 
 
+#: The DP-PCA mechanism of the wide tests (top 3, binary allocation).
+DP_PCA = {"directions": {"method": "dp-pca", "k": 3}, "allocation": {"strategy": "binary"}}
+
+
+@pytest.mark.parametrize("directions", ["standard", "dp-pca"])
 @pytest.mark.parametrize("neighbours", ["replace-one", "add-remove"])
 def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
-    tmp_path, client, neighbours
+    tmp_path, client, neighbours, directions
 ) -> None:
     """The worst-case pair of tests/test_neighbours.py, wide: replace-one swaps a record for an
     out-of-domain one; add-remove appends one (one more input chunk). Every published byte but
-    the chunks of the noisy variables is identical (the zarr.json of those too)."""
+    the chunks of the noisy variables is identical (the zarr.json of those too), the plan too.
+    With DP-PCA (top 3) the noisy values also hold the m x k directions, their eigenvalues and
+    the noise description and ratio computed from them."""
     X = np.random.default_rng(8).uniform(-0.9, 0.9, (M, 600))
     if neighbours == "replace-one":
         Y = X.copy()
@@ -229,6 +229,9 @@ def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
     else:
         Y = np.concatenate([X, np.full((M, 1), 3.0)], axis=1)
     noisy = {"covariance"} | ({"gram", "record_count"} if neighbours == "add-remove" else set())
+    if directions == "dp-pca":
+        noisy |= {"directions", "dp_pca_eigenvalues", "noise_variances", "row_cov", "col_cov"}
+        noisy |= {"symmetric_ratio"}
     for tag, data in (("a", X), ("b", Y)):
         shutil.rmtree(tmp_path / "input.zarr", ignore_errors=True)
         store = make_input(tmp_path / "input.zarr", data, chunk=200)
@@ -238,6 +241,7 @@ def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
             matrix_chunk=256,
             domain={"box": {"lower": -1.0, "upper": 1.0}},
             privacy={"neighbours": neighbours},
+            mechanism=DP_PCA if directions == "dp-pca" else {},
             release_id="wide-nbr",
         )
         spec = resolve_paths(parse_spec(raw), tmp_path)
@@ -247,6 +251,8 @@ def test_neighbouring_datasets_publish_the_same_bytes_but_the_noisy_values(
         (tmp_path / f"{tag}.plan.json").write_text(json.dumps(rplan.public_dict()))
     differing = assert_same_except_noisy(tmp_path / "a.zarr", tmp_path / "b.zarr", noisy)
     assert "covariance" in differing
+    if directions == "dp-pca":
+        assert "directions" in differing
     assert (tmp_path / "a.plan.json").read_bytes() == (tmp_path / "b.plan.json").read_bytes()
 
 

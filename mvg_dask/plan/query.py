@@ -388,23 +388,9 @@ class QuerySpec:
         top = np.sort(p)[::-1]
         # Lemma 3: ||y||^2 ||y'||^2 - (y.y')^2 <= lambda_1 lambda_2 ||x||^2 ||x'||^2
         area = float(top[0] * top[1]) * domain.sup_norm_sq() ** 2 if p.size > 1 else 0.0
-        if algorithm == "equi-modal":
-            factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
-            bounds.append(factor * S / N)
-        out = []
-        for ratio in ratios:
-            r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
-            q = sens.outer_weighted_sup(
-                T,
-                S,
-                ratio=r,
-                replace_one=neighbours == "replace-one",
-                sign_definite=sign_definite,
-                area_sup=area,
-            )
-            # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
-            out.append(float(min([*bounds, math.sqrt(q / r) / N])))
-        return out
+        return _symmetric_bounds(
+            bounds, T, S, sign_definite, area, algorithm, neighbours, N, ratios
+        )
 
     def _mahalanobis_low_rank(
         self,
@@ -433,22 +419,9 @@ class QuerySpec:
         T, sign_definite = precision.coordinate_sups(domain)
         l1, l2 = precision.top_two()
         area = l1 * l2 * domain.sup_norm_sq() ** 2
-        if algorithm == "equi-modal":
-            factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
-            bounds.append(factor * S / N)
-        out = []
-        for ratio in ratios:
-            r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
-            q = sens.outer_weighted_sup(
-                T,
-                S,
-                ratio=r,
-                replace_one=neighbours == "replace-one",
-                sign_definite=sign_definite,
-                area_sup=area,
-            )
-            out.append(float(min([*bounds, math.sqrt(q / r) / N])))
-        return out
+        return _symmetric_bounds(
+            bounds, T, S, sign_definite, area, algorithm, neighbours, N, ratios
+        )
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready description."""
@@ -486,3 +459,38 @@ class QuerySpec:
             psd=bool(data.get("psd", False)),
             records_known=bool(data.get("records_known", True)),
         )
+
+
+def _symmetric_bounds(
+    bounds: list[float],
+    T: np.ndarray,
+    S: float,
+    sign_definite: bool,
+    area: float,
+    algorithm: Algorithm,
+    neighbours: Neighbours,
+    N: float,
+    ratios: Sequence[float | None],
+) -> list[float]:
+    """The covariance bounds of equi-modal and symmetric noise from the whitened records'
+    ``T``, ``S``, signs and area (dense, diagonal or low-rank precision alike): equi-modal's
+    ``sqrt(2) S / N`` (``S / N`` add/remove) and Theorem 1/2 for every ratio, each the least of
+    ``bounds`` and its own."""
+    bounds = list(bounds)
+    if algorithm == "equi-modal":
+        factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
+        bounds.append(factor * S / N)
+    out = []
+    for ratio in ratios:
+        r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
+        q = sens.outer_weighted_sup(
+            T,
+            S,
+            ratio=r,
+            replace_one=neighbours == "replace-one",
+            sign_definite=sign_definite,
+            area_sup=area,
+        )
+        # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
+        out.append(float(min([*bounds, math.sqrt(q / r) / N])))
+    return out
