@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -113,6 +114,70 @@ def test_identity_and_gram_tasks_without_a_cluster(tmp_path):
     g = gram_task(0, 100, source=src, clipper=_box()).unwrap()
     Xc = np.clip(X[:, :100], 0, 1)
     np.testing.assert_allclose(g[0], Xc @ Xc.T)
+
+
+def test_an_identity_task_over_several_chunks_writes_and_marks_each(tmp_path):
+    """A task over a run of chunks writes the bytes of one task per chunk, one marker per chunk,
+    and a rerun skips the chunks already marked (their counts still add up)."""
+    X = data(3, 500, seed=6)
+    src = ZarrMatrix(make_input(tmp_path / "in.zarr", X, chunk=100), "X", False)
+    key = NoiseKey.from_seed(10)
+    clipped = int(np.sum((X < 0) | (X > 1)))
+    assert clipped > 0
+    outs = []
+    for name in ("one", "run"):
+        out = make_input(tmp_path / f"{name}.zarr", np.zeros_like(X), chunk=100)
+        (tmp_path / f"{name}.zarr" / ".mvg_dask_progress").mkdir()
+        kw = dict(
+            source=src,
+            sink=ZarrMatrix(out, "X", False),
+            clipper=_box(),
+            noise_key=key,
+            factor=np.array([0.1, 0.2, 0.3]),
+            tile=64,
+            n_total=500,
+            diagonal=True,
+        )
+        if name == "one":
+            counts = sum(identity_task(a, a + 100, **kw).unwrap() for a in range(0, 500, 100))
+        else:
+            first = identity_task(0, 300, step=100, **kw).unwrap()
+            # a rerun of the second run: chunk 300 is marked done, chunk 400 is not
+            (tmp_path / f"{name}.zarr" / "X" / "c" / "0" / "4").unlink()
+            (tmp_path / progress_marker(f"{name}.zarr", 400)).unlink(missing_ok=True)
+            identity_task(300, 500, step=100, **kw)
+            (tmp_path / progress_marker(f"{name}.zarr", 400)).unlink()
+            rerun = identity_task(300, 500, step=100, **kw).unwrap()
+            counts = first + rerun
+        np.testing.assert_array_equal(counts, [clipped, 500])
+        outs.append(ZarrMatrix(out, "X", False).read(0, 500))
+        for a in range(0, 500, 100):
+            done = json.loads((tmp_path / progress_marker(f"{name}.zarr", a)).read_text())
+            assert done["records"] == 100
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
+def test_task_ranges_are_runs_of_whole_chunks(tmp_path):
+    """Runs of whole chunks of at least TASK_ELEMENTS elements, at least GRAM_MIN_TASKS tasks
+    where there are that many chunks, covering every record once."""
+    from mvg_dask.plan.release_plan import GRAM_MIN_TASKS, TASK_ELEMENTS
+
+    meta = read_input_metadata(
+        InputSpec(store=make_input(tmp_path / "in.zarr", data(4, 500, seed=4), chunk=128))
+    )
+    for m, n, c in [(64, 1_562_500, 16_384), (64, 156_250, 16_384), (4, 10**7, 1000), (8, 50, 7)]:
+        info = dataclasses.replace(meta, record_chunk=c, shape=(m, n), dims=("feature", "record"))
+        for ranges in (info.task_ranges(), info.gram_ranges()):
+            assert ranges[0][0] == 0 and ranges[-1][1] == n
+            assert all(b == a2 for (_, b), (a2, _) in itertools.pairwise(ranges))
+            assert all(a % c == 0 for a, _ in ranges)
+            chunks = -(-n // c)
+            if chunks >= GRAM_MIN_TASKS:
+                assert len(ranges) >= GRAM_MIN_TASKS
+            whole = [b - a for a, b in ranges[:-1]]
+            assert all(w * m >= TASK_ELEMENTS for w in whole) or len(ranges) >= GRAM_MIN_TASKS
+    big = dataclasses.replace(meta, record_chunk=16_384, shape=(64, 1_562_500))
+    assert len(big.task_ranges()) == 24  # 96 chunks of 2^20 elements, 4 per task
 
 
 def test_a_data_error_in_a_task_is_an_outcome_not_an_exception(tmp_path):

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from mvg_dask.engine.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
@@ -127,6 +128,11 @@ class ZarrMatrix:
     def read(self, start: int, stop: int) -> np.ndarray:
         """Records ``[start, stop)`` as an ``M x b`` array; a failed read is a ReleaseError."""
         try:
+            lay = layout(self.store, self.path, self.storage_options)
+            if lay is not None:  # whole stored chunks of a local array: decoded directly
+                direct = read_rows(lay, 0 if self.records_first else 1, start, stop)
+                if direct is not None:
+                    return direct.T if self.records_first else direct
             arr = self._open("r")
             if self.records_first:
                 return np.asarray(arr[start:stop, :]).T
@@ -140,6 +146,10 @@ class ZarrMatrix:
 
     def write(self, start: int, stop: int, values: np.ndarray) -> None:
         """Write records ``[start, stop)`` from an ``M x b`` array (whole chunks only)."""
+        lay = layout(self.store, self.path, self.storage_options)
+        stored = values.T if self.records_first else values
+        if lay is not None and write_rows(lay, 0 if self.records_first else 1, start, stop, stored):
+            return  # one whole uncompressed chunk of a local array, written directly
         arr = self._open("r+")
         if self.records_first:
             arr[start:stop, :] = values.T
@@ -195,12 +205,14 @@ def identity_task(
     tile: int,
     n_total: int,
     diagonal: bool,
+    step: int | None = None,
 ) -> Outcome:
-    """One task of the identity release: read, check, clip, add MVG noise, write, mark done.
+    """One task of the identity release: for each stored chunk of ``[start, stop)`` (``step``
+    records each) read, check, clip, add MVG noise, write and mark it done.
 
     A chunk whose marker exists (written by an earlier, interrupted run of the same release) is
     skipped: its bytes are already in place, identical to what this run would write. Once the
-    release has failed (its abort marker exists) the task does nothing.
+    release has failed (its abort marker exists) the task does nothing more.
 
     Returns
     -------
@@ -211,24 +223,30 @@ def identity_task(
 
     import fsspec
 
-    fs, marker = fsspec.core.url_to_fs(
-        progress_marker(sink.store, start), **(sink.storage_options or {})
-    )
-    done = _read_marker(fs, marker)
-    if done is not None:
-        return Outcome(np.array([done["clipped"], done["records"]], dtype=np.int64))
-    _, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
-    if fs.exists(abort_path):
-        return Outcome(skipped=True)
-    try:
-        x, clipped = clipper(source.read(start, stop), start)
-    except MvgDaskError as exc:
-        return Outcome.failure(exc)
-    y = record_noise(noise_key, factor, start, stop, tile=tile, n_total=n_total, diagonal=diagonal)
-    y += x
-    sink.write(start, stop, y)
-    _write_marker(fs, marker, json.dumps({"clipped": clipped, "records": stop - start}).encode())
-    return Outcome(np.array([clipped, stop - start], dtype=np.int64))
+    fs, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
+    step = stop - start if step is None else step
+    total = np.zeros(2, dtype=np.int64)
+    for a in range(start, stop, step):
+        b = min(a + step, stop)
+        _, marker = fsspec.core.url_to_fs(
+            progress_marker(sink.store, a), **(sink.storage_options or {})
+        )
+        done = _read_marker(fs, marker)
+        if done is not None:
+            total += [done["clipped"], done["records"]]
+            continue
+        if fs.exists(abort_path):
+            return Outcome(skipped=True)
+        try:
+            x, clipped = clipper(source.read(a, b), a)
+        except MvgDaskError as exc:
+            return Outcome.failure(exc)
+        y = record_noise(noise_key, factor, a, b, tile=tile, n_total=n_total, diagonal=diagonal)
+        y += x
+        sink.write(a, b, y)
+        _write_marker(fs, marker, json.dumps({"clipped": clipped, "records": b - a}).encode())
+        total += [clipped, b - a]
+    return Outcome(total)
 
 
 def _read_marker(fs: Any, path: str) -> dict[str, int] | None:

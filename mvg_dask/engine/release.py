@@ -191,7 +191,8 @@ class _Stages:
         # standard directions: the tasks need the diagonal only (no m x m matrix is shipped)
         standard = plan.directions.is_standard
         factor = np.sqrt(plan.row_variances) if standard else plan.row_factor
-        if len(info.record_ranges()) > 1:
+        ranges = info.task_ranges()
+        if len(ranges) > 1:
             factor = self.client.scatter(factor, broadcast=True)
         self.read_started = True
         futures = [
@@ -207,9 +208,10 @@ class _Stages:
                 tile=rplan.tile_records,
                 n_total=info.records,
                 diagonal=plan.directions.is_standard,
+                step=info.record_chunk,
                 pure=False,
             )
-            for a, b in info.record_ranges()
+            for a, b in ranges
         ]
         results = gather_with_progress(
             self.client,

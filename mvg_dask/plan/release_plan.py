@@ -61,8 +61,33 @@ WIDE_FEATURES = 8192
 WIDE_BLOCK = 2048
 #: A Gram task holds at least this many records per feature (see ``gram_ranges``).
 GRAM_RECORDS_PER_FEATURE = 8
-#: ... while keeping at least this many Gram tasks where there are that many chunks.
+#: A task of a pass over the records holds at least this many elements (runs of whole chunks):
+#: a Dask task costs milliseconds of scheduling whatever its size, which at one 8 MiB chunk per
+#: task was a quarter of a release's time on two workers (see ``task_ranges``) ...
+TASK_ELEMENTS = 2**22
+#: ... while keeping at least this many tasks where there are that many chunks.
 GRAM_MIN_TASKS = 8
+
+
+def chunk_runs(records: int, chunk: int, want: int) -> list[tuple[int, int]]:
+    """A task grid over ``records`` stored in chunks of ``chunk``: runs of ``want`` whole chunks,
+    fewer where that keeps ``GRAM_MIN_TASKS`` tasks.
+
+    Parameters
+    ----------
+    records, chunk : int
+        Records and records per stored chunk.
+    want : int
+        Chunks per task wanted.
+
+    Returns
+    -------
+    list of tuple
+        ``[start, stop)`` per task, covering every record once, in order.
+    """
+    spread = max(1, -(-records // chunk) // GRAM_MIN_TASKS)  # chunks per task for busy workers
+    step = max(1, min(want, spread)) * chunk
+    return [(a, min(a + step, records)) for a in range(0, records, step)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,22 +145,30 @@ class InputMetadata:
         c, n = self.record_chunk, self.records
         return [(a, min(a + c, n)) for a in range(0, n, c)]
 
+    def _runs(self, want: int) -> list[tuple[int, int]]:
+        return chunk_runs(self.records, self.record_chunk, want)
+
+    def task_ranges(self) -> list[tuple[int, int]]:
+        """The identity pass's task grid: runs of whole chunks of at least ``TASK_ELEMENTS``
+        elements (each chunk is still read, written and marked done on its own).
+
+        Metadata only: the noise of a record never depends on it (it comes from the tile grid).
+        """
+        return self._runs(-(-TASK_ELEMENTS // (self.features * self.record_chunk)))
+
     def gram_ranges(self) -> list[tuple[int, int]]:
         """The Gram pass's task grid: runs of whole chunks, each task one partial ``X X^T``.
 
         A partial Gram matrix costs ``M^2`` to allocate, move and add whatever its record count,
         against ``M^2 b`` to compute, so wide inputs group consecutive chunks until a task holds
-        at least ``GRAM_RECORDS_PER_FEATURE * M`` records, while keeping ``GRAM_MIN_TASKS`` tasks
-        for the cluster where the data allow. Metadata only, so the summation order (and the
-        bytes of the sum) never depends on the cluster.
+        at least ``GRAM_RECORDS_PER_FEATURE * M`` records; and every task holds at least
+        ``TASK_ELEMENTS`` elements (see ``task_ranges``); both while keeping ``GRAM_MIN_TASKS``
+        tasks for the cluster where the data allow. Metadata only, so the summation order (and
+        the bytes of the sum) never depends on the cluster.
         """
-        c, n, m = self.record_chunk, self.records, self.features
-        chunks = -(-n // c)
-        want = max(1, -(-GRAM_RECORDS_PER_FEATURE * m // c))  # chunks per task for the M^2 cost
-        spread = max(1, chunks // GRAM_MIN_TASKS)  # chunks per task that keeps the cluster busy
-        per = max(1, min(want, spread))
-        step = per * c
-        return [(a, min(a + step, n)) for a in range(0, n, step)]
+        c, m = self.record_chunk, self.features
+        want = max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
+        return self._runs(want)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without storage options)."""

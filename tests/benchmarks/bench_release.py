@@ -6,8 +6,9 @@ Run: ``make bench`` or
 For every input (``--features`` x ``--sizes``; ~8 MiB chunks, float64, ``[0, 1]``) it measures:
 
 * **floors**, in the workers of one cluster (2 processes x 1 thread, the embedded default's
-  settings), one task per stored chunk, each a single kernel over the whole input, timed inside
-  the task (ns per element per worker core):
+  settings), on the release's own task grid (runs of whole chunks, ``task_ranges``), each a
+  single kernel over the whole input called once per chunk and timed inside the task (ns per
+  element per worker core):
   read+decode (``ZarrMatrix.read``), the keyed noise draw (``record_noise``), encode+write of a
   noisy chunk (raw codec, the release's default) and the Gram product of a resident chunk.
   ``floor(covariance) = read + Gram``, ``floor(identity) = read + noise + write`` (a worker runs
@@ -81,6 +82,15 @@ def best_of(repeats: int, fn: Callable[[], Any], before: Callable[[], Any] | Non
 
 
 # -- floors (one kernel per task, on the workers) ------------------------------------------------
+def _each_chunk(kernel: Callable[..., int]) -> Callable[..., int]:
+    """A floor task over a run of chunks: the kernel's in-task time summed over its chunks."""
+
+    def task(start: int, stop: int, step: int, **kw: Any) -> int:
+        return sum(kernel(a, min(a + step, stop), **kw) for a in range(start, stop, step))
+
+    return task
+
+
 def _read(start: int, stop: int, source: Any) -> int:
     t = time.perf_counter()
     source.read(start, stop)
@@ -132,18 +142,23 @@ def floors(client: Any, store: str, work: Path, m: int, n: int, chunk: int) -> d
     import zarr
 
     from mvg_dask.engine.blocks import ZarrMatrix
+    from mvg_dask.plan.release_plan import TASK_ELEMENTS, chunk_runs
 
-    ranges = [(a, min(a + chunk, n)) for a in range(0, n, chunk)]
+    # the release's task grid: runs of whole chunks, one kernel call per chunk, so the floor and
+    # the release share the per-task costs (and the chunk size)
+    step = chunk
+    ranges = chunk_runs(n, chunk, -(-TASK_ELEMENTS // (m * chunk)))
     if m > 8192:  # a wide release reads (and multiplies) groups of at least 256 records
         from mvg_dask.engine.blocks import PANEL_RECORDS, _read_groups
 
-        ranges = _read_groups(ranges, PANEL_RECORDS)
+        ranges = _read_groups([(a, min(a + chunk, n)) for a in range(0, n, chunk)], PANEL_RECORDS)
+        step = n
     source = ZarrMatrix(store, "X", False)
     sink_path = str(work / "floor-write.zarr")
     out: dict[str, float] = {}
 
     def run(fn: Callable[..., int], **kw: Any) -> list[int]:
-        futs = [client.submit(fn, a, b, pure=False, **kw) for a, b in ranges]
+        futs = [client.submit(_each_chunk(fn), a, b, step, pure=False, **kw) for a, b in ranges]
         return [int(v) for v in client.gather(futs)]
 
     out["read"] = sum(run(_read, source=source)) / (m * n)
