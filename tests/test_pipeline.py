@@ -77,6 +77,23 @@ def test_same_bytes_whatever_the_input_chunking_and_layout(tmp_path, client):
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
 
 
+def test_gram_summed_on_the_client_or_the_workers_gives_the_same_bytes(
+    tmp_path, client, monkeypatch
+):
+    """Small partial Gram matrices are summed on the client in the workers' tree order: the
+    covariance bytes are those of the worker reduction (9 tasks: two tree levels)."""
+    from mvg_dask.engine import release
+
+    store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
+    outs = []
+    for limit in (release.CLIENT_REDUCE_BYTES, 0):
+        monkeypatch.setattr(release, "CLIENT_REDUCE_BYTES", limit)
+        spec = spec_dict(store, str(tmp_path / f"cov{limit}.zarr"), query="covariance")
+        res = api.release(spec, client=client, seed=3, progress=False)
+        outs.append(api.open_release(res.output)["covariance"].values)
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
 def test_covariance_with_huge_epsilon_is_the_clipped_second_moment(tmp_path, client):
     X = data(6, 4000, seed=3)
     store = make_input(tmp_path / "in.zarr", X, chunk=512)

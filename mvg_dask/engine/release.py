@@ -45,6 +45,8 @@ from mvg_dask.plan.release_plan import ReleasePlan
 log = logging.getLogger("mvg_dask")
 
 SPLIT_EVERY = 8
+#: Partial Gram matrices up to this many bytes in all are summed on the client.
+CLIENT_REDUCE_BYTES = 64 * 2**20
 #: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
 DP_PCA_SCRATCH = "dp-pca"
 
@@ -112,8 +114,12 @@ class _Stages:
             )
             for a, b in ranges
         ]
+        m = rplan.input.features
+        # small partials are summed on the client (the same tree, the same bytes): two fewer
+        # scheduler round trips after the last chunk; large ones are reduced on the workers
+        on_client = m * m * 8 * len(leaves) <= CLIENT_REDUCE_BYTES
         level = leaves
-        while len(level) > 1:
+        while len(level) > 1 and not on_client:
             level = [
                 client.submit(combine_grams, level[i : i + SPLIT_EVERY], pure=False)
                 for i in range(0, len(level), SPLIT_EVERY)
@@ -124,7 +130,16 @@ class _Stages:
             Progress(len(leaves), "gram", enabled=progress, private_total=self._private_n()),
             keep=False,
         )
-        result = level[0].result()
+        if on_client:
+            parts = client.gather(leaves)
+            while len(parts) > 1:
+                parts = [
+                    combine_grams(parts[i : i + SPLIT_EVERY])
+                    for i in range(0, len(parts), SPLIT_EVERY)
+                ]
+            result = parts[0]
+        else:
+            result = level[0].result()
         gram, clipped = result.unwrap()
         self.clipped += int(clipped)
         return np.asarray(gram)
