@@ -28,10 +28,11 @@ SEED = 1234
 KILL_POINTS = [
     "reserved",
     "skeleton",
+    # after k of the 8 tasks (5 chunks each: ``task_ranges``) of the 40-chunk input finished
     "chunk:1",
+    "chunk:3",
+    "chunk:5",
     "chunk:7",
-    "chunk:20",
-    "chunk:39",
     "before-commit",
     "before-ledger-commit",
 ]
@@ -90,7 +91,7 @@ def _setup(tmp: Path, store: str, name: str) -> tuple[Path, Path, Path]:
 @pytest.mark.slow
 def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
     X = data(4, 20_000, seed=3)
-    store = make_input(tmp_path / "in.zarr", X, chunk=500)  # 40 chunks
+    store = make_input(tmp_path / "in.zarr", X, chunk=500)  # 40 chunks, 8 tasks
     ref_spec, ref_out, _ = _setup(tmp_path, store, "reference")
     proc = _run(ref_spec, loopback)
     _, err = proc.communicate(timeout=300)
@@ -98,6 +99,10 @@ def test_sigkill_at_many_points_then_resume(tmp_path, loopback):
     reference = api.open_release(str(ref_out))["X"].values.tobytes()
     secrets_ = _key_strings()
     rng = random.Random(7)
+    from mvg_dask.engine.metadata import read_input_metadata
+    from mvg_dask.spec import InputSpec
+
+    assert len(read_input_metadata(InputSpec(store=store)).task_ranges()) == 8
     points = KILL_POINTS + [f"random:{rng.uniform(1.5, 4.0):.2f}" for _ in range(3)]
     assert len(points) >= 10
     for i, point in enumerate(points):

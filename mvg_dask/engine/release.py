@@ -630,7 +630,8 @@ def _result_from_store(rplan: ReleasePlan) -> ReleaseResult:
 
 def crash_point(name: str, index: int | None = None) -> None:
     """Fault injection for the crash tests: ``MVG_DASK_CRASH_AT=name[:index]`` SIGKILLs this
-    process when the release reaches that point. Unset in production (does nothing)."""
+    process when the release reaches that point (``chunk:k``: once ``k`` tasks of the record
+    pass have finished). Unset in production (does nothing)."""
     target = os.environ.get("MVG_DASK_CRASH_AT")
     if not target:
         return
