@@ -227,13 +227,13 @@ class Progress:
         if enabled and not private_total and _in_notebook():
             from tqdm.notebook import tqdm as widget_bar  # an ipywidgets progress bar
 
-            self._bar = widget_bar(total=self.total, desc=label, unit="chunk")
+            self._bar = widget_bar(total=self.total, desc=label, unit="task")
         elif enabled and sys.stderr.isatty() and not private_total:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=label, unit="chunk", file=sys.stderr)
+            self._bar = tqdm(total=self.total, desc=label, unit="task", file=sys.stderr)
         elif enabled and not private_total:
-            log.info("%s: %d chunks", label, total)
+            log.info("%s: %d tasks", label, total)
 
     def update(self, n: int = 1) -> None:
         """Record ``n`` finished tasks."""
@@ -249,7 +249,7 @@ class Progress:
                     self._next_log += 0.1
             else:
                 log.info(
-                    "%s: %d/%d chunks (%.0f%%)",
+                    "%s: %d/%d tasks (%.0f%%)",
                     self.label,
                     self.done,
                     self.total,
