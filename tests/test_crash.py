@@ -198,3 +198,34 @@ def test_covariance_dp_pca_release_resumes_identically(
             assert entry.status == "committed" and entry.noise_key is None
         outs.append(api.open_release(str(out))["covariance"].values.tobytes())
     assert outs[0] == outs[1]
+
+
+@pytest.mark.slow
+def test_killed_after_the_skeleton_a_wide_identity_resumes_its_noise_matrices(tmp_path, loopback):
+    """300 features: the noise matrices are written block by block after the skeleton, while the
+    tasks run. Killed right after the skeleton (before any of their blocks), the resumed run
+    writes them: every published file equals that of an uninterrupted run."""
+    store = make_input(tmp_path / "in.zarr", data(300, 2000, seed=6), chunk=250)
+    ref_spec, ref_out, _ = _setup(tmp_path, store, "reference")
+    proc = _run(ref_spec, loopback)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    spec_path, out, _ = _setup(tmp_path, store, "killed")
+    proc = _run(spec_path, loopback, crash_at="skeleton")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err
+    assert not list((out.parent / f"{out.name}.staging-rel-killed" / "row_cov").rglob("c/*/*"))
+    proc = _run(spec_path, loopback)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).as_posix() != "zarr.json"  # ids differ
+        }
+
+    got, want = files(out), files(ref_out)
+    assert {"row_cov/c/0/0", "row_cov/c/1/1", "directions/c/1/1"} <= set(got)
+    assert got == want

@@ -311,3 +311,56 @@ def test_release_plan_repr(tmp_path):
         )
     )
     assert "DP-PCA at run time (20% of the budget, gaussian-dp composition)" in repr(dp)
+
+
+@pytest.mark.parametrize("query", ["identity", "covariance"])
+def test_noise_matrices_are_stored_in_blocks_without_their_zero_blocks(tmp_path, client, query):
+    """m = 300 features: the noise-description matrices are chunked on the 256-feature noise
+    grid with fill value 0. Standard directions store only the diagonal blocks (the same files
+    for two different datasets: they depend on the plan only); dense directions store every
+    block. Read back, both equal the plan's dense matrices (an independent dense formula)."""
+    from mvg_dask.engine.output import NOISE_MATRIX_CHUNK
+
+    m, n = 300, 40
+    algorithm = "unimodal" if query == "identity" else "equi-modal"
+    names = ("row_cov", "directions") + (("col_cov",) if algorithm == "equi-modal" else ())
+    W = np.linalg.qr(np.random.default_rng(4).standard_normal((m, m)))[0]
+    np.save(tmp_path / "W.npy", W)
+    stored: dict[str, dict[str, bytes]] = {}
+    for case, directions, seed in [
+        ("standard", {"method": "standard"}, 1),
+        ("standard-other-data", {"method": "standard"}, 2),
+        ("matrix", {"method": "matrix", "path": str(tmp_path / "W.npy")}, 1),
+    ]:
+        store = make_input(tmp_path / f"in-{case}.zarr", data(m, n, seed=seed), chunk=20)
+        out = tmp_path / f"out-{case}.zarr"
+        spec = spec_dict(
+            store,
+            str(out),
+            query=query,
+            mechanism={"algorithm": algorithm, "directions": directions},
+        )
+        res = api.release(spec, client=client, seed=3, progress=False)
+        ds = api.open_release(res.output)
+        plan = res.plan
+        for name in names:
+            meta = json.loads((out / name / "zarr.json").read_text())
+            assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [NOISE_MATRIX_CHUNK] * 2
+            assert meta["fill_value"] == 0.0
+        dense_sigma = (plan.directions.matrix * plan.row_variances) @ plan.directions.matrix.T
+        np.testing.assert_allclose(ds["row_cov"].values, dense_sigma, rtol=1e-12, atol=1e-300)
+        if "col_cov" in names:
+            np.testing.assert_array_equal(ds["col_cov"].values, ds["row_cov"].values)
+        else:
+            assert "col_cov" not in ds
+        np.testing.assert_array_equal(ds["directions"].values, plan.directions.matrix)
+        stored[case] = {
+            p.relative_to(out).as_posix(): p.read_bytes()
+            for name in names
+            for p in sorted((out / name).rglob("*"))
+            if p.is_file()
+        }
+    diagonal = {f"{v}/c/{i}/{i}" for v in names for i in (0, 1)}
+    assert {k for k in stored["standard"] if "/c/" in k} == diagonal
+    assert stored["standard"] == stored["standard-other-data"]
+    assert len([k for k in stored["matrix"] if "/c/" in k]) == len(names) * 4

@@ -198,3 +198,44 @@ def test_one_sampling_path_the_plan_draws_what_the_release_adds(tmp_path, client
         assert (X + Z).tobytes() == ds["X"].values.tobytes()
     else:
         np.testing.assert_allclose(ds["covariance"].values, X @ X.T / 2500 + Z, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("query", ["identity", "covariance"])
+def test_planning_20000_features_forms_no_m_by_m_matrix(tmp_path, query):
+    """Standard directions at m = 20,000: planning, the plan's round trip, its public form and
+    the noise description (variances, diagonal of Sigma, the output's noise variables) hold
+    no m x m array (3.2 GB); numpy reports its allocations to tracemalloc, so the peak would
+    show one even where the pages are never touched."""
+    import tracemalloc
+
+    from mvg_dask.engine.output import noise_variables
+
+    m = 20_000
+    meta = InputMetadata(
+        store="in.zarr",
+        variable="X",
+        record_dim="record",
+        feature_dim="feature",
+        dims=("feature", "record"),
+        shape=(m, 50_000),
+        dtype="float64",
+        record_chunk=50,
+        feature_names=None,
+    )
+    spec, _ = _spec(tmp_path, query, {})
+    tracemalloc.start()
+    try:
+        rplan = plan_release(spec, meta, created="2026-01-01T00:00:00+00:00")
+        back = ReleasePlan.from_dict(
+            json.loads(json.dumps(rplan.to_dict())), ledger_location="l.sqlite"
+        )
+        plan = back.noise_plan()
+        rplan.public_dict()
+        variables = noise_variables(back, plan)
+        diagonal = plan._row_cov_diagonal()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert plan.directions.is_standard and plan.directions.shape == (m, m)
+    assert variables["row_cov"].shape == (m, m) and diagonal.shape == (m,)
+    assert peak < 400 * 2**20, f"peak {peak / 2**20:.0f} MiB"

@@ -33,6 +33,7 @@ from mvg_dask._version import __version__
 from mvg_dask.engine.blocks import PROGRESS_DIR
 from mvg_dask.engine.metadata import is_local, local_path
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
+from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
@@ -126,9 +127,9 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     }
 
 
-#: The blocked covariance's noise-description matrices (diagonal for standard directions: their
-#: zero blocks compress to almost nothing whatever the output codec).
-BLOCKED_NOISE_MATRICES = ("row_cov", "col_cov", "directions")
+#: The noise-description matrices (``m x m``, ``directions`` ``m x k``): chunked, zstd-compressed
+#: (diagonal for standard directions: their zero blocks cost almost nothing).
+NOISE_MATRICES = ("row_cov", "col_cov", "directions")
 
 
 def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
@@ -145,23 +146,69 @@ def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
     raise ValueError(f"unknown output codec {codec!r}")
 
 
+#: Chunk of the noise-description matrices (``row_cov``, ``col_cov``, ``directions``) of identity
+#: and whole-matrix covariance outputs: the noise grid's block. Their fill value is 0, so zero
+#: blocks are not stored: standard directions (diagonal ``Sigma``) are described in O(m) stored
+#: bytes and written block by block, without an ``m x m`` matrix.
+NOISE_MATRIX_CHUNK = NOISE_TILE_FEATURES
+
+
+def eager_noise_matrices(plan: NoisePlan) -> bool:
+    """True when the noise matrices fit one chunk (``m <= NOISE_MATRIX_CHUNK``): they are then
+    written whole with the metadata; else block by block (:meth:`OutputTarget.
+    write_noise_matrices`). Zarr stores no all-zero chunk either way: the same files."""
+    return plan.directions.dim <= NOISE_MATRIX_CHUNK
+
+
 def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArray]:
     """The noise description as data variables (they depend on the data through DP-PCA only,
-    and then only through its noisy output)."""
+    and then only through its noisy output). Unless :func:`eager_noise_matrices`, the matrices
+    ``row_cov``, ``col_cov`` and ``directions`` are lazy placeholders whose values
+    :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix
+    for standard directions); their encoding: :func:`noise_matrix_encoding`."""
     fd = rplan.input.feature_dim
     rows, cols = f"{fd}_row", f"{fd}_col"
-    row_cov = plan.row_cov
+    m, k = plan.directions.shape
+    eager = eager_noise_matrices(plan)
+    sigma = plan.row_cov if eager else placeholder((m, m))
     out = {
-        "row_cov": xr.DataArray(row_cov, dims=(rows, cols)),
-        "directions": xr.DataArray(plan.directions.matrix, dims=(rows, "direction")),
+        "row_cov": xr.DataArray(sigma, dims=(rows, cols)),
+        "directions": xr.DataArray(
+            plan.directions.matrix if eager else placeholder((m, k)), dims=(rows, "direction")
+        ),
         "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
     }
     if plan.algorithm != "unimodal":
-        out["col_cov"] = xr.DataArray(row_cov, dims=(rows, cols))
+        out["col_cov"] = xr.DataArray(sigma, dims=(rows, cols))
     out |= _ratio_variable(plan)
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
         out["dp_pca_eigenvalues"] = xr.DataArray(plan.directions.eigenvalues, dims=("direction",))
     return out
+
+
+def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Any:
+    """A lazy array that declares a skeleton variable and is never computed (its chunks are
+    written by the tasks): one dask chunk, so declaring it builds no per-chunk graph (the Zarr
+    chunks come from the encoding)."""
+    import dask.array as da
+
+    return da.zeros(shape, chunks=shape, dtype=dtype)
+
+
+def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+    """The Zarr encoding of the noise-description matrices of ``ds``: chunks of
+    :data:`NOISE_MATRIX_CHUNK`, zstd, fill value 0 (zero blocks are not stored)."""
+    from zarr.codecs import ZstdCodec
+
+    return {
+        name: {
+            "chunks": tuple(min(NOISE_MATRIX_CHUNK, n) for n in ds[name].shape),
+            "compressors": (ZstdCodec(),),
+            "fill_value": 0.0,
+        }
+        for name in NOISE_MATRICES
+        if name in ds.data_vars
+    }
 
 
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
@@ -322,24 +369,25 @@ class OutputTarget:
 
     # -- writing -------------------------------------------------------------------------------
     def write_identity_skeleton(self, rplan: ReleasePlan, variable: xr.DataArray) -> None:
-        """Create the identity output: same name, dims and (small) coords as the input, one
-        output chunk per task, the noise variables, ``status = incomplete``."""
-        import dask.array as da
-
+        """Create the identity output: same name, dims and (small) coords as the input, the
+        input's record chunks, the noise variables (the values of the noise matrices are
+        written by :meth:`write_noise_matrices`), ``status = incomplete``."""
         plan = rplan.noise_plan()
         info = rplan.input
         self.clear_staging()
         rec = info.record_chunk
         chunks = (rec, info.features) if info.records_first else (info.features, rec)
-        placeholder = da.zeros(info.shape, chunks=chunks, dtype=np.dtype(rplan.output_dtype))
         out = xr.Dataset(
             {
-                info.variable: xr.DataArray(placeholder, dims=info.dims),
+                info.variable: xr.DataArray(
+                    placeholder(info.shape, np.dtype(rplan.output_dtype)), dims=info.dims
+                ),
                 **noise_variables(rplan, plan),
             },
             coords={**small_coords(variable), **_feature_coords(rplan)},
         )
         encoding = {info.variable: {"chunks": chunks, "compressors": compressors(rplan)}}
+        encoding |= noise_matrix_encoding(out)
         self._write_skeleton(rplan, out, encoding)
 
     def write_matrix(
@@ -370,18 +418,23 @@ class OutputTarget:
         ds.attrs[STATUS_ATTR] = "incomplete"
         ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         self.clear_staging()
-        ds.to_zarr(
-            self.write_store,
-            mode="w-",
-            zarr_format=3,
-            consolidated=False,
-            encoding={
-                k: {"compressors": compressors(rplan)}
-                for k, v in ds.data_vars.items()
-                if v.ndim == 2
-            },
-            storage_options=self.storage_options,
-        )
+        encoding: dict[str, dict[str, Any]] = {
+            k: {"compressors": compressors(rplan)} for k, v in more.items() if v.ndim == 2
+        }
+        encoding[name] = {"compressors": compressors(rplan)}
+        encoding |= noise_matrix_encoding(ds)
+        options: dict[str, Any] = {
+            "mode": "w-",
+            "zarr_format": 3,
+            "consolidated": False,
+            "encoding": encoding,
+            "storage_options": self.storage_options,
+        }
+        if ds.chunks:  # eager variables are written now, the noise matrices' placeholders declared
+            ds.to_zarr(self.write_store, compute=False, **options)
+        else:
+            ds.to_zarr(self.write_store, **options)
+        self.write_noise_matrices(plan)
 
     def write_blocked_skeleton(
         self, rplan: ReleasePlan, names: tuple[str, ...], scalars: dict[str, float]
@@ -389,7 +442,6 @@ class OutputTarget:
         """Create a blocked covariance output: the ``names`` matrices (``m x m``, chunks of
         ``matrix_chunk``) and the noise description, whose values the panel tasks write, plus
         the small variables and ``status = incomplete``; the plan is saved for a resume."""
-        import dask.array as da
         from zarr.codecs import ZstdCodec
 
         plan = rplan.noise_plan()
@@ -399,7 +451,7 @@ class OutputTarget:
         rows, cols = f"{fd}_row", f"{fd}_col"
 
         def lazy(dims: tuple[str, str]) -> xr.DataArray:
-            return xr.DataArray(da.zeros((m, m), chunks=(fb, fb)), dims=dims)
+            return xr.DataArray(placeholder((m, m)), dims=dims)
 
         variables = {name: lazy((rows, cols)) for name in names}
         variables["row_cov"] = lazy((rows, cols))
@@ -421,11 +473,42 @@ class OutputTarget:
         encoding: dict[str, dict[str, Any]] = {
             name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
         }
-        for name in BLOCKED_NOISE_MATRICES:
+        for name in NOISE_MATRICES:
             if name in variables and not (low_rank and name == "directions"):
-                encoding[name] = {"chunks": (fb, fb), "compressors": (ZstdCodec(),)}
+                # fill value 0: the zero blocks the panel tasks write are not stored
+                encoding[name] = {
+                    "chunks": (fb, fb),
+                    "compressors": (ZstdCodec(),),
+                    "fill_value": 0.0,
+                }
         self.clear_staging()
         self._write_skeleton(rplan, ds, encoding)
+
+    def write_noise_matrices(self, plan: NoisePlan) -> None:
+        """Write the values of ``row_cov``, ``col_cov`` and ``directions``, declared by the
+        skeleton (:func:`noise_variables`): for standard directions only the diagonal blocks
+        (the others are the fill value 0, not stored), else the whole matrices. Idempotent:
+        a resumed release writes them again (an interrupted write is made whole)."""
+        import zarr
+
+        if eager_noise_matrices(plan):
+            return  # written with the metadata
+        group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
+        names = ["row_cov", "directions"] + (["col_cov"] if plan.algorithm != "unimodal" else [])
+        standard = plan.directions.is_standard
+        dense = {} if standard else {"row_cov": plan.row_cov, "directions": plan.directions.matrix}
+        for name in names:
+            arr = group[name]
+            assert isinstance(arr, zarr.Array)
+            if not standard:
+                arr[...] = dense["directions" if name == "directions" else "row_cov"]
+                continue
+            m = plan.directions.dim
+            diagonal = np.ones(m) if name == "directions" else plan.row_variances
+            c = arr.chunks[0]
+            for b0 in range(0, m, c):
+                b1 = min(b0 + c, m)
+                arr[b0:b1, b0:b1] = np.diag(diagonal[b0:b1])
 
     def _write_skeleton(
         self, rplan: ReleasePlan, ds: xr.Dataset, encoding: dict[str, dict[str, Any]]

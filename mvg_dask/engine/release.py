@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from distributed import Client
+from distributed import Client, wait
 
 from mvg_dask.engine.blocks import (
     Clipper,
@@ -228,6 +228,13 @@ class _Stages:
             )
             for a, b in ranges
         ]
+        # the noise matrices (a function of the plan) are written while the tasks run
+        try:
+            target.write_noise_matrices(plan)
+        except BaseException:
+            _mark_aborted(target)
+            wait(futures)  # no task may still be writing when the caller cleans up
+            raise
         results = gather_with_progress(
             self.client,
             futures,

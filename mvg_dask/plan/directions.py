@@ -63,7 +63,10 @@ class Directions:
     matrix : ndarray
         ``W`` (``m x m``, orthonormal columns); or, in the low-rank form (:meth:`low_rank`),
         the ``m x k`` top directions ``U``, the complement being every direction orthogonal to
-        them, all with one noise variance (``Sigma = v_c I + U diag(v_U - v_c) U^T``).
+        them, all with one noise variance (``Sigma = v_c I + U diag(v_U - v_c) U^T``). The
+        standard basis is formed only when asked for (a property): planning, sampling and
+        writing take O(m) paths for it, so a release of ``m`` features holds no ``m x m``
+        identity (3.2 GB at 20,000 features).
     important : tuple of int
         Indices of the directions flagged important (DP-PCA: the top ``k``).
     eigenvalues : ndarray or None
@@ -71,14 +74,31 @@ class Directions:
     """
 
     method: str
-    matrix: np.ndarray
+    _matrix: np.ndarray | None
     important: tuple[int, ...] = ()
     eigenvalues: np.ndarray | None = field(default=None)
+    _dim: int = 0  # m of the standard basis (``_matrix`` is None)
 
     @classmethod
     def standard(cls, m: int, important: tuple[int, ...] = ()) -> Directions:
-        """The standard basis."""
-        return cls("standard", np.eye(m), tuple(important))
+        """The standard basis (``W = I``, not formed: see :attr:`matrix`)."""
+        return cls("standard", None, tuple(important), None, int(m))
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """``W``, or ``U`` of the low-rank form; the standard basis is formed on first use."""
+        if self._matrix is None:
+            object.__setattr__(self, "_matrix", np.eye(self._dim))
+        assert self._matrix is not None
+        return self._matrix
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The shape of :attr:`matrix` (``m x m``, or ``m x k`` low-rank), without forming it."""
+        if self._matrix is None:
+            return (self._dim, self._dim)
+        m, k = self._matrix.shape
+        return (int(m), int(k))
 
     @classmethod
     def from_matrix(cls, W: np.ndarray, important: tuple[int, ...] = ()) -> Directions:
@@ -132,12 +152,13 @@ class Directions:
     @property
     def dim(self) -> int:
         """``m``, the dimension the directions live in."""
-        return int(self.matrix.shape[0])
+        return self.shape[0]
 
     @property
     def is_low_rank(self) -> bool:
         """True for the low-rank form (``matrix`` is ``m x k``, ``k < m``)."""
-        return bool(self.matrix.shape[1] < self.matrix.shape[0])
+        m, k = self.shape
+        return k < m
 
     @property
     def is_standard(self) -> bool:

@@ -865,13 +865,14 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
     query = QuerySpec.from_dict(data["query"])
     domain = domain_from_dict(data["domain"], query.features)
     m = query.shape[0]
-    matrix = np.eye(m) if d["matrix"] is None else np.asarray(d["matrix"], dtype=np.float64)
     eig = d.get("eigenvalues")
     directions = Directions(
         d["method"],
-        matrix,
+        # None: the standard basis, not formed (Directions.matrix)
+        None if d["matrix"] is None else np.asarray(d["matrix"], dtype=np.float64),
         tuple(int(i) for i in d["important"]),
         None if eig is None else np.asarray(eig, dtype=np.float64),
+        m,
     )
     a = data["allocation"]
     described = AllocationSpec(
