@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -211,17 +212,7 @@ def test_planning_20000_features_forms_no_m_by_m_matrix(tmp_path, query):
     from mvg_dask.engine.output import noise_variables
 
     m = 20_000
-    meta = InputMetadata(
-        store="in.zarr",
-        variable="X",
-        record_dim="record",
-        feature_dim="feature",
-        dims=("feature", "record"),
-        shape=(m, 50_000),
-        dtype="float64",
-        record_chunk=50,
-        feature_names=None,
-    )
+    meta = dataclasses.replace(META, shape=(m, 50_000), record_chunk=50, feature_names=None)
     spec, _ = _spec(tmp_path, query, {})
     tracemalloc.start()
     try:

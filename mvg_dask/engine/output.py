@@ -496,14 +496,14 @@ class OutputTarget:
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
         names = ["row_cov", "directions"] + (["col_cov"] if plan.algorithm != "unimodal" else [])
         standard = plan.directions.is_standard
-        dense = {} if standard else {"row_cov": plan.row_cov, "directions": plan.directions.matrix}
+        sigma = None if standard else plan.row_cov
+        m = plan.directions.dim
         for name in names:
             arr = group[name]
             assert isinstance(arr, zarr.Array)
-            if not standard:
-                arr[...] = dense["directions" if name == "directions" else "row_cov"]
+            if sigma is not None:  # dense directions: whole matrices (zero chunks not stored)
+                arr[...] = plan.directions.matrix if name == "directions" else sigma
                 continue
-            m = plan.directions.dim
             diagonal = np.ones(m) if name == "directions" else plan.row_variances
             c = arr.chunks[0]
             for b0 in range(0, m, c):
