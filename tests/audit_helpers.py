@@ -128,9 +128,10 @@ def whiten_symmetric(residual: np.ndarray, factor: np.ndarray, ratio: float) -> 
 
 class CapturedOutput:
     """Stands where the engine's :class:`~mvg_dask.engine.output.OutputTarget` stands and keeps
-    what ``_Stages.covariance`` hands it to write (the audit runs thousands of releases in
-    process; writing each to Zarr would only add time). The values are the ones a release
-    publishes: ``test_trial_sampler_is_the_release`` checks them against a real release."""
+    what ``_Stages.covariance_skeleton`` and ``_Stages.covariance`` hand it to write (the audit
+    runs thousands of releases in process; writing each to Zarr would only add time). The values
+    are the ones a release publishes: ``test_trial_sampler_is_the_release`` checks them against a
+    real release."""
 
     def __init__(self) -> None:
         self.name: str | None = None
@@ -138,25 +139,26 @@ class CapturedOutput:
         self.extra: dict[str, Any] = {}
         self.rplan: ReleasePlan | None = None
 
-    def write_matrix(
-        self,
-        rplan: ReleasePlan,
-        name: str,
-        value: np.ndarray,
-        *,
-        extra: dict[str, Any] | None = None,
+    def write_matrix_skeleton(
+        self, rplan: ReleasePlan, name: str, *, count: float | None = None
     ) -> None:
-        self.rplan, self.name, self.value, self.extra = rplan, name, value, dict(extra or {})
+        self.rplan, self.name = rplan, name
+        self.extra = {} if count is None else {"record_count": count}
+
+    def write_matrix_values(self, values: dict[str, np.ndarray]) -> None:
+        assert self.name is not None
+        self.value = values[self.name]
+        self.extra |= {k: v for k, v in values.items() if k != self.name}
 
 
 def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> CapturedOutput:
     """One covariance release of the dataset whose clipped Gram matrix is ``gram`` (from the
     engine's own Gram pass), with the noise key ``execute_release`` makes for ``seed``.
 
-    The stages run in the order of ``_Stages.run`` after its Gram pass: the noisy count, the
-    DP-PCA step (the real :func:`~mvg_dask.plan.dp_pca` and :meth:`ReleasePlan.resolve`), then
-    the covariance (the real :func:`~mvg_dask.noise.tiles.matrix_noise` with the plan's
-    ``row_factor``); every draw comes from the sub-keys those stages derive themselves.
+    The stages run in the order of ``_Stages.run`` around its Gram pass: the noisy count, the
+    DP-PCA step (the real :func:`~mvg_dask.plan.dp_pca` and :meth:`ReleasePlan.resolve`), the
+    skeleton with the noise (the plan's own draw, :meth:`NoisePlan.draw`), then the covariance;
+    every draw comes from the sub-keys those stages derive themselves.
     """
     out = CapturedOutput()
     stages = _Stages(rplan, None, NoiseKey.from_seed(seed), out)  # type: ignore[arg-type]
@@ -164,5 +166,6 @@ def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> Capture
     resolved = rplan
     if rplan.uses_dp_pca:
         resolved = stages.directions(gram, rplan.query.records if count is None else max(count, 1))
-    stages.covariance(resolved, gram, count)
+    noise = stages.covariance_skeleton(resolved, count)
+    stages.covariance(resolved, gram, noise, count)
     return out

@@ -111,7 +111,7 @@ def _pair(root: Path, neighbours: str, **privacy: Any) -> tuple[ReleasePlan, Rel
 def engine_gram(rplan: ReleasePlan, client: Any) -> np.ndarray:
     """The clipped ``X X^T`` from the engine's Gram pass on the cluster."""
     stages = _Stages(rplan, client, NoiseKey.from_seed(0), CapturedOutput())  # type: ignore[arg-type]
-    return stages.gram(progress=False)
+    return stages.finish_gram(stages.submit_gram(), progress=False)
 
 
 def _trials(rplan: ReleasePlan, gram: np.ndarray, first_seed: int, n: int) -> list[Any]:

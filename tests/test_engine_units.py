@@ -14,6 +14,7 @@ from mvg_dask.engine.blocks import (
     Outcome,
     ZarrMatrix,
     abort_marker,
+    add_grams,
     combine_grams,
     gram_task,
     identity_task,
@@ -70,6 +71,47 @@ def test_outcome_carries_expected_errors_as_values():
     total = combine_grams([Outcome((np.eye(2), 1)), Outcome((2 * np.eye(2), 3))])
     np.testing.assert_array_equal(total.value[0], 3 * np.eye(2))
     assert total.value[1] == 4
+
+
+def test_a_fold_of_pairwise_additions_is_the_combine_of_its_group():
+    """The workers' reduction folds a group with ``add_grams``; the client's sums it with
+    ``combine_grams``: the same additions in the same order, so the same bytes, whether the
+    fold adds in place or (read-only operands, as a transfer may deliver) into a new array."""
+    rng = np.random.default_rng(4)
+    mats = [rng.standard_normal((5, 5)) * 10.0**k for k in range(-3, 5)]  # rounding matters
+    group = [Outcome((g, i)) for i, g in enumerate(mats)]
+    combined = combine_grams(group)
+    for readonly in (False, True):
+        copies = [Outcome((g.copy(), i)) for i, g in enumerate(mats)]
+        for c in copies:
+            c.value[0].flags.writeable = not readonly
+        acc = copies[0]
+        for part in copies[1:]:
+            acc = add_grams(acc, part)
+        assert acc.value[0].tobytes() == combined.value[0].tobytes()
+        assert acc.value[1] == combined.value[1] == sum(range(len(mats)))
+    # a different summation tree is a different sum: the test can tell them apart
+    pairs = [combine_grams(group[i : i + 2]) for i in range(0, len(group), 2)]
+    assert combine_grams(pairs).value[0].tobytes() != combined.value[0].tobytes()
+    bad, later = Outcome.failure(DataError("first")), Outcome.failure(DataError("later"))
+    assert add_grams(bad, later) is bad and add_grams(group[0], later) is later
+
+
+def test_an_outcome_travels_with_its_arrays_as_raw_frames():
+    """An Outcome crosses the cluster through dask's serializers: its arrays as raw frames (no
+    pickle buffer the receiver must copy), its error and flags in the header."""
+    from distributed.protocol import deserialize, serialize
+
+    a = np.arange(12.0).reshape(3, 4)
+    header, frames = serialize(Outcome((a, 3)), on_error="raise")
+    assert header["serializer"] == "dask"
+    (array_header, _) = header["sub-header"]["value"]["sub-headers"]
+    assert array_header["serializer"] == "dask" and array_header["type"] == "numpy.ndarray"
+    back = deserialize(header, frames)
+    np.testing.assert_array_equal(back.value[0], a)
+    assert back.value[1] == 3 and back.error is None
+    for outcome in (Outcome.failure(ReleaseError("chunk 7")), Outcome(None, skipped=True)):
+        assert deserialize(*serialize(outcome, on_error="raise")) == outcome
 
 
 @pytest.mark.parametrize("cuts", [[0, 1024, 2500], [0, 1, 1500, 2049, 2500], [0, 2500]])
@@ -218,14 +260,15 @@ def test_output_target_stages_commits_and_aborts(tmp_path):
     rplan = plan_release(spec, read_input_metadata(spec.input), release_id="r2")
     target = OutputTarget.for_plan(rplan)
     target.check_free()
-    target.write_matrix(rplan, "covariance", np.eye(3))
+    target.write_matrix_skeleton(rplan, "covariance")
+    target.write_matrix_values({"covariance": np.eye(3)})
     assert not target.is_complete() and (tmp_path / "o.zarr.staging-r2").exists()
     target.commit(provenance(rplan, seeded=True))
     assert target.is_complete() and not (tmp_path / "o.zarr.staging-r2").exists()
     with pytest.raises(ReleaseError, match="already exists"):
         OutputTarget.for_plan(rplan).check_free()
     other = OutputTarget(str(tmp_path / "p.zarr"), "r3")
-    other.write_matrix(rplan, "covariance", np.eye(3))
+    other.write_matrix_skeleton(rplan, "covariance")
     other.abort()
     assert not (tmp_path / "p.zarr.staging-r3").exists() and not (tmp_path / "p.zarr").exists()
 

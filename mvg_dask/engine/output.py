@@ -130,6 +130,9 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
 #: The noise-description matrices (``m x m``, ``directions`` ``m x k``): chunked, zstd-compressed
 #: (diagonal for standard directions: their zero blocks cost almost nothing).
 NOISE_MATRICES = ("row_cov", "col_cov", "directions")
+#: Chunk of a whole-matrix covariance output (``m <= WIDE_FEATURES``) and of its noisy sum:
+#: 8 MiB of float64, the input's chunk size; one chunk up to 1,024 features.
+MATRIX_CHUNK = 1024
 
 
 def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
@@ -390,51 +393,52 @@ class OutputTarget:
         encoding |= noise_matrix_encoding(out)
         self._write_skeleton(rplan, out, encoding)
 
-    def write_matrix(
-        self,
-        rplan: ReleasePlan,
-        name: str,
-        value: np.ndarray,
-        *,
-        extra: dict[str, Any] | None = None,
+    def write_matrix_skeleton(
+        self, rplan: ReleasePlan, name: str, *, count: float | None = None
     ) -> None:
-        """Write a square privatized query output (covariance) with the noise variables; the
-        ``extra`` noisy values (a noisy sum and count) are written beside it."""
+        """Create a square (whole-matrix covariance) output before its values exist: the noise
+        variables, the noisy ``record_count`` when there is one, ``status = incomplete``, and
+        ``name`` (with the noisy sum ``gram`` beside it when there is a count) declared in
+        chunks of :data:`MATRIX_CHUNK`. Everything here is a function of the plan (and of the
+        key, for the count), so a release writes it while its Gram pass runs; the values follow
+        with :meth:`write_matrix_values`."""
         plan = rplan.noise_plan()
+        m = rplan.input.features
         fd = rplan.input.feature_dim
         square = (f"{fd}_row", f"{fd}_col")
-        more = {
-            k: xr.DataArray(v, dims=square if np.ndim(v) == 2 else ())
-            for k, v in (extra or {}).items()
-        }
+        names = [name] if count is None else [name, "gram"]
+        variables = {k: xr.DataArray(placeholder((m, m)), dims=square) for k in names}
+        if count is not None:
+            variables["record_count"] = xr.DataArray(count)
         ds = xr.Dataset(
-            {
-                name: xr.DataArray(value, dims=square),
-                **more,
-                **noise_variables(rplan, plan),
-            },
-            coords=_feature_coords(rplan),
+            {**variables, **noise_variables(rplan, plan)}, coords=_feature_coords(rplan)
         )
         ds.attrs[STATUS_ATTR] = "incomplete"
         ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         self.clear_staging()
-        encoding: dict[str, dict[str, Any]] = {
-            k: {"compressors": compressors(rplan)} for k, v in more.items() if v.ndim == 2
-        }
-        encoding[name] = {"compressors": compressors(rplan)}
+        c = min(MATRIX_CHUNK, m)
+        encoding = {k: {"chunks": (c, c), "compressors": compressors(rplan)} for k in names}
         encoding |= noise_matrix_encoding(ds)
-        options: dict[str, Any] = {
-            "mode": "w-",
-            "zarr_format": 3,
-            "consolidated": False,
-            "encoding": encoding,
-            "storage_options": self.storage_options,
-        }
-        if ds.chunks:  # eager variables are written now, the noise matrices' placeholders declared
-            ds.to_zarr(self.write_store, compute=False, **options)
-        else:
-            ds.to_zarr(self.write_store, **options)
+        ds.to_zarr(
+            self.write_store,
+            mode="w-",
+            compute=False,
+            zarr_format=3,
+            consolidated=False,
+            encoding=encoding,
+            storage_options=self.storage_options,
+        )
         self.write_noise_matrices(plan)
+
+    def write_matrix_values(self, values: dict[str, np.ndarray]) -> None:
+        """Write the privatized square matrices declared by :meth:`write_matrix_skeleton`."""
+        import zarr
+
+        group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
+        for name, value in values.items():
+            arr = group[name]
+            assert isinstance(arr, zarr.Array)
+            arr[...] = value
 
     def write_blocked_skeleton(
         self, rplan: ReleasePlan, names: tuple[str, ...], scalars: dict[str, float]

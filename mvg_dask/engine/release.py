@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from distributed import Client, wait
+from distributed import Client, Future, wait
 
 from mvg_dask.engine.blocks import (
     Clipper,
     PanelNoise,
     ZarrMatrix,
     abort_marker,
+    add_grams,
     combine_grams,
     covariance_panel_task,
     gram_task,
@@ -100,37 +101,73 @@ class _Stages:
         self.read_started = False
         self.clipped = 0
 
-    def gram(self, progress: bool) -> np.ndarray:
-        """``X X^T`` of the clipped records: per-chunk partials, then a fixed-order tree
-        reduction (groups of ``SPLIT_EVERY`` consecutive chunks), the same sum on every run."""
+    def submit_gram(self) -> _GramPass:
+        """Start the Gram pass, ``X X^T`` of the clipped records (:meth:`finish_gram` waits for
+        it and returns the sum): per-task partials, then a fixed-order tree
+        reduction (groups of ``SPLIT_EVERY`` consecutive nodes, level by level), the same sum on
+        every run.
+
+        Small partials are summed on the client (two fewer scheduler round trips after the last
+        task). Large ones are reduced on the workers, each group as a left fold of pairwise
+        additions (:func:`~mvg_dask.engine.blocks.add_grams`): the additions of one combine of
+        the group, in its order, so the same bytes; and a fold step can run as soon as its two
+        operands exist. Consecutive leaves are placed on one worker (``_homes``), so a fold
+        moves a partial between workers only where its group crosses from one worker's leaves
+        to the next one's (placement never changes the bytes: the tree is fixed by metadata).
+        """
         rplan, client = self.rplan, self.client
         source = _source(rplan)
         ranges = rplan.input.gram_ranges()
         step = rplan.input.record_chunk
+        m = rplan.input.features
+        on_client = m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
+        homes = [None] * len(ranges) if on_client else _homes(client, len(ranges))
         self.read_started = True
         leaves = [
             client.submit(
-                gram_task, a, b, source=source, clipper=self.clipper, step=step, pure=False
+                gram_task,
+                a,
+                b,
+                source=source,
+                clipper=self.clipper,
+                step=step,
+                pure=False,
+                priority=len(ranges) - i,  # in record order on each worker (keys are random)
+                **_placed(home),
             )
-            for a, b in ranges
+            for i, ((a, b), home) in enumerate(zip(ranges, homes, strict=True))
         ]
-        m = rplan.input.features
-        # small partials are summed on the client (the same tree, the same bytes): two fewer
-        # scheduler round trips after the last chunk; large ones are reduced on the workers
-        on_client = m * m * 8 * len(leaves) <= CLIENT_REDUCE_BYTES
-        level = leaves
+        level = list(zip(leaves, homes, strict=True))
         while len(level) > 1 and not on_client:
-            level = [
-                client.submit(combine_grams, level[i : i + SPLIT_EVERY], pure=False)
-                for i in range(0, len(level), SPLIT_EVERY)
-            ]
+            folded = []
+            for i in range(0, len(level), SPLIT_EVERY):
+                (acc, home), *rest = level[i : i + SPLIT_EVERY]
+                for part, home in rest:
+                    # a step runs as soon as its operands exist: a partial is folded in
+                    # before the worker starts another leaf
+                    acc = client.submit(
+                        add_grams,
+                        acc,
+                        part,
+                        pure=False,
+                        priority=len(ranges) + 1,
+                        **_placed(home),
+                    )
+                folded.append((acc, home))
+            level = folded
+        return _GramPass(leaves, level[0][0], on_client)
+
+    def finish_gram(self, gram_pass: _GramPass, progress: bool) -> np.ndarray:
+        """Wait for the Gram pass and return ``X X^T`` (raises the first data error met, in
+        record order)."""
+        client, leaves = self.client, gram_pass.leaves
         gather_with_progress(
             client,
             leaves,
             Progress(len(leaves), "gram", enabled=progress, private_total=self._private_n()),
             keep=False,
         )
-        if on_client:
+        if gram_pass.on_client:
             parts = client.gather(leaves)
             while len(parts) > 1:
                 parts = [
@@ -139,7 +176,7 @@ class _Stages:
                 ]
             result = parts[0]
         else:
-            result = level[0].result()
+            result = gram_pass.root.result()
         gram, clipped = result.unwrap()
         self.clipped += int(clipped)
         return np.asarray(gram)
@@ -169,22 +206,24 @@ class _Stages:
         )
         return rplan.resolve(directions)
 
-    def covariance(self, rplan: ReleasePlan, gram: np.ndarray, count: float | None) -> None:
+    def covariance_skeleton(self, rplan: ReleasePlan, count: float | None) -> np.ndarray:
+        """The covariance output's skeleton (:meth:`OutputTarget.write_matrix_skeleton`) and the
+        noise the release adds: functions of the resolved plan and the key only (a release
+        without DP-PCA makes them while its Gram pass runs)."""
+        self.target.write_matrix_skeleton(rplan, "covariance", count=count)
+        return covariance_noise(rplan.noise_plan(), self.key.derive("release"))
+
+    def covariance(
+        self, rplan: ReleasePlan, gram: np.ndarray, noise: np.ndarray, count: float | None
+    ) -> None:
         """Privatize ``X X^T / N`` (``N`` public: replace-one, or a declared ``N0``) and write it;
         with a noisy count, write the noisy sum ``X X^T`` and the count, and their ratio as the
         covariance estimate (post-processing)."""
-        noisy = gram / rplan.query.records + covariance_noise(
-            rplan.noise_plan(), self.key.derive("release")
-        )
+        noisy = gram / rplan.query.records + noise
         if count is None:
-            self.target.write_matrix(rplan, "covariance", noisy)
-            return
-        self.target.write_matrix(
-            rplan,
-            "covariance",
-            noisy / max(count, 1.0),
-            extra={"gram": noisy, "record_count": count},
-        )
+            self.target.write_matrix_values({"covariance": noisy})
+        else:
+            self.target.write_matrix_values({"covariance": noisy / max(count, 1.0), "gram": noisy})
 
     def identity(self, rplan: ReleasePlan, *, resume: bool, progress: bool) -> None:
         """Read, check, clip, add noise and write every chunk (skipping written ones)."""
@@ -412,18 +451,51 @@ class _Stages:
                 rplan = self.blocked_directions(count, progress)
             self.blocked_covariance(rplan, count, resume=resume, progress=progress)
             return rplan
-        # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
-        gram = self.gram(progress) if covariance or rplan.uses_dp_pca else None
         count = self.noisy_count() if rplan.releases_count else None
-        if rplan.uses_dp_pca:
-            assert gram is not None
-            rplan = self.directions(gram, rplan.query.records if count is None else max(count, 1))
-        if covariance:
-            assert gram is not None
-            self.covariance(rplan, gram, count)
-        else:
+        if not (covariance or rplan.uses_dp_pca):
             self.identity(rplan, resume=resume, progress=progress)
+            return rplan
+        # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
+        gram_pass = self.submit_gram()
+        noise = None
+        if covariance and not rplan.uses_dp_pca:
+            # the plan is resolved: the output's skeleton and the noise, while the pass runs
+            noise = self.covariance_skeleton(rplan, count)
+        gram = self.finish_gram(gram_pass, progress)
+        if rplan.uses_dp_pca:
+            rplan = self.directions(gram, rplan.query.records if count is None else max(count, 1))
+        if not covariance:
+            self.identity(rplan, resume=resume, progress=progress)
+            return rplan
+        if noise is None:
+            noise = self.covariance_skeleton(rplan, count)
+        self.covariance(rplan, gram, noise, count)
         return rplan
+
+
+@dataclass(frozen=True)
+class _GramPass:
+    """A submitted Gram pass: its leaf tasks (for progress), the root of its reduction on the
+    workers, or ``on_client`` (the client sums the leaves)."""
+
+    leaves: list[Future]
+    root: Future
+    on_client: bool
+
+
+def _homes(client: Client, tasks: int) -> list[str | None]:
+    """A worker per task: runs of consecutive tasks on one worker (task ``i`` of ``T`` on worker
+    ``i W // T`` of the ``W`` workers, sorted by address)."""
+    workers = sorted(client.ncores())
+    if not workers:
+        return [None] * tasks
+    return [workers[i * len(workers) // tasks] for i in range(tasks)]
+
+
+def _placed(home: str | None) -> dict[str, object]:
+    """``submit`` options placing a task on ``home``, loosely: another worker takes it if
+    ``home`` has left the cluster."""
+    return {} if home is None else {"workers": [home], "allow_other_workers": True}
 
 
 def covariance_noise(plan: NoisePlan, key: NoiseKey) -> np.ndarray:
