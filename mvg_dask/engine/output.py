@@ -413,21 +413,12 @@ class OutputTarget:
         ds = xr.Dataset(
             {**variables, **noise_variables(rplan, plan)}, coords=_feature_coords(rplan)
         )
-        ds.attrs[STATUS_ATTR] = "incomplete"
-        ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         self.clear_staging()
         c = min(MATRIX_CHUNK, m)
         encoding = {k: {"chunks": (c, c), "compressors": compressors(rplan)} for k in names}
         encoding |= noise_matrix_encoding(ds)
-        ds.to_zarr(
-            self.write_store,
-            mode="w-",
-            compute=False,
-            zarr_format=3,
-            consolidated=False,
-            encoding=encoding,
-            storage_options=self.storage_options,
-        )
+        # no progress markers or saved plan: a resumed covariance release starts over
+        self._write_skeleton(rplan, ds, encoding, resumable=False)
         self.write_noise_matrices(plan)
 
     def write_matrix_values(self, values: dict[str, np.ndarray]) -> None:
@@ -515,10 +506,16 @@ class OutputTarget:
                 arr[b0:b1, b0:b1] = np.diag(diagonal[b0:b1])
 
     def _write_skeleton(
-        self, rplan: ReleasePlan, ds: xr.Dataset, encoding: dict[str, dict[str, Any]]
+        self,
+        rplan: ReleasePlan,
+        ds: xr.Dataset,
+        encoding: dict[str, dict[str, Any]],
+        *,
+        resumable: bool = True,
     ) -> None:
         """Write an output's metadata and small variables with ``status = incomplete`` (the
-        tasks write the large arrays' chunks), the progress directory and the plan."""
+        large arrays' chunks are written later), and for a ``resumable`` release the progress
+        directory and the plan."""
         ds.attrs[STATUS_ATTR] = "incomplete"
         ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         ds.to_zarr(
@@ -530,8 +527,9 @@ class OutputTarget:
             encoding=encoding,
             storage_options=self.storage_options,
         )
-        self.make_progress_dir()
-        self.save_plan(rplan)
+        if resumable:
+            self.make_progress_dir()
+            self.save_plan(rplan)
 
     def commit(self, attrs: dict[str, Any]) -> None:
         """Write the final attrs with ``status = complete`` last, then move into place."""

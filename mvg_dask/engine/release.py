@@ -132,7 +132,9 @@ class _Stages:
                 clipper=self.clipper,
                 step=step,
                 pure=False,
-                priority=len(ranges) - i,  # in record order on each worker (keys are random)
+                # in record order on each worker (task keys are random, and a worker runs
+                # tasks of equal priority in key order); never above other work's default 0
+                priority=-i,
                 **_placed(home),
             )
             for i, ((a, b), home) in enumerate(zip(ranges, homes, strict=True))
@@ -144,13 +146,13 @@ class _Stages:
                 (acc, home), *rest = level[i : i + SPLIT_EVERY]
                 for part, home in rest:
                     # a step runs as soon as its operands exist: a partial is folded in
-                    # before the worker starts another leaf
+                    # (and its memory freed) before the worker starts another leaf
                     acc = client.submit(
                         add_grams,
                         acc,
                         part,
                         pure=False,
-                        priority=len(ranges) + 1,
+                        priority=1,
                         **_placed(home),
                     )
                 folded.append((acc, home))
