@@ -157,7 +157,7 @@ class _Stages:
                     )
                 folded.append((acc, home))
             level = folded
-        return _GramPass(leaves, level[0][0], on_client)
+        return _GramPass(leaves, None if on_client else level[0][0])
 
     def finish_gram(self, gram_pass: _GramPass, progress: bool) -> np.ndarray:
         """Wait for the Gram pass and return ``X X^T`` (raises the first data error met, in
@@ -169,7 +169,7 @@ class _Stages:
             Progress(len(leaves), "gram", enabled=progress, private_total=self._private_n()),
             keep=False,
         )
-        if gram_pass.on_client:
+        if gram_pass.root is None:
             parts = client.gather(leaves)
             while len(parts) > 1:
                 parts = [
@@ -477,12 +477,11 @@ class _Stages:
 
 @dataclass(frozen=True)
 class _GramPass:
-    """A submitted Gram pass: its leaf tasks (for progress), the root of its reduction on the
-    workers, or ``on_client`` (the client sums the leaves)."""
+    """A submitted Gram pass: its leaf tasks (for progress) and the root of its reduction on
+    the workers (``None``: the client sums the leaves)."""
 
     leaves: list[Future]
-    root: Future
-    on_client: bool
+    root: Future | None
 
 
 def _homes(client: Client, tasks: int) -> list[str | None]:
