@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ import xarray as xr
 from mvg_dask._version import __version__
 from mvg_dask.engine.blocks import PROGRESS_DIR
 from mvg_dask.engine.metadata import is_local, local_path
+from mvg_dask.engine.skeleton import consolidated_root, write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.directions import Directions
@@ -518,14 +518,9 @@ class OutputTarget:
         directory and the plan."""
         ds.attrs[STATUS_ATTR] = "incomplete"
         ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
-        ds.to_zarr(
-            self.write_store,
-            mode="w-",
-            compute=False,
-            zarr_format=3,
-            consolidated=False,
-            encoding=encoding,
-            storage_options=self.storage_options,
+        # the files `ds.to_zarr(mode="w-", compute=False)` writes, in one batch
+        write_skeleton(
+            ds, self.write_store, encoding=encoding, storage_options=self.storage_options
         )
         if resumable:
             self.make_progress_dir()
@@ -533,28 +528,26 @@ class OutputTarget:
 
     def commit(self, attrs: dict[str, Any]) -> None:
         """Write the final attrs with ``status = complete`` last, then move into place."""
-        import zarr
-
         fs, root = self._fs()
         if fs.exists(f"{root}/{PROGRESS_DIR}"):
             fs.rm(f"{root}/{PROGRESS_DIR}", recursive=True)
         if self.local:  # leftovers of writes interrupted by a crash (zarr writes tmp + rename)
             for partial in Path(self.write_store).rglob("*.partial"):
                 partial.unlink()
-        group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
         # consolidated metadata (the children's metadata inlined in the root zarr.json) lets a
         # plain `xr.open_zarr(path)` open the release without a warning; Zarr v3 readers that do
-        # not know it ignore the key (must_understand: false). Written first, while the status is
-        # still "incomplete": every array is final by now, so the inlined copies never go stale.
-        with warnings.catch_warnings():
-            # zarr says consolidated metadata is not (yet) in the v3 specification: known, and
-            # harmless for readers that ignore it (README, "Changes to the design proposal")
-            warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
-            zarr.consolidate_metadata(group.store)
-        group = zarr.open_group(group.store, mode="r+", use_consolidated=True)
-        # one metadata write: the final attributes with status "complete", and the consolidated
-        # metadata, in the same root zarr.json (the last write of the release)
-        group.update_attributes({**attrs, STATUS_ATTR: "complete"})
+        # not know it ignore the key (must_understand: false). Every array is final by now, so
+        # the inlined copies never go stale. One metadata write, the last of the release: the
+        # final attributes with status "complete" and the consolidated metadata, in the root
+        # zarr.json (the document `zarr.consolidate_metadata` and `update_attributes` write)
+        documents = fs.cat(sorted(fs.glob(f"{root}/*/zarr.json")))
+        children = {path.rsplit("/", 2)[-2]: doc for path, doc in documents.items()}
+        fs.pipe_file(
+            f"{root}/zarr.json",
+            consolidated_root(
+                fs.cat_file(f"{root}/zarr.json"), children, {**attrs, STATUS_ATTR: "complete"}
+            ),
+        )
         if self.local:
             assert self.final is not None
             os.replace(self.write_store, self.final)

@@ -1,0 +1,293 @@
+"""The skeleton writer (``mvg_dask.engine.skeleton``) writes the files ``Dataset.to_zarr`` writes.
+
+An output's skeleton (metadata, attributes, small variables) is written in one batch instead of
+xarray's per-variable Zarr calls. The oracle is xarray itself: the same dataset and encoding
+written by ``to_zarr(mode="w-", compute=False, zarr_format=3, consolidated=False)`` must give the
+same files, byte for byte, for the skeleton of every kind of release the product writes (caught
+from real releases) and for random datasets (hypothesis).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import fsspec
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mvg_dask import api
+from mvg_dask.engine import output as output_module
+from mvg_dask.engine.skeleton import write_skeleton
+from tests.pipeline_helpers import data, make_input, spec_dict
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _with_xarray(ds: xr.Dataset, store: str, encoding: dict[str, Any]) -> None:
+    ds.to_zarr(
+        store,
+        mode="w-",
+        compute=False,
+        zarr_format=3,
+        consolidated=False,
+        encoding=copy.deepcopy(encoding),
+    )
+
+
+def assert_same_files(ds: xr.Dataset, encoding: dict[str, Any], tmp: Path) -> None:
+    """``write_skeleton`` and ``to_zarr`` write the same files (names and bytes); where
+    ``to_zarr`` refuses the dataset, so does ``write_skeleton``, and it writes nothing."""
+    ours, theirs = tmp / "ours.zarr", tmp / "xarray.zarr"
+    try:
+        _with_xarray(ds, str(theirs), encoding)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            write_skeleton(ds, str(ours), encoding=copy.deepcopy(encoding))
+        assert not ours.exists()
+        return
+    write_skeleton(ds, str(ours), encoding=copy.deepcopy(encoding))
+    a, b = _files(ours), _files(theirs)
+    assert sorted(a) == sorted(b)
+    different = [key for key in a if a[key] != b[key]]
+    assert not different, {key: (a[key][:300], b[key][:300]) for key in different}
+
+
+# -- the skeletons of real releases ---------------------------------------------------------------
+def _release_cases(tmp: Path) -> dict[str, dict[str, Any]]:
+    narrow = make_input(tmp / "narrow.zarr", data(5, 300, seed=1), chunk=100)
+    records_first = make_input(tmp / "rf.zarr", data(4, 200, seed=2), chunk=50, records_first=True)
+    wide = make_input(tmp / "wide.zarr", data(300, 120, seed=3), chunk=60)
+    pca = {"directions": {"method": "dp-pca", "k": 2}, "allocation": {"strategy": "binary"}}
+
+    def out(name: str) -> str:
+        return str(tmp / f"{name}.out.zarr")
+
+    return {
+        "identity": spec_dict(narrow, out("identity")),
+        "identity-records-first": spec_dict(records_first, out("identity-rf")),
+        "identity-dp-pca": spec_dict(
+            narrow, out("identity-pca"), mechanism={"algorithm": "unimodal", **pca}
+        ),
+        "covariance": spec_dict(narrow, out("cov"), query="covariance"),
+        "covariance-add-remove": spec_dict(
+            narrow,
+            out("cov-ar"),
+            query="covariance",
+            privacy={"neighbours": "add-remove"},
+        ),
+        "covariance-symmetric": spec_dict(
+            narrow,
+            out("cov-sym"),
+            query="covariance",
+            mechanism={"algorithm": "symmetric", "calibration": "exact"},
+        ),
+        "covariance-dp-pca": spec_dict(
+            narrow, out("cov-pca"), query="covariance", mechanism={"algorithm": "equi-modal", **pca}
+        ),
+        "covariance-300-features": spec_dict(wide, out("cov-300"), query="covariance"),
+        "covariance-blocked": spec_dict(
+            wide,
+            out("cov-blocked"),
+            query="covariance",
+            mechanism={"algorithm": "symmetric", "calibration": "exact"},
+            output={"matrix_chunk": 256},
+        ),
+    }
+
+
+def test_release_skeletons_are_the_files_to_zarr_writes(client, tmp_path, monkeypatch) -> None:
+    """Every kind of output (identity, records first, covariance with and without a noisy
+    count, symmetric, DP-PCA, lazy noise matrices, blocked): the skeleton a real release writes
+    equals xarray's ``to_zarr`` of the same dataset, file by file."""
+    caught: list[tuple[xr.Dataset, dict[str, Any]]] = []
+    real = output_module.write_skeleton
+
+    def catch(ds: xr.Dataset, store: str, **kw: Any) -> None:
+        caught.append((ds.copy(), copy.deepcopy(kw.get("encoding") or {})))
+        real(ds, store, **kw)
+
+    monkeypatch.setattr(output_module, "write_skeleton", catch)
+    for name, spec in _release_cases(tmp_path).items():
+        caught.clear()
+        api.release(spec, client=client, seed=3, progress=False)
+        assert len(caught) == 1, name
+        ds, encoding = caught[0]
+        case = tmp_path / f"case-{name}"
+        case.mkdir()
+        assert_same_files(ds, encoding, case)
+
+
+# -- random datasets ----------------------------------------------------------------------------
+DIMS = {"a": 3, "b": 5, "c": 1}
+DTYPES = ["float64", "float32", "int64", "int16", "uint8", "bool", "str", "datetime"]
+
+
+def _values(dtype: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if dtype == "str":
+        words = np.array(["", "x", "feature", "ünïcode", "a b"], dtype=object)
+        return np.asarray(words[rng.integers(0, len(words), shape)], dtype=object)
+    if dtype == "datetime":
+        return np.datetime64("2020-01-01") + rng.integers(0, 1000, shape).astype("timedelta64[D]")
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("float"):
+        out = rng.normal(size=shape).astype(dtype)
+        if out.size:
+            out.flat[0] = np.nan
+        return out
+    return rng.integers(0, 100, shape).astype(dtype)
+
+
+scalar_attrs = st.one_of(
+    st.text(max_size=8), st.integers(-5, 5), st.floats(allow_nan=False), st.booleans()
+)
+attrs = st.dictionaries(
+    st.sampled_from(["units", "description", "k", "flag"]),
+    st.one_of(scalar_attrs, st.lists(st.integers(-3, 3), max_size=3)),
+    max_size=3,
+)
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> tuple[xr.Dataset, dict[str, Any]]:
+    variables: dict[str, xr.DataArray] = {}
+    encoding: dict[str, Any] = {}
+    for i in range(draw(st.integers(1, 4))):
+        dims = tuple(draw(st.lists(st.sampled_from(sorted(DIMS)), unique=True, max_size=2)))
+        shape = tuple(DIMS[d] for d in dims)
+        dtype = draw(st.sampled_from(DTYPES))
+        numeric = dtype not in ("str", "datetime", "bool")
+        lazy = numeric and draw(st.booleans())
+        values: Any = (
+            da.zeros(shape, chunks=shape or (), dtype=dtype)
+            if lazy
+            else _values(dtype, shape, seed=i)
+        )
+        name = f"v{i}"
+        variables[name] = xr.DataArray(values, dims=dims, attrs=draw(attrs))
+        enc: dict[str, Any] = {}
+        if shape and draw(st.booleans()):
+            enc["chunks"] = tuple(draw(st.integers(1, n)) for n in shape)
+        elif lazy and shape:
+            enc["chunks"] = shape
+        if numeric and draw(st.booleans()):
+            enc["compressors"] = draw(st.sampled_from([None, (), "zstd"]))
+            if enc["compressors"] == "zstd":
+                from zarr.codecs import ZstdCodec
+
+                enc["compressors"] = (ZstdCodec(level=3),)
+        if dtype.startswith("float") and draw(st.booleans()):
+            enc["fill_value"] = 0.0
+        if enc:
+            encoding[name] = enc
+    coords: dict[str, Any] = {}
+    for dim in sorted(DIMS):
+        if draw(st.booleans()):
+            kind = draw(st.sampled_from(["int64", "str", "float64"]))
+            coords[dim] = (dim, _values(kind, (DIMS[dim],), seed=ord(dim)))
+    if draw(st.booleans()):  # a coordinate that is not a dimension: the "coordinates" attribute
+        coords["label"] = ("a", _values("str", (DIMS["a"],), seed=9))
+    ds = xr.Dataset(variables, coords=coords, attrs=draw(attrs))
+    return ds, encoding
+
+
+@given(datasets())
+def test_random_datasets_give_the_files_to_zarr_writes(tmp_path_factory, case) -> None:
+    """Random dims, dtypes (floats, ints, bool, strings, datetimes), lazy or in-memory values,
+    attributes, chunks, codecs, fill values and coordinates (hypothesis, default profile)."""
+    ds, encoding = case
+    assert_same_files(ds, encoding, tmp_path_factory.mktemp("random"))
+
+
+def test_an_existing_group_is_refused_and_left_alone(tmp_path) -> None:
+    ds = xr.Dataset({"x": ("a", np.arange(3.0))}, attrs={"k": "first"})
+    store = str(tmp_path / "s.zarr")
+    write_skeleton(ds, store)
+    before = _files(tmp_path / "s.zarr")
+    with pytest.raises(FileExistsError, match="already holds a Zarr node"):
+        write_skeleton(ds.assign_attrs(k="second"), store)
+    assert _files(tmp_path / "s.zarr") == before
+
+
+def test_an_encoding_for_a_missing_variable_is_refused(tmp_path) -> None:
+    ds = xr.Dataset({"x": ("a", np.arange(3.0))})
+    with pytest.raises(ValueError, match=r"variables the dataset does not have: \['y'\]"):
+        write_skeleton(ds, str(tmp_path / "s.zarr"), encoding={"y": {"chunks": (1,)}})
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_an_fsspec_url_gets_the_same_files() -> None:
+    """An object store (fsspec's memory filesystem): the same keys and bytes as ``to_zarr``."""
+    fs = fsspec.filesystem("memory")
+    for path in ("/skeleton-test/ours.zarr", "/skeleton-test/xarray.zarr"):
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    ds = xr.Dataset(
+        {
+            "c": (("r", "s"), da.zeros((4, 4), chunks=(4, 4))),
+            "v": ("r", np.linspace(0, 1, 4)),
+        },
+        coords={"r": np.array(["a", "b", "c", "d"], dtype=object)},
+        attrs={"status": "incomplete"},
+    )
+    encoding = {"c": {"chunks": (2, 2), "compressors": None}}
+    write_skeleton(ds, "memory://skeleton-test/ours.zarr", encoding=copy.deepcopy(encoding))
+    _with_xarray(ds, "memory://skeleton-test/xarray.zarr", encoding)
+
+    def files(root: str) -> dict[str, bytes]:
+        return {p.removeprefix(root): fs.cat_file(p) for p in fs.find(root)}
+
+    assert files("/skeleton-test/ours.zarr") == files("/skeleton-test/xarray.zarr")
+
+
+# -- the commit's root document -------------------------------------------------------------------
+def test_the_committed_root_is_what_zarr_consolidation_writes(tmp_path) -> None:
+    """``consolidated_root`` gives the bytes of ``zarr.consolidate_metadata`` followed by
+    ``update_attributes`` (Zarr's own API, the oracle), for a skeleton with arrays of several
+    kinds, and ``xr.open_zarr`` reads the result through the consolidated metadata."""
+    import json
+    import warnings
+
+    import zarr
+
+    from mvg_dask.engine.skeleton import consolidated_root
+
+    ds = xr.Dataset(
+        {
+            "covariance": (("f_row", "f_col"), da.zeros((3, 3), chunks=(3, 3))),
+            "noise_variances": ("direction", np.array([0.5, 1.0, 2.0])),
+            "symmetric_ratio": ((), 0.5, {"description": "r"}),
+            "count": ((), np.int64(7)),
+        },
+        coords={"f_row": np.array(["a", "b", "c"], dtype=object), "f_col": [1, 2, 3]},
+        attrs={"mvg_dask_status": "incomplete", "mvg_dask_release_id": "r1"},
+    )
+    final = {"mvg_dask_epsilon": 1.0, "mvg_dask_plan": {"k": [1, 2]}, "mvg_dask_status": "complete"}
+    ours, oracle = tmp_path / "ours.zarr", tmp_path / "oracle.zarr"
+    for store in (ours, oracle):
+        write_skeleton(ds, str(store), encoding={"covariance": {"chunks": (2, 2)}})
+    children = {p.parent.name: p.read_bytes() for p in sorted(ours.glob("*/zarr.json"))}
+    (ours / "zarr.json").write_bytes(
+        consolidated_root((ours / "zarr.json").read_bytes(), children, final)
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        zarr.consolidate_metadata(str(oracle))
+    zarr.open_group(str(oracle), mode="r+", use_consolidated=True).update_attributes(final)
+    assert (ours / "zarr.json").read_bytes() == (oracle / "zarr.json").read_bytes()
+    root = json.loads((ours / "zarr.json").read_bytes())
+    assert sorted(root["consolidated_metadata"]["metadata"]) == sorted(children)
+    opened = xr.open_zarr(str(ours), consolidated=True)
+    assert opened.attrs["mvg_dask_status"] == "complete"
+    assert list(opened["f_row"].values) == ["a", "b", "c"]
