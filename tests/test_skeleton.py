@@ -291,3 +291,20 @@ def test_the_committed_root_is_what_zarr_consolidation_writes(tmp_path) -> None:
     opened = xr.open_zarr(str(ours), consolidated=True)
     assert opened.attrs["mvg_dask_status"] == "complete"
     assert list(opened["f_row"].values) == ["a", "b", "c"]
+
+
+def test_a_store_path_with_glob_characters_commits_every_array(client, tmp_path) -> None:
+    """The commit lists the group's arrays (never globs them): an output path holding ``[``,
+    ``]`` and ``*`` still gets every array's metadata consolidated in its root."""
+    import json
+
+    store = make_input(tmp_path / "in.zarr", data(3, 200, seed=4), chunk=100)
+    out = tmp_path / "run[1]*.zarr"
+    api.release(
+        spec_dict(store, str(out), query="covariance"), client=client, seed=1, progress=False
+    )
+    root = json.loads((out / "zarr.json").read_bytes())
+    arrays = {p.name for p in out.iterdir() if (p / "zarr.json").exists()}
+    assert "covariance" in arrays
+    assert sorted(root["consolidated_metadata"]["metadata"]) == sorted(arrays)
+    assert root["attributes"]["mvg_dask_status"] == "complete"

@@ -540,8 +540,15 @@ class OutputTarget:
         # the inlined copies never go stale. One metadata write, the last of the release: the
         # final attributes with status "complete" and the consolidated metadata, in the root
         # zarr.json (the document `zarr.consolidate_metadata` and `update_attributes` write)
-        documents = fs.cat(sorted(fs.glob(f"{root}/*/zarr.json")))
-        children = {path.rsplit("/", 2)[-2]: doc for path, doc in documents.items()}
+        # the children listed and read one by one, never globbed (fsspec expands the paths
+        # of a batch as patterns, and a store path may hold `[`, `]` or `*`)
+        children = {}
+        for entry in sorted(fs.ls(root, detail=False)):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            try:
+                children[name] = fs.cat_file(f"{root}/{name}/zarr.json")
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # the root's own zarr.json, or not a Zarr node
         fs.pipe_file(
             f"{root}/zarr.json",
             consolidated_root(
