@@ -10,6 +10,7 @@ from real releases) and for random datasets (hypothesis).
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,15 @@ def test_an_existing_group_is_refused_and_left_alone(tmp_path) -> None:
     assert _files(tmp_path / "s.zarr") == before
 
 
+def test_a_cf_fill_value_in_the_encoding_gives_the_files_to_zarr_writes(tmp_path) -> None:
+    """``_FillValue`` given as encoding: xarray's CF encoder makes it an attribute (base64 of
+    the value), with the Zarr fill value left at NaN; the same files."""
+    ds = xr.Dataset({"x": ("a", np.arange(3.0))})
+    assert_same_files(ds, {"x": {"_FillValue": 0.0}}, tmp_path)
+    meta = json.loads((tmp_path / "ours.zarr" / "x" / "zarr.json").read_bytes())
+    assert meta["attributes"]["_FillValue"] == "AAAAAAAAAAA="
+
+
 def test_an_encoding_for_a_missing_variable_is_refused(tmp_path) -> None:
     ds = xr.Dataset({"x": ("a", np.arange(3.0))})
     with pytest.raises(ValueError, match=r"variables the dataset does not have: \['y'\]"):
@@ -256,7 +266,6 @@ def test_the_committed_root_is_what_zarr_consolidation_writes(tmp_path) -> None:
     """``consolidated_root`` gives the bytes of ``zarr.consolidate_metadata`` followed by
     ``update_attributes`` (Zarr's own API, the oracle), for a skeleton with arrays of several
     kinds, and ``xr.open_zarr`` reads the result through the consolidated metadata."""
-    import json
     import warnings
 
     import zarr
@@ -296,7 +305,6 @@ def test_the_committed_root_is_what_zarr_consolidation_writes(tmp_path) -> None:
 def test_a_store_path_with_glob_characters_commits_every_array(client, tmp_path) -> None:
     """The commit lists the group's arrays (never globs them): an output path holding ``[``,
     ``]`` and ``*`` still gets every array's metadata consolidated in its root."""
-    import json
 
     store = make_input(tmp_path / "in.zarr", data(3, 200, seed=4), chunk=100)
     out = tmp_path / "run[1]*.zarr"

@@ -539,9 +539,9 @@ class OutputTarget:
         # not know it ignore the key (must_understand: false). Every array is final by now, so
         # the inlined copies never go stale. One metadata write, the last of the release: the
         # final attributes with status "complete" and the consolidated metadata, in the root
-        # zarr.json (the document `zarr.consolidate_metadata` and `update_attributes` write)
-        # the children listed and read one by one, never globbed (fsspec expands the paths
-        # of a batch as patterns, and a store path may hold `[`, `]` or `*`)
+        # zarr.json (the document `zarr.consolidate_metadata` and `update_attributes` write).
+        # The children are listed and read one by one, never globbed: fsspec expands the paths
+        # of a batch as patterns, and a store path may hold `[`, `]` or `*`.
         children = {}
         for entry in sorted(fs.ls(root, detail=False)):
             name = entry.rstrip("/").rsplit("/", 1)[-1]

@@ -109,7 +109,7 @@ def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[
             fv = attrs.pop("_FillValue")
             if fv is not None:
                 attrs["_FillValue"] = FillValueCoder.encode(fv, var.dtype)
-        var.encoding.pop("_FillValue", None)
+        var.encoding.pop("_FillValue", None)  # the CF encoder moved it to the attributes
         zarr_encoding = extract_zarr_variable_encoding(
             var, raise_on_invalid=name in encoding, name=name, zarr_format=3
         )
