@@ -20,6 +20,7 @@ from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.registry import CompatibilityError, check_compatible
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
 
 
 class SpecError(ValueError):
@@ -183,6 +184,11 @@ class OutputSpec(_Strict):
     beyond, computed, privatized and written panel by panel on the workers with bounded memory;
     a value below the number of features (a multiple of 256, the noise grid) chooses the
     blocked path explicitly. The blocked path needs standard directions.
+
+    An fsspec URL ``store`` (object stores, ``memory://``) may not hold ``*``, ``?`` or ``[``:
+    fsspec's ``rm`` expands a path as a glob pattern (s3fs also expands the deletes of Zarr's
+    fsspec store), so an abort of ``s3://b/run*.zarr`` would remove ``run1.zarr`` and
+    ``run2.zarr`` too. A local path may hold them: its removals never glob.
     """
 
     store: str
@@ -190,6 +196,19 @@ class OutputSpec(_Strict):
     codec: Literal["none", "zstd", "lz4"] = "none"
     dtype: Literal["auto", "float64", "float32"] = "auto"
     matrix_chunk: Annotated[int, Field(gt=0)] | None = None
+
+    @field_validator("store")
+    @classmethod
+    def _no_pattern_in_url(cls, value: str) -> str:
+        if "://" in value and not value.startswith("file://"):
+            magic = sorted(set(value.split("://", 1)[1]) & set(_GLOB_CHARACTERS))
+            if magic:
+                raise ValueError(
+                    f"{value!r} holds {' '.join(magic)}: fsspec deletes paths as glob patterns, "
+                    "so an abort could remove other data that the pattern matches; choose a "
+                    "name without * ? [ (a local path may hold them)"
+                )
+        return value
 
 
 class BudgetSpec(_Strict):

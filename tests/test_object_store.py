@@ -71,3 +71,36 @@ def test_failed_object_store_release_leaves_nothing(threaded_client):
             progress=False,
         )
     assert not fsspec.filesystem("memory").exists("/obj3/out.zarr")
+
+
+@pytest.mark.parametrize("name", ["run*.zarr", "run?.zarr", "run[12].zarr"])
+def test_an_object_store_output_with_a_glob_pattern_is_refused(threaded_client, tmp_path, name):
+    """fsspec removes a path as a glob pattern: ``memory://obj4/run*.zarr`` would let an abort
+    of the release remove ``run1.zarr`` too. Such an output is refused before anything is
+    read, written or charged, and the data the pattern matches is left alone."""
+    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.spec import SpecError
+
+    fs = fsspec.filesystem("memory")
+    if fs.exists("/obj4"):
+        fs.rm("/obj4", recursive=True)
+    X = np.random.default_rng(3).uniform(0, 1, (3, 200))
+    write_matrix(X, "memory://obj4/in.zarr", record_chunk=100)
+    write_matrix(X, "memory://obj4/run1.zarr", record_chunk=100)  # someone else's data
+    before = {p: fs.cat_file(p) for p in fs.find("/obj4")}
+    ledger = {
+        "path": str(tmp_path / "ledger.sqlite"),
+        "dataset": "obj4",
+        "budget": {"epsilon": 5.0, "delta": 1e-4},
+    }
+    spec = spec_dict("memory://obj4/in.zarr", f"memory://obj4/{name}", ledger=ledger)
+    with pytest.raises(SpecError, match=r"output\.store: .*glob patterns"):
+        api.release(spec, client=threaded_client, seed=1, progress=False)
+    assert {p: fs.cat_file(p) for p in fs.find("/obj4")} == before
+    if (tmp_path / "ledger.sqlite").exists():
+        with open_ledger(tmp_path / "ledger.sqlite") as book:
+            assert book.releases() == []
+    # the same name as a local path is a valid output (its removals never glob)
+    local = spec_dict("memory://obj4/in.zarr", str(tmp_path / name), ledger=ledger)
+    res = api.release(local, client=threaded_client, seed=1, progress=False)
+    assert api.open_release(res.output).attrs["mvg_dask_status"] == "complete"
