@@ -105,10 +105,16 @@ def test_symmetric_and_equimodal_bounds_dominate_local_optimisation(domain_name,
                 lambda x, xp, w=whitened: float(np.sum(w(x, xp) ** 2)), domain, m, pairs, rng
             )
             assert math.sqrt(found) <= bound * (1 + REL), (neighbours, theta)
-            for r in (0.5, 1 / math.sqrt(2), 2.5, 4.0):
+            ratios = (0.5, 1 / math.sqrt(2), 2.5, 4.0)
+            # the planner's many-ratio call (each ratio's bound shares the ratio-free work)
+            many = query.mahalanobis_sensitivities(
+                domain, neighbours, P, directions=W, ratios=list(ratios)
+            )
+            for r, bound_of_many in zip(ratios, many, strict=True):
                 bound = query.mahalanobis_sensitivity(
                     domain, neighbours, P, "symmetric", directions=W, ratio=r
                 )
+                assert bound_of_many == bound
                 found = maximise(
                     lambda x, xp, w=whitened, r=r: q_weighted(w(x, xp), r) / r,
                     domain,

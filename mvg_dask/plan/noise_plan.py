@@ -928,12 +928,14 @@ def symmetric_entry_std(factor: np.ndarray, ratio: float) -> np.ndarray:
     return np.asarray(np.sqrt(np.maximum(var, 0.0)))
 
 
-def symmetric_error_factor(theta: np.ndarray, ratio: float) -> float:
-    """``E ||B S B^T||_F^2`` for precisions ``theta`` (``v = 1 / theta``): ``sum v_i^2 +
-    r sum_{i != j} v_i v_j`` (``||B S B^T||_F = ||diag(sqrt v) S diag(sqrt v)||_F``)."""
+def symmetric_error_factors(theta: np.ndarray, ratios: Sequence[float]) -> list[float]:
+    """``E ||B S B^T||_F^2`` for precisions ``theta`` (``v = 1 / theta``) and each ratio ``r``:
+    ``sum v_i^2 + r sum_{i != j} v_i v_j`` (as ``||B S B^T||_F = ||diag(sqrt v) S diag(sqrt
+    v)||_F``)."""
     v = 1.0 / np.asarray(theta, dtype=np.float64)
     sq = float(v @ v)
-    return sq + ratio * (float(v.sum()) ** 2 - sq)
+    cross = float(v.sum()) ** 2 - sq
+    return [sq + float(r) * cross for r in ratios]
 
 
 def best_symmetric_ratio(
@@ -990,8 +992,8 @@ def best_symmetric_ratio(
             domain, neighbours, (W * theta) @ W.T, directions=W, ratios=list(grid)
         )
     best_r, best_err = 0.5, math.inf
-    for r, d1 in zip(grid, d1s, strict=True):
-        err = d1 * d1 * symmetric_error_factor(theta, float(r))
+    for r, d1, factor in zip(grid, d1s, symmetric_error_factors(theta, list(grid)), strict=True):
+        err = d1 * d1 * factor
         if err < best_err * (1.0 - 1e-12):
             best_r, best_err = float(r), err
     return best_r

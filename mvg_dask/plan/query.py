@@ -480,17 +480,14 @@ def _symmetric_bounds(
     if algorithm == "equi-modal":
         factor = math.sqrt(2.0) if neighbours == "replace-one" else 1.0
         bounds.append(factor * S / N)
-    out = []
-    for ratio in ratios:
-        r = 0.5 if algorithm == "equi-modal" else float(ratio)  # type: ignore[arg-type]
-        q = sens.outer_weighted_sup(
-            T,
-            S,
-            ratio=r,
-            replace_one=neighbours == "replace-one",
-            sign_definite=sign_definite,
-            area_sup=area,
-        )
-        # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
-        out.append(float(min([*bounds, math.sqrt(q / r) / N])))
-    return out
+    rs = [0.5 if algorithm == "equi-modal" else float(r) for r in ratios]  # type: ignore[arg-type]
+    qs = sens.outer_weighted_sups(
+        T,
+        S,
+        ratios=rs,
+        replace_one=neighbours == "replace-one",
+        sign_definite=sign_definite,
+        area_sup=area,
+    )
+    # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
+    return [float(min([*bounds, math.sqrt(q / r) / N])) for q, r in zip(qs, rs, strict=True)]

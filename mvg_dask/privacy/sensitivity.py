@@ -7,6 +7,8 @@ All bounds are valid *upper* bounds; the tests check each against a brute-force 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -203,36 +205,82 @@ def outer_weighted_sup(
     float
         The bound.
     """
-    _check_ratio(ratio)
+    return outer_weighted_sups(
+        coord_sups,
+        quad_sup,
+        ratios=[ratio],
+        replace_one=replace_one,
+        sign_definite=sign_definite,
+        area_sup=area_sup,
+    )[0]
+
+
+def outer_weighted_sups(
+    coord_sups: np.ndarray,
+    quad_sup: float,
+    *,
+    ratios: Sequence[float],
+    replace_one: bool,
+    sign_definite: bool = False,
+    area_sup: float | None = None,
+) -> list[float]:
+    """:func:`outer_weighted_sup` for each of ``ratios``, sharing the work that does not depend
+    on the ratio.
+
+    The bound is ``max_k (g_k + c L_k)`` over a few knots ``k``, ``c = ratio - 1/2``, with
+    ``g_k`` and ``L_k`` functions of ``T``, ``S`` and ``K`` alone (and, for sign-definite
+    coordinates, the least of it and Theorem 2's ``g + c L``): each is computed once, then
+    evaluated per ratio with the same floating-point operations as for one ratio.
+
+    Parameters
+    ----------
+    coord_sups, quad_sup, replace_one, sign_definite, area_sup
+        As for :func:`outer_weighted_sup`.
+    ratios : sequence of float
+        Ratios ``r >= 1/2``.
+
+    Returns
+    -------
+    list of float
+        The bound for each ratio, in order.
+    """
+    for ratio in ratios:
+        _check_ratio(ratio)
     T = np.asarray(coord_sups, dtype=np.float64)
     t_sum = float(T.sum())
     tau = float(T.max())
     t_sq = float(T @ T)
     S = min(float(quad_sup), t_sum)
-    c = ratio - 0.5
     if tau <= 0 or S <= 0:
-        return 0.0
+        return [0.0 for _ in ratios]
+    theorem2: tuple[float, float] | None = None
     if not replace_one:
         # Q(y y^T) = s^2/2 + c sum y_i^4 <= s^2/2 + c min(tau s, sum T_i^2), s = ||y||^2 <= S
-        cands = [S, min(S, t_sq / tau)]
-        return float(max(0.5 * s * s + c * min(tau * s, t_sq) for s in cands))
-
-    K = S * S if area_sup is None else min(max(float(area_sup), 0.0), S * S)
-
-    def h(u: float) -> float:
-        # ||D||_F^2 / 2 = (s - t)^2 / 2 + (s t - (y.y')^2) <= (s - t)^2 / 2 + min(s t, K),
-        # largest at the most unequal split of u = s + t
-        s = min(u, S)
-        t = u - s
-        g = 0.5 * (s - t) ** 2 + min(s * t, K)
-        return g + c * min(tau * u, tau * (2.0 * t_sum - u), t_sq)
-
-    knots = [0.0, S, 2.0 * S, S + K / S, t_sum, t_sq / tau, 2.0 * t_sum - t_sq / tau]
-    bound = max(h(u) for u in knots if 0.0 <= u <= 2.0 * S)
-    if sign_definite:
-        M = min(t_sum, 2.0 * S)
-        bound = min(bound, 0.5 * M * M + c * min(tau * M, t_sq))
-    return float(bound)
+        terms = [(0.5 * s * s, min(tau * s, t_sq)) for s in (S, min(S, t_sq / tau))]
+    else:
+        K = S * S if area_sup is None else min(max(float(area_sup), 0.0), S * S)
+        terms = []
+        knots = [0.0, S, 2.0 * S, S + K / S, t_sum, t_sq / tau, 2.0 * t_sum - t_sq / tau]
+        for u in knots:
+            if not 0.0 <= u <= 2.0 * S:
+                continue
+            # ||D||_F^2 / 2 = (s - t)^2 / 2 + (s t - (y.y')^2) <= (s - t)^2 / 2 + min(s t, K),
+            # largest at the most unequal split of u = s + t
+            s = min(u, S)
+            t = u - s
+            g = 0.5 * (s - t) ** 2 + min(s * t, K)
+            terms.append((g, min(tau * u, tau * (2.0 * t_sum - u), t_sq)))
+        if sign_definite:
+            M = min(t_sum, 2.0 * S)
+            theorem2 = (0.5 * M * M, min(tau * M, t_sq))
+    out = []
+    for ratio in ratios:
+        c = ratio - 0.5
+        bound = max(g + c * L for g, L in terms)
+        if theorem2 is not None:
+            bound = min(bound, theorem2[0] + c * theorem2[1])
+        out.append(float(bound))
+    return out
 
 
 #: Largest dimension :func:`traceless_box_sup` enumerates (``2m 2^(2m - 1)`` box edges).
