@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +193,11 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
 def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Any:
     """A lazy array that declares a skeleton variable and is never computed (its chunks are
     written by the tasks): one dask chunk, so declaring it builds no per-chunk graph (the Zarr
-    chunks come from the encoding)."""
+    chunks come from the encoding). Named, not tokenized: tokenizing pickles the array's
+    constructor, milliseconds of the client's time in every release."""
     import dask.array as da
 
-    return da.zeros(shape, chunks=shape, dtype=dtype)
+    return da.zeros(shape, chunks=shape, dtype=dtype, name=f"placeholder-{uuid.uuid4().hex}")
 
 
 def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:

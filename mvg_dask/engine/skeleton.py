@@ -66,8 +66,10 @@ def write_skeleton(
     if fs.exists(f"{root}/zarr.json"):
         raise FileExistsError(f"{store} already holds a Zarr node")
     if is_local(store):  # a local filesystem writes into existing directories only
-        for parent in sorted({f"{root}/{key}".rsplit("/", 1)[0] for key in files}):
-            fs.makedirs(parent, exist_ok=True)
+        parents = {f"{root}/{key}".rsplit("/", 1)[0] for key in files}
+        for parent in sorted(parents):  # the deepest ones (makedirs makes their ancestors)
+            if not any(other.startswith(f"{parent}/") for other in parents):
+                fs.makedirs(parent, exist_ok=True)
     # the root's zarr.json last: the group exists only once everything else does
     fs.pipe({f"{root}/{key}": value for key, value in files.items() if key != "zarr.json"})
     fs.pipe_file(f"{root}/zarr.json", files["zarr.json"])
