@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.plan.release_plan import ReleasePlan, plan_release
-from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths
+from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths, with_output_store
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -141,7 +141,7 @@ def load(spec: SpecLike, *, output: str | None = None) -> ReleaseSpec:
         s = load_spec(spec)
     if output is not None:
         store = output if "://" in output else str(Path(output).resolve())
-        s = s.model_copy(update={"output": s.output.model_copy(update={"store": store})})
+        s = with_output_store(s, store)
     return s
 
 

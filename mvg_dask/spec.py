@@ -188,7 +188,8 @@ class OutputSpec(_Strict):
     An fsspec URL ``store`` (object stores, ``memory://``) may not hold ``*``, ``?`` or ``[``:
     fsspec's ``rm`` expands a path as a glob pattern (s3fs also expands the deletes of Zarr's
     fsspec store), so an abort of ``s3://b/run*.zarr`` would remove ``run1.zarr`` and
-    ``run2.zarr`` too. A local path may hold them: its removals never glob.
+    ``run2.zarr`` too. A local path (a plain path or a ``file://`` URL) may hold them: its
+    removals never glob.
     """
 
     store: str
@@ -387,6 +388,35 @@ def parse_spec(data: object, *, source: str = "spec") -> ReleaseSpec:
         return ReleaseSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(f"{source}: {_format_error(exc)}") from None
+
+
+def with_output_store(spec: ReleaseSpec, store: str) -> ReleaseSpec:
+    """``spec`` with ``output.store`` replaced by ``store``, validated as a spec's own is.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        A validated spec.
+    store : str
+        The new output store (an absolute path or an fsspec URL).
+
+    Returns
+    -------
+    ReleaseSpec
+        The spec writing to ``store``.
+
+    Raises
+    ------
+    SpecError
+        When ``store`` is not a valid output store (``OutputSpec``'s checks).
+    """
+    try:
+        output = OutputSpec.model_validate(
+            {**spec.output.model_dump(exclude_unset=True), "store": store}
+        )
+    except ValidationError as exc:
+        raise SpecError(f"output.{_format_error(exc)}") from None
+    return spec.model_copy(update={"output": output})
 
 
 def load_spec(path: str | Path) -> ReleaseSpec:
