@@ -265,7 +265,8 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
         ``True`` with an object-store output, a path inside the output store, an existing
         directory, or bokeh missing.
     """
-    from mvg_dask.engine.metadata import is_local, local_path
+    from mvg_dask.engine.metadata import local_path
+    from mvg_dask.spec import is_local
 
     if option is None or option is False:
         return None

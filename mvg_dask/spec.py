@@ -23,6 +23,11 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
 
 
+def is_local(store: str) -> bool:
+    """True for a plain path or a ``file://`` URL."""
+    return "://" not in store or store.startswith("file://")
+
+
 class SpecError(ValueError):
     """A release spec is invalid; the message names the field and the remedy."""
 
@@ -201,7 +206,7 @@ class OutputSpec(_Strict):
     @field_validator("store")
     @classmethod
     def _no_pattern_in_url(cls, value: str) -> str:
-        if "://" in value and not value.startswith("file://"):
+        if not is_local(value):
             magic = sorted(set(value.split("://", 1)[1]) & set(_GLOB_CHARACTERS))
             if magic:
                 raise ValueError(

@@ -14,14 +14,9 @@ import numpy as np
 
 from mvg_dask.errors import DataError
 from mvg_dask.plan.release_plan import InputMetadata
-from mvg_dask.spec import InputSpec, ReleaseSpec
+from mvg_dask.spec import InputSpec, ReleaseSpec, is_local
 
 MAX_FEATURE_NAMES = 1_000_000
-
-
-def is_local(store: str) -> bool:
-    """True for a plain path or a ``file://`` URL."""
-    return "://" not in store or store.startswith("file://")
 
 
 def local_path(store: str) -> Path:

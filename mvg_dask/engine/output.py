@@ -31,13 +31,14 @@ import xarray as xr
 
 from mvg_dask._version import __version__
 from mvg_dask.engine.blocks import PROGRESS_DIR
-from mvg_dask.engine.metadata import is_local, local_path
+from mvg_dask.engine.metadata import local_path
 from mvg_dask.engine.skeleton import consolidated_root, write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.spec import is_local
 
 PREFIX = "mvg_dask_"
 STATUS_ATTR = f"{PREFIX}status"

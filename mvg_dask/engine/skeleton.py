@@ -28,7 +28,8 @@ import fsspec
 import numpy as np
 import xarray as xr
 
-from mvg_dask.engine.metadata import is_local, local_path
+from mvg_dask.engine.metadata import local_path
+from mvg_dask.spec import is_local
 
 
 def write_skeleton(
