@@ -119,7 +119,14 @@ class CpuMeter:
     @property
     def bound(self) -> float:
         """The least wall time a run's CPU allows on this machine's cores (seconds)."""
-        return (self.client_cpu + self.workers_cpu) / len(os.sched_getaffinity(0))
+        return (self.client_cpu + self.workers_cpu) / _cores()
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def best_of(
