@@ -331,8 +331,9 @@ class _SideBits:
     """64-bit words of the tile's side stream, read in order."""
 
     def __init__(self, key: NoiseKey, tile: int) -> None:
-        self._bitgen: Any = key.generator(tile).bit_generator  # randomgen.AESCounter
-        self._bitgen.advance(_SIDE_WORDS)
+        bitgen: Any = key.generator(tile).bit_generator  # randomgen.AESCounter
+        bitgen.advance(_SIDE_WORDS)
+        self._bitgen = bitgen
         self.used = 0
 
     def word(self) -> int:
