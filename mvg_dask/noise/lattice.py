@@ -438,6 +438,7 @@ class _Stats:
 
     words: int  # main-stream words read
     undecided: int  # elements handed to the exact path
+    tail: int  # of which tail trials
     side_words: int  # side-stream words read
     exact_trials: int  # fresh trials run on the exact path
 
@@ -498,6 +499,7 @@ def _draw(
     used = 0
     trials = 0
     undecided = sum(len(p) for p in pending)
+    tail = sum(int((p[:, 1] == 1).sum()) for p in pending)
     if pending:
         src = _SideBits(key, tile)
         exact = _Exact(tab, src)
@@ -509,7 +511,7 @@ def _draw(
                 out[idx] = value
         used, trials = src.used, exact.trials
     return out.reshape(shape), _Stats(
-        words=consumed, undecided=undecided, side_words=used, exact_trials=trials
+        words=consumed, undecided=undecided, tail=tail, side_words=used, exact_trials=trials
     )
 
 
