@@ -57,10 +57,10 @@ def main() -> None:
         undecided += st.undecided
         tail += st.tail
     # per trial: the tail has probability c_T / 2^32 = 2^-32; an undecided comparison about
-    # 2^-36 (6 % of trials compute exp, then W must fall within ~2^-32 of the threshold)
+    # 2^-32 + 2 * margin = 2^-32 + 2^-39 (W within its last read bit or the margin of p)
     print(
         f"exact path: {undecided} of {total} elements ({tail} tail trials) at scale 2^20 "
-        f"(expected about {total * (2.0**-32 + 2.0**-36):.3f})"
+        f"(expected about {total * (2.0**-31 + 2.0**-39):.3f})"
     )
 
 
