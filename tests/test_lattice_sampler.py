@@ -221,3 +221,15 @@ def test_forced_exact_path_is_deterministic():
     c, _ = _draw(key, 2, (1200,), s, **FORCE)
     assert np.array_equal(a[:1200], c)
     assert not np.array_equal(a, _draw(key, 3, (3000,), s, **FORCE)[0])
+
+
+def test_reproducible_exp_is_within_its_error_bound():
+    """The fast path's own exp(-x) (IEEE + - * only) is within 2^-50 of exp(-x) (seed 16)."""
+    from mvg_dask.noise.lattice import _exp_neg_py
+
+    xs = np.concatenate([np.random.default_rng(16).uniform(0, 64, 5000), [0.0, 0.5, 24.5, 64.0]])
+    with mpmath.workprec(120):
+        worst = max(
+            abs(mpmath.mpf(_exp_neg_py(float(x))) / mpmath.exp(-mpmath.mpf(x)) - 1) for x in xs
+        )
+    assert worst < 2.0**-50

@@ -38,14 +38,16 @@ uniform on block ``j`` plus the tail part, ``f <= C 2^32 q`` everywhere, and a t
 probability ``f / (C 2^32 q)``, so an accepted ``|Y|`` has density ``∝ f`` (Canonne, Kamath and
 Steinke 2020, Alg. 1–3, use the same scheme with a discrete-Laplace proposal). The uniforms are
 infinite bit strings of which only a prefix is read (Karney 2016): a comparison ``W < p(Y)`` is
-taken on the fast path only when it holds for *every* completion of the read bits, with a
-relative margin (``2^-40``) that covers every float rounding error (at most about ``2^-45``
-here). Otherwise the trial is handed to an exact path that reads further bits of the same
-uniforms from a side stream and decides with rigorous interval arithmetic (:mod:`mpmath` ``iv``,
-precision growing with the bits), until the interval of ``p(Y)`` and that of ``W`` separate,
-which happens with probability 1. A comparison is therefore a function of the infinite
-uniforms, decided by reading enough of them, and the output is the exact law whatever path
-decides it. The tail (probability ``2^-32`` per trial) is entirely on the exact path:
+taken on the fast path only when it holds for *every* completion of the read bits, with a relative
+margin (``2^-40``) that covers every float rounding error (at most about ``2^-45`` here; the fast
+path's ``exp`` is built from IEEE-754 ``+ - *`` only, so its decisions, and hence the output bits,
+do not depend on the platform's ``libm``). Otherwise the trial is handed to an exact path that reads
+further bits of the same uniforms from a side stream and decides with rigorous interval arithmetic
+(:mod:`mpmath` ``iv``, precision growing with the bits), until the interval of ``p(Y)`` and that of
+``W`` separate, which happens with probability 1. A comparison is therefore a function of the
+infinite uniforms, decided by reading enough of them, and the output is the exact law whatever path
+decides it. About ``2^-31`` of the elements reach the exact path (an undecided comparison,
+``2^-32``, or the tail). The tail (probability ``2^-32`` per trial) is entirely on the exact path:
 ``|Y| = L + (s^2 / L) E``, ``E = -ln V``, with ``V`` refined until both the acceptance and the
 rounding are decided.
 
@@ -165,8 +167,8 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
     w = math.ldexp(1.0, k)
     nblocks = math.ceil(cover * s / w)
     big_l = nblocks * w
-    g = [math.exp(-((j * w) ** 2) / (2 * s * s)) for j in range(nblocks)]
-    tail_env = math.exp(-(big_l**2) / (2 * s * s)) * s * s / big_l
+    g = [_exp_neg_py((j * w) * (j * w) / (2 * s * s)) for j in range(nblocks)]
+    tail_env = _exp_neg_py(big_l * big_l / (2 * s * s)) * s * s / big_l
     big_z = (sum(w * gj for gj in g) + tail_env) * (1 + 2.0**-20)
     big_c = big_z * 2.0**-32
     counts = [math.floor(w * gj / big_c) + 1 for gj in g]
@@ -195,13 +197,13 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
     inv2s2 = 1.0 / (2 * s * s)
     lam32 = np.array(
         [
-            2.0**32 * beta[j] * math.exp(-(((j + 1) * w) ** 2) * inv2s2) * (1 - margin)
+            2.0**32 * beta[j] * _exp_neg_py(((j + 1) * w) * ((j + 1) * w) * inv2s2) * (1 - margin)
             for j in range(nblocks)
         ]
     )
     mu32 = np.array(
         [
-            2.0**32 * beta[j] * math.exp(-((j * w) ** 2) * inv2s2) * (1 + margin)
+            2.0**32 * beta[j] * _exp_neg_py((j * w) * (j * w) * inv2s2) * (1 + margin)
             for j in range(nblocks)
         ]
     )
@@ -227,6 +229,31 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
 
 # --------------------------------------------------------------------------------------------
 # fast path (compiled with numba on first use)
+
+
+_LN2_HI = 0.693145751953125  # 2^-1 .. 2^-16 bits of ln 2: n * _LN2_HI is exact for n < 2^37
+_LN2_LO = 1.4286068203094173e-06  # ln 2 - _LN2_HI, to double precision
+_INV_LN2 = 1.4426950408889634
+_INV_FACT = tuple(1.0 / math.factorial(i) for i in range(13))
+
+
+def _exp_neg_py(x: float) -> float:
+    """``exp(-x)`` for ``0 <= x <= 64`` from IEEE-754 ``+ - *`` only (bitwise reproducible).
+
+    ``exp(-x) = 2^-n exp(-r)``, ``|r| <= ln(2)/2 + 2^-40``, by Cody–Waite reduction and the
+    degree-12 Taylor polynomial (truncation below ``2^-52``); relative error below ``2^-50``.
+    Unlike the platform's ``exp`` (whose last bit may depend on the CPU's code path) it gives
+    the same bits everywhere, so the fast path's decisions do too.
+    """
+    n = math.floor(x * _INV_LN2 + 0.5)
+    r = (x - n * _LN2_HI) - n * _LN2_LO
+    p = _INV_FACT[12]
+    for i in range(11, -1, -1):
+        p = p * -r + _INV_FACT[i]
+    return math.ldexp(p, -n)
+
+
+_exp_neg: Callable[[float], float] = _exp_neg_py  # replaced by its compiled version in _kernel()
 
 
 def _kernel_py(
@@ -257,7 +284,7 @@ def _kernel_py(
     nw = words.shape[0]
     cap = amb.shape[0]
     nu = 63 - b
-    ulp = 2.0 ** (-(nu + e))
+    ulp = math.ldexp(1.0, -(nu + e))
     half = np.int64(1) << np.int64(e - 1)
     total = cum[nblocks]
     shift_g = np.uint64(64 - _GUIDE_BITS)
@@ -287,11 +314,11 @@ def _kernel_py(
             else:
                 ylo = j * w + low * ulp
                 yhi = ylo + ulp
-                plo = math.exp(-(yhi * yhi) * inv2s2) * beta[j] * lo_f
+                plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
                 if (wq + 1) * inv32 <= plo:
                     decided = True
                 else:
-                    phi = math.exp(-(ylo * ylo) * inv2s2) * beta[j] * hi_f
+                    phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
                     if wq * inv32 >= phi:
                         continue
         if decided:
@@ -316,9 +343,11 @@ _compiled: list[Callable[..., tuple[int, int, int]]] = []
 
 def _kernel() -> Callable[..., tuple[int, int, int]]:
     """The numba-compiled kernel (numba is imported on first use only)."""
+    global _exp_neg
     if not _compiled:
         import numba
 
+        _exp_neg = numba.njit(cache=True, nogil=True)(_exp_neg_py)
         _compiled.append(numba.njit(cache=True, nogil=True)(_kernel_py))
     return _compiled[0]
 
