@@ -116,6 +116,15 @@ class NoiseKey:
         """Standard normal draws of tile ``tile``, always generated whole and in C order."""
         return self.generator(tile).standard_normal(shape)
 
+    def tile_lattice(self, tile: int, shape: tuple[int, ...], scale: float) -> np.ndarray:
+        """Rounded-Gaussian integers ``floor(scale * N + 1/2)`` of tile ``tile``, drawn whole.
+
+        See :func:`mvg_dask.noise.lattice.tile_rounded_gaussian` (exact law, int64, C order).
+        """
+        from mvg_dask.noise.lattice import tile_rounded_gaussian
+
+        return tile_rounded_gaussian(self, tile, shape, scale)
+
     def __repr__(self) -> str:
         return f"NoiseKey(<hidden>, seeded={self._seeded})"
 
