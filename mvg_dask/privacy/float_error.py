@@ -680,7 +680,9 @@ def covariance_error_bound(
             y_norm = inv * f_norm
             e_f = lam * (y_norm + e1) + inv_t * e1 + phi * y_norm
             g_f = inv * inv * f_norm
-            out = e_f if algorithm == "equi-modal" else (1 + g3) * e_f + g3 * g_f
+            # g_hat is not exactly symmetric here: its upper triangle weighs up to max(1, 1/r)
+            sym = math.sqrt(max(1.0, 1.0 / r))
+            out = e_f if algorithm == "equi-modal" else sym * ((1 + g3) * e_f + g3 * g_f)
             mag = g_f + e_f
         else:
             out = e1
