@@ -133,11 +133,18 @@ class AllocationSpecModel(_Strict):
 
 
 class MechanismSpec(_Strict):
-    """The MVG mechanism: algorithm, calibration, directions and allocation.
+    """The MVG mechanism: algorithm, calibration, directions, allocation and noise kind.
 
     ``algorithm`` defaults to ``unimodal``, except for an ``exact`` covariance release, whose
     default is ``symmetric`` (noise ``A S A^T`` with ``S`` symmetric, docs/bounds.md); the
     paper's Alg. 2 stays available as ``equi-modal``.
+
+    ``noise``: ``lattice`` (the default) is the floating-point-safe release: the whitened query
+    is rounded to a public grid and exact integer noise is added, with the floating-point error
+    of the computed query charged to the sensitivity (docs/lattice.md). ``float``
+    draws the noise and adds it in floating point, as the papers do: its published low-order
+    bits can reveal a record (the precision attack of Haney et al. 2022), so it is *not*
+    floating-point safe; it stays for comparison and reproduction.
     """
 
     algorithm: Algorithm = "unimodal"
@@ -147,6 +154,7 @@ class MechanismSpec(_Strict):
     sensitivity: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     gamma: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     entry_range: tuple[float, float] | None = None
+    noise: Literal["lattice", "float"] = "lattice"
 
 
 class PrivacySpec(_Strict):
@@ -155,6 +163,11 @@ class PrivacySpec(_Strict):
     Under add-remove neighbours the record count is private: a covariance release divides by a
     declared public normaliser ``records`` (``N0``), or, without one, releases the sum
     ``X X^T`` and a noisy record count that spends ``count_share`` of the budget.
+
+    ``max_records``: a public upper bound on the record count of an add-remove covariance with
+    lattice noise (the floating-point error of a sum grows with its length, and the private
+    count may not set it); ``2**32`` by default. An input with more records is refused before
+    anything is read.
     """
 
     epsilon: Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -162,6 +175,7 @@ class PrivacySpec(_Strict):
     neighbours: Literal["replace-one", "add-remove"] = "replace-one"
     records: Annotated[int, Field(ge=1)] | None = None
     count_share: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    max_records: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _records_is_for_add_remove(self) -> PrivacySpec:
@@ -169,6 +183,11 @@ class PrivacySpec(_Strict):
             raise ValueError(
                 "records is a public normaliser for add-remove neighbours; under replace-one "
                 "the record count is public and used as it is: remove privacy.records"
+            )
+        if self.max_records is not None and self.neighbours != "add-remove":
+            raise ValueError(
+                "max_records bounds a private record count (add-remove neighbours); under "
+                "replace-one the record count is public: remove privacy.max_records"
             )
         return self
 

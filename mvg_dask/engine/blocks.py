@@ -7,7 +7,7 @@ test, and keep the graph small: one task per chunk reads, checks, clips, adds no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from distributed.protocol import dask_deserialize, dask_serialize, deserialize, serialize
@@ -16,6 +16,10 @@ from mvg_dask.engine.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
+from mvg_dask.plan.release_plan import PANEL_RECORDS
+
+if TYPE_CHECKING:
+    from mvg_dask.engine.lattice import RecordLattice, StandardSquareLattice
 
 PROGRESS_DIR = ".mvg_dask_progress"
 
@@ -229,9 +233,12 @@ def identity_task(
     n_total: int,
     diagonal: bool,
     step: int | None = None,
+    lattice: RecordLattice | None = None,
 ) -> Outcome:
     """One task of the identity release: for each stored chunk of ``[start, stop)`` (``step``
-    records each) read, check, clip, add MVG noise, write and mark it done.
+    records each) read, check, clip, add MVG noise, write and mark it done. With ``lattice``
+    the chunk is privatized on the lattice (:meth:`RecordLattice.release`) instead of having
+    float noise added.
 
     A chunk whose marker exists (written by an earlier, interrupted run of the same release) is
     skipped: its bytes are already in place, identical to what this run would write. Once the
@@ -264,8 +271,11 @@ def identity_task(
             x, clipped = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        y = record_noise(noise_key, factor, a, b, tile=tile, n_total=n_total, diagonal=diagonal)
-        y += x
+        if lattice is not None:
+            y = lattice.release(x, noise_key, a, b, tile=tile, n_total=n_total)
+        else:
+            y = record_noise(noise_key, factor, a, b, tile=tile, n_total=n_total, diagonal=diagonal)
+            y += x
         sink.write(a, b, y)
         _write_marker(fs, marker, json.dumps({"clipped": clipped, "records": b - a}).encode())
         total += [clipped, b - a]
@@ -358,11 +368,6 @@ def add_grams(acc: Outcome, part: Outcome) -> Outcome:
     a, b = acc.value[0], part.value[0]
     out = a if a.flags.writeable else b if b.flags.writeable else None
     return Outcome((np.add(a, b, out=out), acc.value[1] + part.value[1]))
-
-
-#: A panel task reads at least this many records at a time (wide inputs have short chunks,
-#: and the panel product is a matrix product over the records read).
-PANEL_RECORDS = 256
 
 
 def _read_groups(ranges: list[tuple[int, int]], records: int) -> list[tuple[int, int]]:
@@ -505,8 +510,12 @@ def covariance_panel_task(
     count: float | None,
     noise: PanelNoise,
     block: int,
+    lattice: StandardSquareLattice | None = None,
 ) -> Outcome:
     """One row panel of a blocked covariance release: ``X[rows] X[rows:]^T``, privatized, written.
+
+    With ``lattice`` each block is privatized on the lattice
+    (:meth:`StandardSquareLattice.region`) instead of having float noise added.
 
     The task streams every chunk of the input (full records: a record's clipping needs all its
     features), accumulates the panel ``rows x [rows[0], m)`` of the Gram matrix (the diagonal
@@ -558,9 +567,19 @@ def covariance_panel_task(
     for c0 in range(r0, m, block):
         cs = (c0, min(c0 + block, m))
         data = acc[:, c0 - r0 : cs[1] - r0] / normaliser
-        regions = [(rows, cs, data + noise.region(rows, cs))]
+        upper = (
+            data + noise.region(rows, cs)
+            if lattice is None
+            else lattice.region(np.ascontiguousarray(data), rows, cs)
+        )
+        regions = [(rows, cs, upper)]
         if c0 != r0:  # the mirrored block: the same data; symmetric noise is the transpose
-            lower = regions[0][2].T if symmetric_noise else data.T + noise.region(cs, rows)
+            if symmetric_noise:
+                lower = upper.T
+            elif lattice is None:
+                lower = data.T + noise.region(cs, rows)
+            else:
+                lower = lattice.region(np.ascontiguousarray(data.T), cs, rows)
             regions.append((cs, rows, lower))
         for rs, cs_, noisy in regions:
             put(cov, rs, cs_, noisy if count is None else noisy / max(count, 1.0))

@@ -35,6 +35,13 @@ from mvg_dask.engine.blocks import (
     projection_task,
 )
 from mvg_dask.engine.cluster import Progress, gather_with_progress
+from mvg_dask.engine.lattice import (
+    RecordLattice,
+    StandardSquareLattice,
+)
+from mvg_dask.engine.lattice import gram_step as lattice_gram_step
+from mvg_dask.engine.lattice import noisy_count as lattice_noisy_count
+from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.ledger import Ledger, open_ledger
 from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.output import OutputTarget, open_release, provenance, stored_plan
@@ -42,12 +49,11 @@ from mvg_dask.errors import BudgetError, DataError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
-from mvg_dask.plan.directions import top_k_directions
-from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
+from mvg_dask.plan.release_plan import SPLIT_EVERY, ReleasePlan
 
 log = logging.getLogger("mvg_dask")
 
-SPLIT_EVERY = 8
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
 CLIENT_REDUCE_BYTES = 64 * 2**20
 #: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
@@ -195,37 +201,53 @@ class _Stages:
         release's own accounting (its share of the budget: ``split.count_mu``)."""
         count_mu = self.rplan.split.count_mu
         assert count_mu is not None
+        if self.rplan.noise_kind == "lattice":
+            return lattice_noisy_count(self.rplan.input.records, count_mu, self.key.derive("count"))
         z = float(self.key.derive("count").tile_normals(0, (1,))[0])
         return self.rplan.input.records + z / count_mu
 
     def directions(self, gram: np.ndarray, normaliser: float) -> ReleasePlan:
         """The DP-PCA step: the plan with its directions filled in."""
         rplan = self.rplan
-        assert rplan.dp_pca is not None and rplan.split.step_mu is not None
+        step = rplan.dp_pca
+        assert step is not None and rplan.split.step_mu is not None
+        key = self.key.derive("dp-pca")
+        if step.lattice is not None:
+            sigma = step.noise_std(rplan.domain, rplan.neighbours, rplan.split.step_mu)
+            noisy = lattice_gram_step(gram, step.lattice, sigma, key)
+            directions = directions_from_noisy_gram(noisy, records=normaliser, k=step.k)
+            return rplan.resolve(directions)
         directions = dp_pca(
             gram,
             records=normaliser,
-            k=rplan.dp_pca.k,
+            k=step.k,
             mu=rplan.split.step_mu,
             sensitivity=gram_sensitivity(rplan.domain, rplan.neighbours),  # type: ignore[arg-type]
-            key=self.key.derive("dp-pca"),
+            key=key,
         )
         return rplan.resolve(directions)
 
-    def covariance_skeleton(self, rplan: ReleasePlan, count: float | None) -> np.ndarray:
+    def covariance_skeleton(self, rplan: ReleasePlan, count: float | None) -> np.ndarray | None:
         """The covariance output's skeleton (:meth:`OutputTarget.write_matrix_skeleton`) and the
-        noise the release adds: functions of the resolved plan and the key only (a release
-        without DP-PCA makes them while its Gram pass runs)."""
+        float noise the release adds (``None`` for lattice noise, drawn with the query): functions
+        of the resolved plan and the key only (a release without DP-PCA makes them while its
+        Gram pass runs)."""
         self.target.write_matrix_skeleton(rplan, "covariance", count=count)
+        if rplan.noise_kind == "lattice":
+            return None
         return covariance_noise(rplan.noise_plan(), self.key.derive("release"))
 
     def covariance(
-        self, rplan: ReleasePlan, gram: np.ndarray, noise: np.ndarray, count: float | None
+        self, rplan: ReleasePlan, gram: np.ndarray, noise: np.ndarray | None, count: float | None
     ) -> None:
         """Privatize ``X X^T / N`` (``N`` public: replace-one, or a declared ``N0``) and write it;
         with a noisy count, write the noisy sum ``X X^T`` and the count, and their ratio as the
         covariance estimate (post-processing)."""
-        noisy = gram / rplan.query.records + noise
+        query = gram / rplan.query.records
+        if noise is None:  # lattice noise
+            noisy = lattice_square_release(query, rplan.noise_plan(), self.key.derive("release"))
+        else:
+            noisy = query + noise
         if count is None:
             self.target.write_matrix_values({"covariance": noisy})
         else:
@@ -250,10 +272,13 @@ class _Stages:
         source = _source(rplan)
         # standard directions: the tasks need the diagonal only (no m x m matrix is shipped)
         standard = plan.directions.is_standard
-        factor = np.sqrt(plan.row_variances) if standard else plan.row_factor
+        factor: Any = np.sqrt(plan.row_variances) if standard else plan.row_factor
+        lattice: Any = RecordLattice.for_plan(plan) if plan.lattice is not None else None
         ranges = info.task_ranges()
         if len(ranges) > 1:
             factor = self.client.scatter(factor, broadcast=True)
+            if lattice is not None:
+                lattice = self.client.scatter(lattice, broadcast=True)
         self.read_started = True
         # one scheduler message for the whole pass, the tasks in record order (as the Gram pass)
         futures = self.client.map(
@@ -269,6 +294,7 @@ class _Stages:
             n_total=info.records,
             diagonal=plan.directions.is_standard,
             step=info.record_chunk,
+            lattice=lattice,
             pure=False,
         )
         # the noise matrices (a function of the plan) are written while the tasks run
@@ -374,6 +400,9 @@ class _Stages:
             target.write_blocked_skeleton(rplan, names, scalars)
         crash_point("skeleton")
         noise = self._panel_noise(plan, block)
+        lattice = None
+        if plan.lattice is not None:
+            lattice = StandardSquareLattice.for_plan(plan, self.key.derive("release"))
         source = _source(rplan)
         ranges = info.record_ranges()
         self.read_started = True
@@ -391,6 +420,7 @@ class _Stages:
                 count=count,
                 noise=noise,
                 block=block,
+                lattice=lattice,
                 pure=False,
             )
             for r0 in range(0, m, block)
@@ -462,7 +492,8 @@ class _Stages:
         # one pass gives the Gram matrix for DP-PCA and, for covariance, the query itself
         gram_pass = self.submit_gram()
         noise = None
-        if covariance and not rplan.uses_dp_pca:
+        skeleton_written = covariance and not rplan.uses_dp_pca
+        if skeleton_written:
             # the plan is resolved: the output's skeleton and the noise, while the pass runs
             noise = self.covariance_skeleton(rplan, count)
         gram = self.finish_gram(gram_pass, progress)
@@ -471,7 +502,7 @@ class _Stages:
         if not covariance:
             self.identity(rplan, resume=resume, progress=progress)
             return rplan
-        if noise is None:
+        if not skeleton_written:
             noise = self.covariance_skeleton(rplan, count)
         self.covariance(rplan, gram, noise, count)
         return rplan

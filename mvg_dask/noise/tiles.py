@@ -17,6 +17,8 @@ whatever its blocking (:func:`diagonal_noise_block`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from mvg_dask.noise.rng import NoiseKey
@@ -66,6 +68,33 @@ def square_normals(key: NoiseKey, m: int, *, tile: int = 0) -> np.ndarray:
     return out
 
 
+def square_lattice_block(key: NoiseKey, m: int, i: int, j: int, scale: float) -> np.ndarray:
+    """Block ``(i, j)`` of the ``m x m`` rounded-Gaussian integers of a square query's lattice
+    release: the grid of :func:`square_normals_block`, tile ``i * nb + j`` drawn whole."""
+    blocks = feature_blocks(m)
+    (a, b), (c, d) = blocks[i], blocks[j]
+    return key.tile_lattice(i * len(blocks) + j, (b - a, d - c), scale)
+
+
+def symmetric_lattice_block(key: NoiseKey, m: int, i: int, j: int, scale: float) -> np.ndarray:
+    """Block ``(i, j)`` of the symmetric ``m x m`` integer matrix whose upper triangle is the
+    rounded-Gaussian noise of a symmetric lattice release (the ``vech`` coordinates): the grid
+    of :func:`symmetric_normals_block` (a diagonal block's upper triangle, row-major, from tile
+    ``J (J + 1) / 2 + I``; an off-diagonal block ``I < J`` whole), mirrored."""
+    if i > j:
+        return symmetric_lattice_block(key, m, j, i, scale).T
+    blocks = feature_blocks(m)
+    (a, b), (c, d) = blocks[i], blocks[j]
+    t = j * (j + 1) // 2 + i
+    if i < j:
+        return key.tile_lattice(t, (b - a, d - c), scale)
+    size = b - a
+    iu = np.triu_indices(size)
+    K = np.zeros((size, size), dtype=np.int64)
+    K[iu] = key.tile_lattice(t, (iu[0].size,), scale)
+    return K + np.triu(K, 1).T
+
+
 def symmetric_normals_block(
     key: NoiseKey, m: int, ratio: float, i: int, j: int, *, tile: int = 0
 ) -> np.ndarray:
@@ -109,6 +138,45 @@ def tile_normals(
     ndarray
         ``M x (stop - start)`` iid ``N(0, 1)`` (a fresh array the caller may modify).
     """
+    return _record_tiles(key.tile_normals, features, start, stop, tile=tile, n_total=n_total)
+
+
+def tile_lattice_noise(
+    key: NoiseKey,
+    features: int,
+    start: int,
+    stop: int,
+    *,
+    tile: int,
+    n_total: int,
+    scale: float,
+) -> np.ndarray:
+    """Rounded-Gaussian integers of records ``[start, stop)``, cut from the canonical tile grid
+    exactly as :func:`tile_normals` cuts normals (tile ``t`` drawn whole by
+    :meth:`NoiseKey.tile_lattice`).
+
+    Returns
+    -------
+    ndarray
+        ``M x (stop - start)`` int64 of scale ``scale``.
+    """
+
+    def draw(t: int, shape: tuple[int, ...]) -> np.ndarray:
+        return key.tile_lattice(t, shape, scale)
+
+    return _record_tiles(draw, features, start, stop, tile=tile, n_total=n_total)
+
+
+def _record_tiles(
+    draw: Callable[[int, tuple[int, ...]], np.ndarray],
+    features: int,
+    start: int,
+    stop: int,
+    *,
+    tile: int,
+    n_total: int,
+) -> np.ndarray:
+    """Records ``[start, stop)`` of the tile grid whose tile ``t`` is ``draw(t, shape)``."""
     if not 0 <= start < stop <= n_total:
         raise ValueError(f"record range [{start}, {stop}) is not inside [0, {n_total})")
     t0, t1 = start // tile, (stop - 1) // tile
@@ -116,7 +184,7 @@ def tile_normals(
     for t in range(t0, t1 + 1):
         a = t * tile
         b = min(a + tile, n_total)
-        normals = key.tile_normals(t, (features, b - a))
+        normals = draw(t, (features, b - a))
         lo, hi = max(start - a, 0), min(stop, b) - a
         parts.append(normals if (lo, hi) == (0, b - a) else normals[:, lo:hi])
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)

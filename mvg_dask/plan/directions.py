@@ -296,6 +296,30 @@ def dp_pca(
         raise ValueError(f"dp-pca k must lie in 1..{m}, got {k}")
     sigma = sensitivity / mu
     noisy = np.asarray(gram, dtype=np.float64) + symmetric_noise(key, m, sigma)
+    return directions_from_noisy_gram(noisy, records=records, k=k)
+
+
+def directions_from_noisy_gram(noisy: np.ndarray, *, records: float, k: int) -> Directions:
+    """DP-PCA's directions from its noisy Gram matrix (post-processing): every eigenvector by
+    decreasing eigenvalue, the first ``k`` important, eigenvalues of ``noisy / records``.
+
+    Parameters
+    ----------
+    noisy : ndarray
+        The noisy (symmetric) ``X X^T``.
+    records : float
+        The normaliser of the reported eigenvalues.
+    k : int
+        Number of important directions.
+
+    Returns
+    -------
+    Directions
+        The directions.
+    """
+    m = noisy.shape[0]
+    if not 1 <= k <= m:
+        raise ValueError(f"dp-pca k must lie in 1..{m}, got {k}")
     vals, vecs = np.linalg.eigh(noisy)
     order = np.argsort(vals)[::-1]
     return Directions(

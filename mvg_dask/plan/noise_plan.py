@@ -32,10 +32,12 @@ from mvg_dask.plan.domain import (
     RecordDomain,
     domain_from_dict,
 )
+from mvg_dask.plan.lattice import Lattice, LatticeContext, NoiseKind, choose_log2_grid
 from mvg_dask.plan.low_rank import LowRankPrecision, dense_low_rank, low_rank_factor
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.registry import CalibrationRule, check_compatible, get_calibration
 
@@ -350,6 +352,14 @@ class NoisePlan:
         How the budget was shared with the direction step.
     symmetric_ratio : float or None
         ``r = b^2 / a^2`` of symmetric noise (``None`` for the other noise types).
+    noise : {"lattice", "float"}
+        ``lattice``: the floating-point-safe release (:mod:`mvg_dask.plan.lattice`), whose
+        effective sensitivity ``Delta_M + 2 E + 2^k sqrt(c)`` is calibrated; ``float``: the
+        noise drawn and added in floating point (not floating-point safe).
+    lattice : Lattice or None
+        The release's lattice (``noise: lattice``).
+    lattice_context : LatticeContext or None
+        How the engine computes the query (what the float-error bound needs).
     """
 
     query: QuerySpec
@@ -371,6 +381,9 @@ class NoisePlan:
     split: BudgetSplit
     budget_detail: cal.PrecisionBudget | None = field(default=None, repr=False)
     symmetric_ratio: float | None = None
+    noise: NoiseKind = "float"
+    lattice: Lattice | None = None
+    lattice_context: LatticeContext | None = None
 
     # -- derived quantities ------------------------------------------------------------------
     @property
@@ -518,12 +531,20 @@ class NoisePlan:
         np.fill_diagonal(var, v * v)
         return np.asarray(np.sqrt(var))
 
+    @property
+    def release_sensitivity(self) -> float:
+        """The Gaussian-DP ``mu`` the release step really has: ``Delta_M``, or for a lattice
+        release its effective sensitivity ``Delta_M + 2 E + 2^k sqrt(c)``."""
+        if self.lattice is not None:
+            return self.lattice.effective_sensitivity
+        return self.mahalanobis_sensitivity
+
     def implied_epsilon(self) -> float:
         """Smallest ``epsilon`` the release step really has at its ``delta`` (analytic Gaussian).
 
         For a paper calibration this shows how conservative its sufficient condition is.
         """
-        return cal.analytic_gaussian_epsilon(self.mahalanobis_sensitivity, self.split.release_delta)
+        return cal.analytic_gaussian_epsilon(self.release_sensitivity, self.split.release_delta)
 
     def theorem_check(self) -> tuple[float, float]:
         """The calibration's own inequality evaluated on ``Sigma``/``Psi``: ``(lhs, rhs)``.
@@ -535,7 +556,7 @@ class NoisePlan:
         rule = get_calibration(self.calibration)
         if not rule.has_precision_budget:  # exact: the analytic Gaussian on Delta_M
             mu = math.hypot(
-                self.mahalanobis_sensitivity, self.split.step_mu or 0.0, self.split.count_mu or 0.0
+                self.release_sensitivity, self.split.step_mu or 0.0, self.split.count_mu or 0.0
             )
             return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
         budget = self.budget_detail
@@ -568,6 +589,22 @@ class NoisePlan:
             "mahalanobis_sensitivity": self.mahalanobis_sensitivity,
             "implied_epsilon": self.implied_epsilon(),
             **({} if self.symmetric_ratio is None else {"symmetric_ratio": self.symmetric_ratio}),
+            "noise": self.noise,
+            **(
+                {}
+                if self.lattice is None
+                else {
+                    "lattice": self.lattice.to_dict(),
+                    "lattice_context": (
+                        None
+                        if self.lattice_context is None
+                        else {
+                            "records": self.lattice_context.records,
+                            "depth": self.lattice_context.depth,
+                        }
+                    ),
+                }
+            ),
             "directions": {
                 "method": self.directions.method,
                 "important": list(self.directions.important),
@@ -619,6 +656,12 @@ class NoisePlan:
             )
         elif self.output_symmetric_ratio is not None:
             lines.append("  published symmetrised: (Z + Z^T) / 2, i.e. A S A^T with r = 0.5")
+        if self.lattice is not None:
+            lines.append("  " + self.lattice.summary())
+        else:
+            lines.append(
+                "  float noise: drawn and added in floating point (not floating-point safe)"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -642,6 +685,8 @@ def build_noise_plan(
     direction_share: float = 0.0,
     count_share: float = 0.0,
     symmetric_ratio: float | None = None,
+    noise: NoiseKind = "float",
+    lattice_context: LatticeContext | None = None,
 ) -> NoisePlan:
     """Build and check a noise plan from metadata only.
 
@@ -670,6 +715,12 @@ def build_noise_plan(
     symmetric_ratio : float, optional
         ``r = b^2 / a^2 >= 1/2`` of symmetric noise; by default the ``r`` that minimises the
         expected squared error of a uniform allocation (:func:`best_symmetric_ratio`).
+    noise : {"float", "lattice"}, default "float"
+        ``lattice``: calibrate the floating-point-safe release, whose effective sensitivity
+        (``Delta_M`` plus twice the float error plus the grid's rounding) must meet the
+        release's ``mu`` (:mod:`mvg_dask.plan.lattice`).
+    lattice_context : LatticeContext, optional
+        How the engine sums the query (required for a lattice covariance).
 
     Returns
     -------
@@ -768,6 +819,24 @@ def build_noise_plan(
         row_variances = budget.variances(theta)
         gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
     d_m = _mahalanobis(query, domain, neighbours, algorithm, directions, row_variances, ratio)
+    lattice = None
+    if noise == "lattice":
+        mu = split.release_mu
+        if mu is None:  # a paper calibration: the lattice's Gaussian must meet its (eps, delta)
+            mu = cal.analytic_gaussian_mu(split.release_epsilon, split.release_delta)
+        row_variances, d_m, lattice = _calibrate_lattice(
+            query,
+            domain,
+            neighbours,
+            algorithm,
+            directions,
+            np.asarray(row_variances),
+            ratio,
+            mu,
+            lattice_context,
+        )
+    elif noise != "float":
+        raise ValueError(f"noise must be lattice or float, got {noise!r}")
     return NoisePlan(
         query=query,
         domain=domain,
@@ -788,7 +857,175 @@ def build_noise_plan(
         split=split,
         budget_detail=budget,
         symmetric_ratio=ratio,
+        noise=noise,
+        lattice=lattice,
+        lattice_context=lattice_context,
     )
+
+
+def lattice_coordinates(query: QuerySpec, algorithm: Algorithm) -> int:
+    """``c``: how many lattice coordinates one record can move (the identity: one record's
+    column; symmetric noise: ``vech``; the other square noises: every entry)."""
+    m, n = query.shape
+    if query.kind == "identity":
+        return m
+    if algorithm == "symmetric":
+        return m * (m + 1) // 2
+    return m * n
+
+
+def whitening_of(directions: Directions, variances: np.ndarray) -> ferr.Whitening:
+    """The whitening ``A^-1`` of noise with these directions and variances."""
+    if directions.is_standard:
+        return ferr.Whitening.diagonal(variances)
+    if directions.is_low_rank:
+        raise ValueError(
+            "lattice noise is not available with low-rank (wide DP-PCA) directions: use "
+            "mechanism.noise: float, standard directions, or output.matrix_chunk >= the "
+            "number of features"
+        )
+    return ferr.Whitening.dense(directions.matrix, variances)
+
+
+def domain_abs_max(domain: RecordDomain) -> np.ndarray:
+    """``sup |x_i|`` over the domain, per feature."""
+    if isinstance(domain, BoxDomain):
+        return np.asarray(domain.abs_max, dtype=np.float64)
+    return np.full(domain.m, float(domain.radius))
+
+
+def domain_norm_max(domain: RecordDomain) -> float | None:
+    """``sup ||x||`` of an L2-ball domain (``None`` for a box: the bound uses ``||a||``)."""
+    return None if isinstance(domain, BoxDomain) else float(domain.radius)
+
+
+def gram_step_lattice(
+    domain: RecordDomain,
+    sensitivity: float,
+    mu: float,
+    context: LatticeContext,
+) -> Lattice:
+    """The lattice of a Gaussian step on ``vech(X X^T)`` (Analyze Gauss, iid noise on the
+    upper triangle): whitened by ``1 / sigma``, with ``sigma`` the smallest for which the
+    effective sensitivity ``(Delta + 2 E_G) / sigma + 2^k sqrt(c)`` meets ``mu``. The noise's
+    standard deviation is ``sensitivity / lattice.sensitivity``.
+
+    Parameters
+    ----------
+    domain : BoxDomain or L2BallDomain
+        The record domain.
+    sensitivity : float
+        ``Delta``: the L2 sensitivity of ``vech(X X^T)``.
+    mu : float
+        The step's Gaussian-DP ``mu``.
+    context : LatticeContext
+        How the Gram matrix is summed.
+
+    Returns
+    -------
+    Lattice
+        In whitened units (``sensitivity`` is ``Delta / sigma``).
+    """
+    m = domain.m
+    c = m * (m + 1) // 2
+    abs_max = domain_abs_max(domain)
+
+    def error(sigma: float) -> float:
+        # noise sigma S on X X^T: whitened by 1 / sqrt(sigma) on both sides (variances sigma)
+        white = ferr.Whitening.diagonal(np.full(m, sigma))
+        return ferr.covariance_error_bound(
+            abs_max,
+            context.records,
+            context.depth,
+            1.0,
+            white,
+            "symmetric",
+            1.0,
+            norm_max=domain_norm_max(domain),
+        )
+
+    sigma = sensitivity / mu
+    err = error(sigma)
+    k = choose_log2_grid(mu, c, err)
+    room = mu - math.ldexp(math.sqrt(c), k)
+    for _ in range(60):
+        if sensitivity / sigma + 2.0 * err <= room:
+            break
+        sigma *= (sensitivity / sigma + 2.0 * err) / room * (1.0 + 1e-12)
+        err = error(sigma)
+    else:  # pragma: no cover - the scaling is exact up to rounding
+        raise ValueError("could not calibrate the lattice of the DP-PCA step")
+    return Lattice(log2_grid=k, coordinates=c, float_error=err, sensitivity=sensitivity / sigma)
+
+
+def release_float_error(
+    query: QuerySpec,
+    domain: RecordDomain,
+    algorithm: Algorithm,
+    directions: Directions,
+    variances: np.ndarray,
+    ratio: float | None,
+    context: LatticeContext | None,
+) -> float:
+    """``E``: the worst-case floating-point error of the computed whitened query, over the
+    domain (docs/bounds.md, Sec. 11)."""
+    whitening = whitening_of(directions, variances)
+    abs_max = domain_abs_max(domain)
+    if query.kind == "identity":
+        return ferr.identity_error(abs_max, whitening=whitening, norm_max=domain_norm_max(domain))
+    if query.kind != "covariance":
+        raise ValueError(f"lattice noise is not available for a {query.kind} query")
+    if context is None:
+        raise ValueError("a lattice covariance needs its summation context (LatticeContext)")
+    return ferr.covariance_error_bound(
+        abs_max,
+        context.records,
+        context.depth,
+        float(query.records),
+        whitening,
+        algorithm,
+        ratio,
+        norm_max=domain_norm_max(domain),
+    )
+
+
+def _calibrate_lattice(
+    query: QuerySpec,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    algorithm: Algorithm,
+    directions: Directions,
+    variances: np.ndarray,
+    ratio: float | None,
+    mu: float,
+    context: LatticeContext | None,
+) -> tuple[np.ndarray, float, Lattice]:
+    """Scale the variances until the lattice's effective sensitivity meets ``mu``.
+
+    ``Delta_M`` and ``E`` are both linear in the whitening, so scaling every variance by ``t``
+    scales them by ``t^(-1/2)`` (unimodal noise) or ``t^(-1)`` (two-sided noise); the grid is
+    chosen once, from ``mu`` and the first ``E``, and its term is fixed.
+    """
+    c = lattice_coordinates(query, algorithm)
+    degree = 0.5 if algorithm == "unimodal" else 1.0
+
+    def measure(v: np.ndarray) -> tuple[float, float]:
+        d_m = _mahalanobis(query, domain, neighbours, algorithm, directions, v, ratio)
+        return d_m, release_float_error(query, domain, algorithm, directions, v, ratio, context)
+
+    d_m, err = measure(variances)
+    k = choose_log2_grid(mu, c, err)
+    room = mu - math.ldexp(math.sqrt(c), k)
+    for _ in range(60):
+        if d_m + 2.0 * err <= room:
+            break
+        # variances * t scale (d_m + 2 err) by t^-degree: aim just below the room
+        t = ((d_m + 2.0 * err) / room) ** (1.0 / degree) * (1.0 + 1e-12)
+        variances = variances * t
+        d_m, err = measure(variances)
+    else:  # pragma: no cover - the scaling is exact up to rounding
+        raise ValueError("could not calibrate the lattice release")
+    return variances, d_m, Lattice(log2_grid=k, coordinates=c, float_error=err, sensitivity=d_m)
 
 
 def _mahalanobis(
@@ -879,6 +1116,7 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         strategy=a["strategy"], important=a.get("important"), share=a.get("share")
     )
     comp = data["composition"]
+    ctx = data.get("lattice_context")
     plan = build_noise_plan(
         query,
         domain,
@@ -892,6 +1130,12 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         direction_share=float(comp["direction_share"]),
         count_share=float(comp.get("count_share", 0.0)),
         symmetric_ratio=data.get("symmetric_ratio"),
+        noise=data.get("noise", "float"),
+        lattice_context=(
+            None
+            if ctx is None
+            else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+        ),
     )
     stored = np.asarray(data["row_variances"], dtype=np.float64)
     if not np.allclose(plan.row_variances, stored, rtol=1e-12, atol=0.0):

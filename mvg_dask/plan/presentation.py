@@ -74,6 +74,24 @@ def noise_std_range(rplan: ReleasePlan) -> tuple[float, float] | None:
     return float(np.min(std)), float(np.max(std))
 
 
+def _noise_kind_text(rplan: ReleasePlan) -> str:
+    """The lattice (grid, float error, inflation) or the float path's warning."""
+    if rplan.noise_kind != "lattice":
+        return "float: drawn and added in floating point (not floating-point safe)"
+    parts = []
+    if rplan.noise is not None and rplan.noise.lattice is not None and rplan.dp_pca is None:
+        parts.append(rplan.noise.lattice.summary())
+    else:
+        parts.append("lattice noise: grid and float error set at run time by the directions")
+    if rplan.dp_pca is not None and rplan.dp_pca.lattice is not None:
+        step = rplan.dp_pca.lattice
+        parts.append(
+            f"DP-PCA step: grid 2^{step.log2_grid}, sensitivity inflated by "
+            f"{step.relative_inflation:.3g}"
+        )
+    return "; ".join(parts)
+
+
 def plan_rows(rplan: ReleasePlan) -> list[Row]:
     """The plan as labelled lines (data-independent: the record count is ``?`` under
     add-remove neighbours).
@@ -128,6 +146,7 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
             else f"{span[0]:.4g} .. {span[1]:.4g} on {target}",
         )
     )
+    rows.append(("noise kind", _noise_kind_text(rplan)))
     split = rplan.split
     parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
     if split.share > 0 or split.count_share > 0:

@@ -24,7 +24,7 @@ import numpy as np
 
 from mvg_dask.errors import DataError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, TILE_RECORDS, tile_records_for
-from mvg_dask.plan.directions import Directions
+from mvg_dask.plan.directions import Directions, gram_sensitivity
 from mvg_dask.plan.domain import (
     BoxDomain,
     L2BallDomain,
@@ -32,11 +32,18 @@ from mvg_dask.plan.domain import (
     RecordDomain,
     domain_from_dict,
 )
+from mvg_dask.plan.lattice import (
+    Lattice,
+    LatticeContext,
+    gram_depth,
+    panel_depth,
+)
 from mvg_dask.plan.noise_plan import (
     AllocationSpec,
     BudgetSplit,
     NoisePlan,
     build_noise_plan,
+    gram_step_lattice,
     noise_plan_from_dict,
     split_budget,
 )
@@ -47,6 +54,7 @@ from mvg_dask.spec import ReleaseSpec, spec_hash
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
+    "lattice",  # its float error and grid follow the directions' whitening
     "row_variances",
     "col_variances",
     "mahalanobis_sensitivity",
@@ -67,6 +75,13 @@ GRAM_RECORDS_PER_FEATURE = 8
 TASK_ELEMENTS = 2**22
 #: ... while keeping at least this many tasks where there are that many chunks.
 GRAM_MIN_TASKS = 8
+#: The Gram pass sums its task partials with a fixed tree of groups of this many nodes.
+SPLIT_EVERY = 8
+#: A panel task reads at least this many records at a time (wide inputs have short chunks,
+#: and the panel product is a matrix product over the records read).
+PANEL_RECORDS = 256
+#: The public bound on the record count of an add-remove lattice covariance, by default.
+DEFAULT_MAX_RECORDS = 2**32
 
 
 def chunk_runs(records: int, chunk: int, want: int) -> list[tuple[int, int]]:
@@ -166,9 +181,13 @@ class InputMetadata:
         tasks for the cluster where the data allow. Metadata only, so the summation order (and
         the bytes of the sum) never depends on the cluster.
         """
+        return self._runs(self.gram_chunks_per_task())
+
+    def gram_chunks_per_task(self) -> int:
+        """The chunks per task :meth:`gram_ranges` wants (it takes fewer to keep
+        ``GRAM_MIN_TASKS`` tasks): an upper bound whatever the record count."""
         c, m = self.record_chunk, self.features
-        want = max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
-        return self._runs(want)
+        return max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without storage options)."""
@@ -297,10 +316,22 @@ class DpPcaStep:
         Number of important directions.
     budget_share : float
         Fraction of the budget the step spends.
+    lattice : Lattice or None
+        The step's lattice (Analyze Gauss on the lattice of ``vech(X X^T) / sigma``) when the
+        release uses lattice noise.
     """
 
     k: int
     budget_share: float
+    lattice: Lattice | None = None
+
+    def noise_std(self, domain: RecordDomain, neighbours: str, mu: float) -> float:
+        """``sigma``: the standard deviation of the step's noise on the Gram matrix (its
+        effective sensitivity over ``mu``; ``Delta / mu`` for float noise)."""
+        sens = gram_sensitivity(domain, neighbours)  # type: ignore[arg-type]
+        if self.lattice is None:
+            return sens / mu
+        return sens / self.lattice.sensitivity
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -352,6 +383,10 @@ class ReleasePlan:
         The noise plan; ``None`` while DP-PCA's directions are pending.
     tile_records : int
         Records per noise tile.
+    noise_kind : {"lattice", "float"}
+        How the noise is added (:mod:`mvg_dask.plan.lattice`).
+    lattice_context : LatticeContext or None
+        How the engine sums the query, for the float-error bound of a lattice release.
     """
 
     release_id: str
@@ -378,6 +413,8 @@ class ReleasePlan:
     dp_pca: DpPcaStep | None
     noise: NoisePlan | None
     tile_records: int = TILE_RECORDS
+    noise_kind: str = "float"
+    lattice_context: LatticeContext | None = None
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -411,6 +448,8 @@ class ReleasePlan:
             neighbours=self.neighbours,  # type: ignore[arg-type]
             direction_share=self.split.share,
             count_share=self.split.count_share,
+            noise=self.noise_kind,  # type: ignore[arg-type]
+            lattice_context=self.lattice_context,
         )
 
     def resolve(self, directions: Directions) -> ReleasePlan:
@@ -475,7 +514,15 @@ class ReleasePlan:
             "dp_pca": (
                 None
                 if self.dp_pca is None
-                else {"k": self.dp_pca.k, "budget_share": self.dp_pca.budget_share}
+                else {
+                    "k": self.dp_pca.k,
+                    "budget_share": self.dp_pca.budget_share,
+                    **(
+                        {}
+                        if self.dp_pca.lattice is None
+                        else {"lattice": self.dp_pca.lattice.to_dict()}
+                    ),
+                }
             ),
             "plan": self.public_noise_dict(),
         }
@@ -531,8 +578,15 @@ class ReleasePlan:
         )
         step = data.get("dp_pca")
         dp = (
-            None if step is None else DpPcaStep(k=int(step["k"]), budget_share=step["budget_share"])
+            None
+            if step is None
+            else DpPcaStep(
+                k=int(step["k"]),
+                budget_share=step["budget_share"],
+                lattice=None if step.get("lattice") is None else Lattice.from_dict(step["lattice"]),
+            )
         )
+        ctx = noise_d.get("lattice_context")
         split = split_budget(
             noise_d["calibration"],
             float(noise_d["epsilon"]),
@@ -576,6 +630,12 @@ class ReleasePlan:
             dp_pca=dp,
             noise=noise,
             tile_records=int(data["tile_records"]),
+            noise_kind=noise_d.get("noise", "float"),
+            lattice_context=(
+                None
+                if ctx is None
+                else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+            ),
         )
 
     # -- presentation ------------------------------------------------------------------------
@@ -687,6 +747,31 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
+def _lattice_context(
+    spec: ReleaseSpec, metadata: InputMetadata, matrix_chunk: int | None
+) -> LatticeContext | None:
+    """How the engine will sum the query, from metadata: what the float-error bound of a
+    lattice release needs (``None`` for float noise). Under add-remove the record count is
+    private, so the bound uses the declared ``privacy.max_records``."""
+    if spec.mechanism.noise != "lattice":
+        return None
+    records = metadata.records
+    if spec.privacy.neighbours == "add-remove":
+        bound = spec.privacy.max_records or DEFAULT_MAX_RECORDS
+        if records > bound:
+            raise DataError(
+                f"privacy.max_records: the input has more records than the declared bound "
+                f"{bound} of an add-remove lattice release; declare a larger bound"
+            )
+        records = bound
+    chunk = metadata.record_chunk
+    if matrix_chunk is not None:
+        depth = panel_depth(records, PANEL_RECORDS, chunk)
+    else:
+        depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), SPLIT_EVERY)
+    return LatticeContext(records=records, depth=depth)
+
+
 def plan_release(
     spec: ReleaseSpec,
     metadata: InputMetadata,
@@ -748,8 +833,17 @@ def plan_release(
     )
     directions, step = _fixed_directions(spec, m, directions_matrix)
     share = 0.0 if step is None else step.budget_share
+    context = _lattice_context(spec, metadata, matrix_chunk)
     try:
         split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
+        if step is not None and context is not None:
+            assert split.step_mu is not None
+            step = replace(
+                step,
+                lattice=gram_step_lattice(
+                    domain, gram_sensitivity(domain, privacy.neighbours), split.step_mu, context
+                ),
+            )
         noise = None
         if directions is not None:
             noise = build_noise_plan(
@@ -763,6 +857,8 @@ def plan_release(
                 allocation=allocation,
                 neighbours=privacy.neighbours,
                 count_share=count_share,
+                noise=mech.noise,
+                lattice_context=context,
             )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
@@ -812,6 +908,8 @@ def plan_release(
         split=split,
         dp_pca=step,
         noise=noise,
+        noise_kind=mech.noise,
+        lattice_context=context,
     )
     if step is not None:
         try:  # the pending form must build (it checks the calibration against the query)

@@ -44,12 +44,15 @@ import numpy as np
 CHUNK_BYTES = 2**23  # ~8 MiB input chunks
 
 
-def spec(store: str, out: str, query: str, dp_pca_k: int = 0) -> dict[str, object]:
+def spec(
+    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice"
+) -> dict[str, object]:
     """A release spec with the product's defaults, charged to a ledger next to the output
-    (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation)."""
-    mechanism: dict[str, object] = {}
+    (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation; ``noise``:
+    the lattice release, the default, or the float path it replaced)."""
+    mechanism: dict[str, object] = {"noise": noise}
     if dp_pca_k:
-        mechanism = {
+        mechanism |= {
             "directions": {"method": "dp-pca", "k": dp_pca_k},
             "allocation": {"strategy": "binary"},
         }
@@ -58,7 +61,7 @@ def spec(store: str, out: str, query: str, dp_pca_k: int = 0) -> dict[str, objec
         "input": {"store": store},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}},
         "query": query,
-        **({"mechanism": mechanism} if mechanism else {}),
+        "mechanism": mechanism,
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"store": out},
         "ledger": {
@@ -224,7 +227,8 @@ def floors(
     step = chunk
     ranges = chunk_runs(n, chunk, -(-TASK_ELEMENTS // (m * chunk)))
     if m > 8192:  # a wide release reads (and multiplies) groups of at least 256 records
-        from mvg_dask.engine.blocks import PANEL_RECORDS, _read_groups
+        from mvg_dask.engine.blocks import _read_groups
+        from mvg_dask.plan.release_plan import PANEL_RECORDS
 
         ranges = _read_groups([(a, min(a + chunk, n)) for a in range(0, n, chunk)], PANEL_RECORDS)
         step = n
@@ -292,6 +296,7 @@ def bench_query(
     elements: int,
     fl: dict[str, float],
     args: argparse.Namespace,
+    noise: str = "lattice",
 ) -> None:
     """Time one query on one input (warm, cold and its baseline) and print its row."""
     from distributed.diagnostics import MemorySampler
@@ -304,10 +309,10 @@ def bench_query(
     k = args.dp_pca_k if query == "covariance" else 0
 
     def warm_run() -> None:
-        api.release(spec(store, out, query, k), client=client, progress=False)
+        api.release(spec(store, out, query, k, noise), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query, k), progress=False)
+        api.release(spec(store, out, query, k, noise), progress=False)
 
     def baseline() -> None:
         if query == "covariance":
@@ -334,9 +339,9 @@ def bench_query(
         )
     _clean(out)
     shutil.rmtree(naive, ignore_errors=True)
-    label = query + ("+pca" if k else "")
+    label = query + ("+pca" if k else "") + (":float" if noise == "float" else "")
     print(
-        f"{m:>6} {elements:>9.1e} {label:>10} {warm:>9.2f} {per_el:>7.2f} {floor:>7.2f} "
+        f"{m:>6} {elements:>9.1e} {label:>16} {warm:>9.2f} {per_el:>7.2f} {floor:>7.2f} "
         f"{floor / per_el:>5.0%} {1e3 * meter.client_cpu:>7.0f} {1e3 * meter.workers_cpu:>7.0f} "
         f"{meter.bound:>6.2f} {cold:>7.2f} {base:>10.2f} {cold / base:>6.2f} {peak:>10.0f}",
         flush=True,
@@ -355,6 +360,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of N for each timing")
     p.add_argument("--memory-limit", default="4GiB", help="per worker of the warm cluster")
     p.add_argument("--queries", default="covariance,identity")
+    p.add_argument(
+        "--noise",
+        default="lattice,float",
+        help="noise kinds, comma-separated: the lattice release and the float path (label :float)",
+    )
     p.add_argument("--no-baselines", action="store_true", help="skip the cold user baselines")
     p.add_argument(
         "--dp-pca-k",
@@ -373,7 +383,7 @@ def main() -> None:
     client = Client(cluster)
     print(f"warm cluster: 2 workers x 1 thread, {args.memory_limit} each; best of {args.repeats}")
     print(
-        f"{'M':>6} {'elements':>9} {'query':>10} {'release s':>9} {'ns/el':>7} {'floor':>7} "
+        f"{'M':>6} {'elements':>9} {'query':>16} {'release s':>9} {'ns/el':>7} {'floor':>7} "
         f"{'eff':>5} {'client':>7} {'workers':>7} {'bound':>6} {'cold s':>7} {'baseline s':>10} "
         f"{'ratio':>6} {'MiB/worker':>10}",
         flush=True,
@@ -391,7 +401,8 @@ def main() -> None:
                         write_matrix(synthetic(n, m, record_chunk=chunk), store, record_chunk=chunk)
                 fl = floors(client, store, work, m, n, chunk, args.repeats)
                 for query in queries:
-                    bench_query(client, store, work, query, m, m * n, fl, args)
+                    for noise in args.noise.split(","):
+                        bench_query(client, store, work, query, m, m * n, fl, args, noise)
                 print(
                     f"{'':>6} floors ns/el per core: read {fl['read']:.2f}, noise "
                     f"{fl['noise']:.2f}, write {fl['write']:.2f}, Gram {fl['gram']:.2f}",

@@ -1,0 +1,357 @@
+"""The engine side of the lattice release: whiten, round to the grid, add exact integer noise,
+publish (docs/lattice.md; the plan side is :mod:`mvg_dask.plan.lattice`).
+
+Every function here computes, from a block of the clipped query in float64, the whitened value
+``g`` with the float sequence the plan's error bound covers (diagonal whitening ``fl(f_ij w_i)``
+then ``fl(. w_j)`` with ``w = fl(1 / fl(sqrt(v)))``; dense whitening ``fl(P @ f)`` with
+``P = fl(W^T / d)``), its lattice coordinates, the exact integers ``t = rint(g / 2^k) + K`` with
+``K`` from the noise grid (:func:`mvg_dask.noise.tiles.tile_lattice_noise`,
+:func:`~mvg_dask.noise.tiles.square_lattice_block`,
+:func:`~mvg_dask.noise.tiles.symmetric_lattice_block`), and the published value
+``A (2^k t) B^T`` in float: post-processing of ``t`` only. A block's bytes depend on the key, the
+plan and the block's query values, never on how a release is blocked.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mvg_dask.errors import ReleaseError
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import (
+    feature_blocks,
+    square_lattice_block,
+    symmetric_lattice_block,
+    tile_lattice_noise,
+)
+from mvg_dask.plan.lattice import LATTICE_RANGE, Lattice
+from mvg_dask.plan.noise_plan import NoisePlan
+
+
+def to_lattice(values: np.ndarray, log2_grid: int) -> np.ndarray:
+    """``rint(values / 2^k)`` as exact int64 (``values / 2^k`` is exact: a power of two)."""
+    y = np.ldexp(values, -log2_grid)
+    if not np.all(np.abs(y) <= LATTICE_RANGE):  # also catches NaN
+        raise ReleaseError(  # pragma: no cover - the plan bounds the whitened query
+            "a whitened query value left the lattice's range: the plan's bound does not hold"
+        )
+    return np.rint(y).astype(np.int64)
+
+
+def from_lattice(t: np.ndarray, log2_grid: int) -> np.ndarray:
+    """``2^k t`` in float64 (a deterministic function of the exact integers ``t``)."""
+    return np.ldexp(t.astype(np.float64), log2_grid)
+
+
+def _factors(variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``d = fl(sqrt(v))`` and ``w = fl(1 / d)``."""
+    d = np.sqrt(np.asarray(variances, dtype=np.float64))
+    return d, 1.0 / d
+
+
+@dataclass(frozen=True, eq=False)
+class RecordLattice:
+    """What an identity task needs to privatize its records on the lattice.
+
+    Attributes
+    ----------
+    log2_grid : int
+        ``k``.
+    scale : float
+        The rounded Gaussian's scale in grid units.
+    inverse : ndarray
+        ``w`` (length ``m``, standard directions) or ``P = W^T / d`` (``m x m``).
+    factor : ndarray
+        ``d`` or ``B = W diag(d)``.
+    """
+
+    log2_grid: int
+    scale: float
+    inverse: np.ndarray
+    factor: np.ndarray
+
+    @classmethod
+    def for_plan(cls, plan: NoisePlan) -> RecordLattice:
+        """The record lattice of an identity release's plan."""
+        lattice = _lattice(plan)
+        d, w = _factors(plan.row_variances)
+        if plan.directions.is_standard:
+            return cls(lattice.log2_grid, lattice.scale, w, d)
+        W = plan.directions.matrix
+        return cls(lattice.log2_grid, lattice.scale, W.T / d[:, None], W * d[None, :])
+
+    def release(
+        self, x: np.ndarray, key: NoiseKey, start: int, stop: int, *, tile: int, n_total: int
+    ) -> np.ndarray:
+        """The published values of records ``[start, stop)`` (``x``: ``m x (stop - start)``)."""
+        diagonal = self.inverse.ndim == 1
+        g = x * self.inverse[:, None] if diagonal else self.inverse @ x
+        t = to_lattice(g, self.log2_grid)
+        t += tile_lattice_noise(
+            key, x.shape[0], start, stop, tile=tile, n_total=n_total, scale=self.scale
+        )
+        v = from_lattice(t, self.log2_grid)
+        if diagonal:
+            v *= self.factor[:, None]
+            return v
+        return np.asarray(self.factor @ v)
+
+
+def _lattice(plan: NoisePlan) -> Lattice:
+    if plan.lattice is None:
+        raise ValueError("this plan adds float noise, not lattice noise")
+    return plan.lattice
+
+
+@dataclass(frozen=True, eq=False)
+class StandardSquareLattice:
+    """The lattice release of a square query with standard directions, block by block on the
+    noise grid (the whole-matrix path and the panel path call the same :meth:`block`).
+
+    Attributes
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    variances : ndarray
+        The ``m`` noise variances.
+    algorithm : str
+        ``symmetric``, ``equi-modal`` or ``unimodal``.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    log2_grid : int
+        ``k``.
+    scale : float
+        The rounded Gaussian's scale.
+    """
+
+    key: NoiseKey
+    variances: np.ndarray
+    algorithm: str
+    ratio: float | None
+    log2_grid: int
+    scale: float
+
+    @classmethod
+    def for_plan(cls, plan: NoisePlan, key: NoiseKey) -> StandardSquareLattice:
+        """The lattice of a square release's plan (standard directions)."""
+        lattice = _lattice(plan)
+        return cls(
+            key,
+            np.asarray(plan.row_variances, dtype=np.float64),
+            plan.algorithm,
+            plan.symmetric_ratio,
+            lattice.log2_grid,
+            lattice.scale,
+        )
+
+    @functools.cached_property
+    def _dw(self) -> tuple[np.ndarray, np.ndarray]:
+        return _factors(self.variances)
+
+    def _whitened(self, f: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+        w = self._dw[1]
+        g = f * w[rows, None]
+        if self.algorithm != "unimodal":
+            g = g * w[None, cols]
+        return np.asarray(g)
+
+    def _published(self, G: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+        d = self._dw[0]
+        out = d[rows, None] * G
+        if self.algorithm != "unimodal":
+            out = out * d[None, cols]
+        return np.asarray(out)
+
+    def block(self, f: np.ndarray, i: int, j: int) -> np.ndarray:
+        """Block ``(i, j)`` of the published matrix, from ``f`` = block ``(i, j)`` of the
+        query (a symmetric query: block ``(j, i)`` is ``f.T``).
+
+        Parameters
+        ----------
+        f : ndarray
+            The query's block, float64.
+        i, j : int
+            Grid block indices.
+
+        Returns
+        -------
+        ndarray
+            The published block.
+        """
+        m = self.variances.size
+        blocks = feature_blocks(m)
+        (a, b), (c, e) = blocks[i], blocks[j]
+        rows, cols = slice(a, b), slice(c, e)
+        k, s = self.log2_grid, self.scale
+        if self.algorithm == "unimodal":
+            t = to_lattice(self._whitened(f, rows, cols), k)
+            t += square_lattice_block(self.key, m, i, j, s)
+            return self._published(from_lattice(t, k), rows, cols)
+        if self.algorithm == "equi-modal":
+            t_ij = to_lattice(self._whitened(f, rows, cols), k)
+            t_ij += square_lattice_block(self.key, m, i, j, s)
+            p_ij = self._published(from_lattice(t_ij, k), rows, cols)
+            if i == j:
+                return np.asarray((p_ij + p_ij.T) / 2.0)
+            t_ji = to_lattice(self._whitened(f.T, cols, rows), k)
+            t_ji += square_lattice_block(self.key, m, j, i, s)
+            p_ji = self._published(from_lattice(t_ji, k), cols, rows)
+            return np.asarray((p_ij + p_ji.T) / 2.0)
+        if i > j:
+            return self.block(f.T, j, i).T
+        G = self._symmetric_values(self._whitened(f, rows, cols), i, j)
+        return self._published(G, rows, cols)
+
+    def _symmetric_values(self, g: np.ndarray, i: int, j: int) -> np.ndarray:
+        """The lattice values ``2^k t`` of a symmetric release's block ``(i, j)``, ``i <= j``,
+        back in the ensemble's units (off-diagonal coordinates are ``g_ij / sqrt(r)``)."""
+        return symmetric_values(g, i == j, self.ratio, self.key, self.variances.size, i, j, self)
+
+    def region(self, f: np.ndarray, rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
+        """The published region ``rs x cs`` (whole grid blocks) from the query's region ``f``."""
+        from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
+
+        tf = NOISE_TILE_FEATURES
+        out = np.empty_like(f)
+        for i in range(rs[0] // tf, -(-rs[1] // tf)):
+            for j in range(cs[0] // tf, -(-cs[1] // tf)):
+                a0, b0 = i * tf - rs[0], j * tf - cs[0]
+                fb = f[a0 : a0 + tf, b0 : b0 + tf]
+                out[a0 : a0 + fb.shape[0], b0 : b0 + fb.shape[1]] = self.block(fb, i, j)
+        return out
+
+
+def _ratio_factors(ratio: float | None) -> tuple[float, float]:
+    """``q = fl(1 / sqrt(r))`` (whitened off-diagonal to coordinate) and ``sqrt(r)`` (back)."""
+    if ratio is None:
+        raise ValueError("symmetric noise needs its ratio r")
+    root = math.sqrt(ratio)
+    return 1.0 / root, root
+
+
+def symmetric_values(
+    g: np.ndarray,
+    diagonal: bool,
+    ratio: float | None,
+    key: NoiseKey,
+    m: int,
+    i: int,
+    j: int,
+    lattice: StandardSquareLattice | DenseSquareLattice,
+) -> np.ndarray:
+    """Lattice values of a symmetric release's block ``(i, j)`` (``i <= j``) or whole matrix
+    (``i = j = -1``: all grid blocks): coordinates ``g_kk`` and ``fl(g_kl q)``, rounded, plus the
+    noise's integers, times ``2^k``, off-diagonals times ``sqrt(r)``; a diagonal block is
+    mirrored from its upper triangle."""
+    q, root = _ratio_factors(ratio)
+    k, s = lattice.log2_grid, lattice.scale
+    coords = g * q
+    if diagonal:
+        np.fill_diagonal(coords, np.diagonal(g))
+    t = to_lattice(coords, k)
+    if i < 0:
+        t += _assembled(key, m, s, symmetric=True)
+    else:
+        t += symmetric_lattice_block(key, m, i, j, s)
+    if diagonal:
+        t = np.triu(t) + np.triu(t, 1).T
+    G = from_lattice(t, k) * root
+    if diagonal:
+        np.fill_diagonal(G, from_lattice(np.diagonal(t).copy(), k))
+    return np.asarray(G)
+
+
+def _assembled(key: NoiseKey, m: int, scale: float, *, symmetric: bool) -> np.ndarray:
+    """The whole ``m x m`` integer noise matrix, assembled from the grid blocks."""
+    blocks = feature_blocks(m)
+    out = np.empty((m, m), dtype=np.int64)
+    for i, (a, b) in enumerate(blocks):
+        for j, (c, d) in enumerate(blocks):
+            if symmetric:
+                out[a:b, c:d] = symmetric_lattice_block(key, m, i, j, scale)
+            else:
+                out[a:b, c:d] = square_lattice_block(key, m, i, j, scale)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class DenseSquareLattice:
+    """The lattice release of a square query with dense directions (whole matrix, client).
+
+    ``P = fl(W^T / d)`` whitens (``fl(fl(P @ f) @ P^T)``, one-sided ``fl(P @ f)``), and the
+    published value is ``B G B^T`` (``B G``), symmetrised for the two-sided noises.
+    """
+
+    key: NoiseKey
+    directions: np.ndarray
+    variances: np.ndarray
+    algorithm: str
+    ratio: float | None
+    log2_grid: int
+    scale: float
+
+    @classmethod
+    def for_plan(cls, plan: NoisePlan, key: NoiseKey) -> DenseSquareLattice:
+        """The lattice of a square release's plan (dense directions)."""
+        lattice = _lattice(plan)
+        return cls(
+            key,
+            plan.directions.matrix,
+            np.asarray(plan.row_variances, dtype=np.float64),
+            plan.algorithm,
+            plan.symmetric_ratio,
+            lattice.log2_grid,
+            lattice.scale,
+        )
+
+    def release(self, f: np.ndarray) -> np.ndarray:
+        """The published matrix from the query ``f`` (``m x m``, float64)."""
+        d, _ = _factors(self.variances)
+        W = self.directions
+        P = W.T / d[:, None]
+        B = W * d[None, :]
+        m = f.shape[0]
+        k, s = self.log2_grid, self.scale
+        g = P @ f
+        if self.algorithm == "unimodal":
+            t = to_lattice(g, k) + _assembled(self.key, m, s, symmetric=False)
+            return np.asarray(B @ from_lattice(t, k))
+        g = g @ P.T
+        if self.algorithm == "symmetric":
+            G = symmetric_values(g, True, self.ratio, self.key, m, -1, -1, self)
+        else:
+            t = to_lattice(g, k) + _assembled(self.key, m, s, symmetric=False)
+            G = from_lattice(t, k)
+        Z = B @ G @ B.T
+        return np.asarray((Z + Z.T) / 2.0)
+
+
+def square_release(f: np.ndarray, plan: NoisePlan, key: NoiseKey) -> np.ndarray:
+    """The published ``m x m`` matrix of a square lattice release assembled on the client."""
+    if plan.directions.is_standard:
+        lattice = StandardSquareLattice.for_plan(plan, key)
+        m = f.shape[0]
+        return lattice.region(np.asarray(f, dtype=np.float64), (0, m), (0, m))
+    return DenseSquareLattice.for_plan(plan, key).release(np.asarray(f, dtype=np.float64))
+
+
+def gram_step(gram: np.ndarray, lattice: Lattice, sigma: float, key: NoiseKey) -> np.ndarray:
+    """Analyze Gauss on the lattice: the symmetric release of ``X X^T`` with noise ``sigma S``
+    (``r = 1``), i.e. standard directions with every variance ``sigma`` (whitened by
+    ``1 / sqrt(sigma)`` on both sides), on the same symmetric grid as the float step."""
+    m = gram.shape[0]
+    step = StandardSquareLattice(
+        key, np.full(m, float(sigma)), "symmetric", 1.0, lattice.log2_grid, lattice.scale
+    )
+    return step.region(np.asarray(gram, dtype=np.float64), (0, m), (0, m))
+
+
+def noisy_count(records: int, count_mu: float, key: NoiseKey) -> float:
+    """``N + K`` with ``K`` the rounded Gaussian of scale ``1 / mu`` (rounded up): the Gaussian
+    mechanism of sensitivity 1 rounded, exact on the integers."""
+    scale = (1.0 / count_mu) * (1.0 + 2.0**-50)
+    return float(records + int(key.tile_lattice(0, (1,), scale)[0]))

@@ -1,0 +1,128 @@
+"""The lattice release is floating-point safe: what it publishes is a function of exact integers.
+
+* Sub-grid inputs: two inputs that differ below the grid (one entry moved by ``2^-40``) give
+  byte-identical releases for the same key, identity and covariance; the ``float`` path's bytes
+  differ (its published low-order bits carry the input's).
+* The precision attack (Haney et al. 2022): a record that is all 0 in ``D`` and all 1 in ``D'``.
+  With float noise, ``fl(1 + z)`` is always a multiple of ``2^-53`` and ``fl(0 + z) = z`` often is
+  not, so the event "the record's published value is off the ``2^-53`` grid" has probability 0
+  on one side and about 0.1 on the other. With lattice noise the event has the same probability
+  on both sides within the test's power. Real releases (``api.release``) with fresh keys.
+* The dry run states the lattice: its grid, the float error and the inflation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+from scipy import stats
+
+from mvg_dask import api
+from tests.pipeline_helpers import make_input
+
+ALPHA = 1e-3
+RECORDS = 4096
+M = 4
+
+
+def _spec(root: Path, tag: str, query: str, noise: str, **mech: Any) -> dict[str, Any]:
+    return {
+        "name": "lattice",
+        "release_id": f"lattice-{tag}",
+        "input": {"store": str(root / f"{tag}.zarr"), "variable": "X"},
+        "domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "clip"},
+        "query": query,
+        "mechanism": {
+            "algorithm": "unimodal" if query == "identity" else "symmetric",
+            "noise": noise,
+            **mech,
+        },
+        "privacy": {"epsilon": 1.0, "delta": 1e-6},
+        "output": {"store": str(root / f"{tag}-out.zarr")},
+    }
+
+
+def _release(
+    root: Path, tag: str, X: np.ndarray, query: str, noise: str, client: Any, seed: int | None
+) -> np.ndarray:
+    make_input(root / f"{tag}.zarr", X, chunk=1024)
+    api.release(_spec(root, tag, query, noise), client=client, seed=seed, progress=False)
+    ds = xr.open_zarr(root / f"{tag}-out.zarr")
+    return np.asarray(ds["X" if query == "identity" else "covariance"].values)
+
+
+@pytest.mark.parametrize("query", ["identity", "covariance"])
+def test_sub_grid_inputs_give_identical_bytes(query: str, tmp_path: Path, client) -> None:
+    X = np.random.default_rng(1).uniform(0.1, 0.9, (M, 600))
+    Y = X.copy()
+    Y[2, 17] += 2.0**-40  # far below the lattice's grid, far above float64's resolution
+    seed = 424242
+    lat_x = _release(tmp_path, "lx", X, query, "lattice", client, seed)
+    lat_y = _release(tmp_path, "ly", Y, query, "lattice", client, seed)
+    assert lat_x.tobytes() == lat_y.tobytes()
+    flt_x = _release(tmp_path, "fx", X, query, "float", client, seed)
+    flt_y = _release(tmp_path, "fy", Y, query, "float", client, seed)
+    assert flt_x.tobytes() != flt_y.tobytes()  # the float path shows the sub-grid change
+
+
+def _off_grid(values: np.ndarray) -> np.ndarray:
+    """True where a value is not a multiple of ``2^-53``."""
+    scaled = np.ldexp(values, 53)
+    return scaled != np.rint(scaled)
+
+
+def _grid_event_counts(
+    root: Path, noise: str, client: Any, releases: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(off-grid, total) over the published values of ``D`` (all records 0) and ``D'`` (all 1):
+    with ``Psi = I`` every record's column has its own independent noise, so a dataset of
+    ``RECORDS`` copies of the record gives ``RECORDS`` samples of its published column."""
+    out = []
+    for value in (0.0, 1.0):
+        off = total = 0
+        for r in range(releases):
+            tag = f"{noise}-{int(value)}-{r}"
+            y = _release(root, tag, np.full((M, RECORDS), value), "identity", noise, client, None)
+            off += int(_off_grid(y).sum())
+            total += y.size
+        out.append((off, total))
+    return out[0], out[1]
+
+
+def test_precision_attack_fails_on_lattice_releases(tmp_path: Path, client) -> None:
+    """ALPHA = 1e-3; fresh keys (no seed): 3 releases x 4,096 records x 4 features per side."""
+    (off0, n0), (off1, n1) = _grid_event_counts(tmp_path, "lattice", client, 3)
+    p0, p1 = off0 / n0, off1 / n1
+    table = np.array([[off0, n0 - off0], [off1, n1 - off1]])
+    pvalue = (
+        stats.fisher_exact(table).pvalue
+        if min(off0, off1) < 5
+        else stats.chi2_contingency(table).pvalue
+    )
+    print(f"lattice: off-grid share {p0:.4f} (record 0) vs {p1:.4f} (record 1), p = {pvalue:.3g}")
+    assert pvalue > ALPHA
+
+
+def test_precision_attack_succeeds_on_float_releases(tmp_path: Path, client) -> None:
+    """The control that gives the attack its power: on the float path the event never happens
+    for the record at 1 and often for the record at 0 (ALPHA = 1e-3, fresh keys)."""
+    (off0, n0), (off1, n1) = _grid_event_counts(tmp_path, "float", client, 1)
+    print(f"float: off-grid share {off0 / n0:.4f} (record 0) vs {off1 / n1:.4f} (record 1)")
+    assert off1 == 0
+    assert stats.binomtest(off0, n0, 0.01, alternative="greater").pvalue < ALPHA
+
+
+def test_dry_run_states_the_lattice(tmp_path: Path) -> None:
+    make_input(tmp_path / "d.zarr", np.zeros((M, 64)))
+    from mvg_dask.engine.preview import preview
+
+    text = preview(api.dry_run(_spec(tmp_path, "d", "covariance", "lattice"))).text()
+    assert "lattice noise: grid 2^" in text
+    assert "float error E <=" in text
+    assert "sensitivity inflated by" in text
+    float_text = preview(api.dry_run(_spec(tmp_path, "d", "covariance", "float"))).text()
+    assert "not floating-point safe" in float_text
