@@ -25,6 +25,7 @@ LABELS = (
     "mechanism",
     "sensitivity",
     "noise std",
+    "arithmetic",
     "privacy",
     "write",
     "budget",
@@ -53,13 +54,15 @@ def test_cli_dry_run_prints_a_short_summary_and_json_on_request(tmp_path: Path) 
     text = _cli(str(path), "--dry-run")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert len(lines) <= 15 and lines[0].startswith("release plan plan-1")
+    assert len(lines) <= 16 and lines[0].startswith("release plan plan-1")
     assert [ln.split()[0] if not ln.startswith("  noise") else "noise std" for ln in lines[1:]] == [
         label.split()[0] if label != "noise std" else "noise std" for label in LABELS
     ]
     body = text.stdout
     assert "3 features x 500 records" in body and "calibration exact" in body
     assert "epsilon = 1, delta = 1e-05 (replace-one)" in body
+    lattice = api.dry_run(path).noise_plan().lattice
+    assert lattice is not None and f"lattice noise: grid 2^{lattice.log2_grid}" in body
     plan = api.dry_run(path)
     std = plan.noise_plan().entry_std()
     assert f"{std.min():.4g} .. {std.max():.4g}" in body

@@ -328,6 +328,8 @@ def _spec(store: str, out: str, **kw: Any) -> dict[str, Any]:
         "algorithm": kw.pop("algorithm", "symmetric"),
         "directions": {"method": "dp-pca", "k": 3, "budget_share": 0.3},
         "allocation": {"strategy": "binary"},
+        # lattice noise is not available with low-rank directions (refused: see the refusals)
+        "noise": "float",
     }
     mechanism |= kw.pop("mechanism", {})
     return {
@@ -423,7 +425,8 @@ def test_blockwise_dp_pca_bytes_do_not_depend_on_the_blocking(structured, tmp_pa
 
 def test_blockwise_dp_pca_refusals(structured, tmp_path) -> None:
     """Refused at planning (nothing read): user matrices, allocations needing every direction,
-    ``k >= m`` and important directions beyond ``k``."""
+    ``k >= m``, important directions beyond ``k``, and lattice noise (not available with
+    low-rank directions; the message names ``noise: float``)."""
     base = _spec(structured["data"], str(tmp_path / "x.zarr"))
     np.save(tmp_path / "w.npy", np.eye(M))
     cases = [
@@ -431,6 +434,7 @@ def test_blockwise_dp_pca_refusals(structured, tmp_path) -> None:
         ({"directions": {"method": "dp-pca", "k": M}}, "needs k < 600"),
         ({"allocation": {"strategy": "binary", "important": [0, 5]}}, "must lie in 0..2"),
         ({"directions": {"method": "matrix", "path": str(tmp_path / "w.npy")}}, "no m x m matrix"),
+        ({"noise": "lattice"}, "lattice noise is not available with low-rank"),
     ]
     for mech, message in cases:
         raw = {**base, "mechanism": {**base["mechanism"], **mech}}

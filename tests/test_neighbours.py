@@ -289,8 +289,9 @@ def result_facts(result: ReleaseResult, case: Case) -> dict[str, Any]:
             "mahalanobis_sensitivity",
             "implied_epsilon",
             "directions",
+            "lattice",  # the float error and grid follow the directions' whitening
         ):
-            plan.pop(name)
+            plan.pop(name, None)
         plan["allocation"].pop("theta")
     return {
         "release_id": result.release_id,

@@ -184,21 +184,36 @@ def test_dry_run_imports_neither_dask_nor_distributed(tmp_path):
 
 @pytest.mark.parametrize("query", ["identity", "covariance"])
 def test_one_sampling_path_the_plan_draws_what_the_release_adds(tmp_path, client, query):
-    """``NoisePlan.draw`` (used by the experiments) gives the bytes a release adds."""
+    """Float noise: ``NoisePlan.draw`` (used by the experiments) gives the bytes a release adds.
+    Lattice noise: the engine's lattice functions, applied to the query here, give the bytes the
+    release publishes (the identity's exactly; the covariance's up to its sum's rounding)."""
     from mvg_dask import api
+    from mvg_dask.engine.lattice import RecordLattice, square_release
     from mvg_dask.noise import NoiseKey
 
     X = data(4, 2500, seed=6, low=0, high=1)
     store = make_input(tmp_path / "in.zarr", X, chunk=600)
-    mech = {"algorithm": "equi-modal"} if query == "covariance" else {}
-    spec = spec_dict(store, str(tmp_path / "o.zarr"), query=query, mechanism=mech)
-    res = api.release(spec, client=client, seed=17, progress=False)
-    ds = api.open_release(res.output)
-    Z = res.plan.draw(NoiseKey.from_seed(17).derive("release"))
-    if query == "identity":
-        assert (X + Z).tobytes() == ds["X"].values.tobytes()
-    else:
-        np.testing.assert_allclose(ds["covariance"].values, X @ X.T / 2500 + Z, rtol=0, atol=1e-12)
+    key = NoiseKey.from_seed(17).derive("release")
+    for noise in ("float", "lattice"):
+        mech = {"algorithm": "equi-modal"} if query == "covariance" else {}
+        out = str(tmp_path / f"o-{noise}.zarr")
+        spec = spec_dict(store, out, query=query, mechanism={**mech, "noise": noise})
+        res = api.release(spec, client=client, seed=17, progress=False)
+        ds = api.open_release(res.output)
+        if noise == "float":
+            Z = res.plan.draw(key)
+            if query == "identity":
+                assert (X + Z).tobytes() == ds["X"].values.tobytes()
+            else:
+                want = X @ X.T / 2500 + Z
+                np.testing.assert_allclose(ds["covariance"].values, want, rtol=0, atol=1e-12)
+        elif query == "identity":
+            lattice = RecordLattice.for_plan(res.plan)
+            Y = lattice.release(X, key, 0, 2500, tile=1024, n_total=2500)
+            assert Y.tobytes() == ds["X"].values.tobytes()
+        else:
+            want = square_release(X @ X.T / 2500, res.plan, key)
+            np.testing.assert_allclose(ds["covariance"].values, want, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("query", ["identity", "covariance"])

@@ -416,12 +416,14 @@ def test_covariance_from_identity_is_unbiased_monte_carlo():
 
 
 # -- through the release engine ---------------------------------------------------------------
+@pytest.mark.parametrize("noise", ["lattice", "float"])
 @pytest.mark.parametrize("algorithm", [None, "equi-modal"])
-def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, algorithm):
+def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, algorithm, noise):
     """A covariance release (default: symmetric noise; equi-modal: symmetrised) publishes
-    f(X) + noise with exactly the plan's noise, a symmetric output and its noise description;
-    a neighbouring dataset (one record replaced) with the same seed changes only the noisy
-    values."""
+    f(X) + noise with exactly the plan's noise (float), or the engine's lattice release of
+    f(X) (lattice), a symmetric output and its noise description; a neighbouring dataset (one
+    record replaced) with the same seed changes only the noisy values."""
+    from mvg_dask.engine.lattice import square_release
     from mvg_dask import api
     from tests.pipeline_helpers import data, make_input, spec_dict
 
@@ -433,6 +435,7 @@ def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, a
     for i, values in enumerate((X, X2)):
         store = make_input(tmp_path / f"in{i}.zarr", values, chunk=500)
         spec = spec_dict(store, str(tmp_path / f"out{i}.zarr"), query="covariance")
+        spec["mechanism"]["noise"] = noise
         if algorithm is None:
             del spec["mechanism"]["algorithm"]
         else:
@@ -445,8 +448,12 @@ def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, a
     cov = ds["covariance"].values
     assert np.array_equal(cov, cov.T)
     Xc = np.clip(X, 0, 1)
-    noise = covariance_noise(plan, NoiseKey.from_seed(seed).derive("release"))
-    assert np.allclose(cov, Xc @ Xc.T / N + noise, rtol=0, atol=1e-12)
+    key = NoiseKey.from_seed(seed).derive("release")
+    if noise == "float":
+        want = Xc @ Xc.T / N + covariance_noise(plan, key)
+    else:
+        want = square_release(Xc @ Xc.T / N, plan, key)
+    assert np.allclose(cov, want, rtol=0, atol=1e-12)
     assert float(ds["symmetric_ratio"]) == plan.output_symmetric_ratio
     assert np.allclose(ds["col_cov"], ds["row_cov"])
     assert ds.attrs["mvg_dask_algorithm"] == plan.algorithm

@@ -472,27 +472,38 @@ def _gram_panel(
     source: ZarrMatrix,
     clipper: Clipper,
     ranges: list[tuple[int, int]],
+    inner: int | None = None,
 ) -> tuple[np.ndarray, int] | Outcome:
     """The panel ``rows x [rows[0], m)`` of ``X X^T`` of the clipped records, its diagonal block
     mirrored from its upper triangle (exactly symmetric), and the number of clipped values; or
-    the failure the data gave."""
+    the failure the data gave.
+
+    With ``inner`` (lattice releases) the groups' products accumulate in an inner panel that is
+    folded into the result every ``inner`` groups, the summation whose depth the plan bounds
+    (:func:`mvg_dask.plan.lattice.panel_depth`); without, every group adds to the result."""
     from scipy.linalg.blas import dgemm
 
     r0, r1 = rows
     acc = np.zeros((r1 - r0, m - r0))
+    part = acc if inner is None else np.zeros_like(acc)
     clipped = 0
-    for a, b in _read_groups(ranges, PANEL_RECORDS):
+    for n, (a, b) in enumerate(_read_groups(ranges, PANEL_RECORDS)):
         try:
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
         x = np.ascontiguousarray(x)
-        # acc += X[rows] X[r0:]^T in place (BLAS beta = 1 on acc^T, Fortran-ordered): no
+        # part += X[rows] X[r0:]^T in place (BLAS beta = 1 on part^T, Fortran-ordered): no
         # panel-sized temporary per chunk
-        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=acc.T, trans_a=1, overwrite_c=1)
-        if not np.shares_memory(out, acc):  # pragma: no cover - BLAS copied c
-            acc[...] = out.T
+        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=part.T, trans_a=1, overwrite_c=1)
+        if not np.shares_memory(out, part):  # pragma: no cover - BLAS copied c
+            part[...] = out.T
         clipped += c
+        if inner is not None and (n + 1) % inner == 0:
+            acc += part
+            part[...] = 0.0
+    if inner is not None:
+        acc += part
     h = r1 - r0
     acc[:, :h] = np.triu(acc[:, :h]) + np.triu(acc[:, :h], 1).T
     return acc, clipped
@@ -511,11 +522,13 @@ def covariance_panel_task(
     noise: PanelNoise,
     block: int,
     lattice: StandardSquareLattice | None = None,
+    inner: int | None = None,
 ) -> Outcome:
     """One row panel of a blocked covariance release: ``X[rows] X[rows:]^T``, privatized, written.
 
     With ``lattice`` each block is privatized on the lattice
-    (:meth:`StandardSquareLattice.region`) instead of having float noise added.
+    (:meth:`StandardSquareLattice.region`) instead of having float noise added, and the panel
+    is summed with ``inner`` (:func:`_gram_panel`).
 
     The task streams every chunk of the input (full records: a record's clipping needs all its
     features), accumulates the panel ``rows x [rows[0], m)`` of the Gram matrix (the diagonal
@@ -545,7 +558,7 @@ def covariance_panel_task(
     if fs.exists(abort_path):
         return Outcome(skipped=True)
     m = noise.variances.size
-    panel = _gram_panel(rows, m, source, clipper, ranges)
+    panel = _gram_panel(rows, m, source, clipper, ranges, inner)
     if isinstance(panel, Outcome):
         return panel
     acc, clipped = panel

@@ -50,7 +50,8 @@ from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
-from mvg_dask.plan.release_plan import SPLIT_EVERY, ReleasePlan
+from mvg_dask.plan.lattice import panel_inner_groups
+from mvg_dask.plan.release_plan import PANEL_RECORDS, SPLIT_EVERY, ReleasePlan
 
 log = logging.getLogger("mvg_dask")
 
@@ -400,9 +401,11 @@ class _Stages:
             target.write_blocked_skeleton(rplan, names, scalars)
         crash_point("skeleton")
         noise = self._panel_noise(plan, block)
-        lattice = None
+        lattice = inner = None
         if plan.lattice is not None:
+            assert rplan.lattice_context is not None
             lattice = StandardSquareLattice.for_plan(plan, self.key.derive("release"))
+            inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
         source = _source(rplan)
         ranges = info.record_ranges()
         self.read_started = True
@@ -421,6 +424,7 @@ class _Stages:
                 noise=noise,
                 block=block,
                 lattice=lattice,
+                inner=inner,
                 pure=False,
             )
             for r0 in range(0, m, block)

@@ -28,8 +28,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
 NoiseKind = Literal["lattice", "float"]
 NOISE_KINDS: tuple[NoiseKind, ...] = ("lattice", "float")
 
@@ -37,7 +35,8 @@ NOISE_KINDS: tuple[NoiseKind, ...] = ("lattice", "float")
 GRID_SHARE = 2.0**-20
 #: No grid finer than ``FLOAT_ERROR_GRID * E``.
 FLOAT_ERROR_GRID = 2.0**-8
-#: Largest lattice coordinate (``|h + K|``) the int64 arithmetic admits with room to spare.
+#: Largest lattice coordinate (``|h + K|``) the int64 arithmetic admits with room to spare. The
+#: grid's floor ``FLOAT_ERROR_GRID * E`` keeps ``|g| / 2^k`` below it: ``E >= u sup |g|``.
 LATTICE_RANGE = 2.0**61
 
 
@@ -191,32 +190,20 @@ def gram_depth(records: int, chunk: int, chunks_per_task: int, fan_in: int) -> i
     return chunk + chunks_per_task - 1 + (fan_in - 1) * levels
 
 
+def panel_inner_groups(records: int, group: int) -> int:
+    """How many record groups a lattice panel task accumulates before folding them into its
+    panel (about the square root of the number of groups): the panel's summation depth then
+    grows like ``2 sqrt(records / group)``, not like ``records / group``."""
+    groups = max(1, -(-records // group))
+    return max(1, math.isqrt(groups - 1) + 1)
+
+
 def panel_depth(records: int, group: int, chunk: int) -> int:
-    """``L`` of a blocked (panel) Gram: the records are read in groups of at least ``group``
-    records (whole chunks, so at most ``group + chunk - 1``), each group's product added to the
-    panel's accumulator in sequence (BLAS ``beta = 1``)."""
+    """``L`` of a blocked (panel) Gram of a lattice release: the records are read in groups of
+    at least ``group`` records (whole chunks, so at most ``group + chunk - 1``), each group's
+    product added to an inner accumulator (BLAS ``beta = 1``), which is folded into the panel
+    every :func:`panel_inner_groups` groups."""
     per_group = group + chunk - 1
     groups = max(1, -(-records // group))
-    return per_group + groups
-
-
-def check_range(bound: float, lattice: Lattice) -> None:
-    """Refuse a lattice whose integer coordinates could overflow the int64 arithmetic.
-
-    Parameters
-    ----------
-    bound : float
-        An upper bound of ``|g|`` over the domain (whitened units).
-    lattice : Lattice
-        The lattice.
-    """
-    if bound / lattice.grid + 64.0 * lattice.scale > LATTICE_RANGE:
-        raise ValueError(
-            f"the whitened query reaches {bound:.3g}, beyond the lattice's range on the grid "
-            f"2^{lattice.log2_grid}: use mechanism.noise: float for this release"
-        )
-
-
-def as_array(values: np.ndarray) -> np.ndarray:
-    """``values`` as a float64 array (helper for bounds)."""
-    return np.asarray(values, dtype=np.float64)
+    inner = panel_inner_groups(records, group)
+    return per_group + inner + -(-groups // inner)

@@ -146,7 +146,7 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
             else f"{span[0]:.4g} .. {span[1]:.4g} on {target}",
         )
     )
-    rows.append(("noise kind", _noise_kind_text(rplan)))
+    rows.append(("arithmetic", _noise_kind_text(rplan)))
     split = rplan.split
     parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
     if split.share > 0 or split.count_share > 0:

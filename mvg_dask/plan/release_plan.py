@@ -747,9 +747,7 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
-def _lattice_context(
-    spec: ReleaseSpec, metadata: InputMetadata, matrix_chunk: int | None
-) -> LatticeContext | None:
+def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
     """How the engine will sum the query, from metadata: what the float-error bound of a
     lattice release needs (``None`` for float noise). Under add-remove the record count is
     private, so the bound uses the declared ``privacy.max_records``."""
@@ -765,10 +763,12 @@ def _lattice_context(
             )
         records = bound
     chunk = metadata.record_chunk
-    if matrix_chunk is not None:
-        depth = panel_depth(records, PANEL_RECORDS, chunk)
-    else:
-        depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), SPLIT_EVERY)
+    # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so that
+    # the plan, and the bytes of a release with standard directions, never depend on
+    # output.matrix_chunk
+    depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), SPLIT_EVERY)
+    if spec.query == "covariance":
+        depth = max(depth, panel_depth(records, PANEL_RECORDS, chunk))
     return LatticeContext(records=records, depth=depth)
 
 
@@ -833,7 +833,7 @@ def plan_release(
     )
     directions, step = _fixed_directions(spec, m, directions_matrix)
     share = 0.0 if step is None else step.budget_share
-    context = _lattice_context(spec, metadata, matrix_chunk)
+    context = _lattice_context(spec, metadata)
     try:
         split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
         if step is not None and context is not None:
