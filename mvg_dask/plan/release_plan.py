@@ -578,6 +578,35 @@ class ReleasePlan:
             tile_records=int(data["tile_records"]),
         )
 
+    def check_seed(self, seed: int | None) -> None:
+        """Refuse a user seed for a release charged to a privacy ledger.
+
+        A seeded release is not private: its noise is a function of the seed, and a search over
+        seeds recovers it (and so the data) from the output. A ledger is the data owner's
+        account of what has been disclosed about a dataset, so such a release can be neither
+        charged (the budget would claim a guarantee that does not hold) nor left out of it (the
+        disclosure would be invisible). Seeds are for test and demo data, released without a
+        ledger.
+
+        Parameters
+        ----------
+        seed : int or None
+            The seed of :func:`mvg_dask.api.release` (``--seed``).
+
+        Raises
+        ------
+        SpecError
+            When ``seed`` is given and the spec has a ledger.
+        """
+        if seed is None or self.ledger is None:
+            return
+        raise SpecError(
+            f"seed: a seeded release is not private (its noise follows from the seed, which a "
+            f"search over seeds recovers from the output), so it cannot be charged to the "
+            f"privacy ledger of dataset {self.ledger.dataset!r}; release without a seed, or "
+            "remove ledger from the spec for test or demo data"
+        )
+
     # -- presentation ------------------------------------------------------------------------
     def declared_bounds_text(self) -> str | None:
         """What declared bounds above the proved ones cost, in one line (``None``: none).
