@@ -200,7 +200,10 @@ def release(
         Connect to this scheduler (ignored when ``client`` is given); default: the one named by
         ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster.
     seed : int, optional
-        Reproducible noise for tests and demos, recorded as NOT private.
+        Reproducible noise for tests and demos, recorded as NOT private. Refused for a spec
+        with a ledger (a seeded release's noise can be recovered from its output, so it can be
+        neither charged as private nor left out of the budget): give seeds only to releases of
+        test or demo data without a ledger.
     progress : bool, default True
         Show progress.
     release_id : str, optional
@@ -226,10 +229,17 @@ def release(
     -------
     ReleaseResult
         The finished release.
+
+    Raises
+    ------
+    SpecError
+        An invalid spec, a declared bound below the proved one, or a ``seed`` with a ledger
+        (all before anything is read, written or charged).
     """
     from mvg_dask.engine.cluster import connect
 
     rplan = dry_run(spec, release_id=release_id, output=output)
+    rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)

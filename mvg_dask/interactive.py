@@ -324,7 +324,7 @@ def release_xarray(
         spec,
         _input_metadata(arr, input_store, record_dim, feature_dim, chunk),
         directions_matrix=load_directions_matrix(spec),
-    )
+    ).check_seed(seed)
     api.performance_report_path(output_store, performance_report)
     Path(directory).mkdir(parents=True, exist_ok=True)
     if Path(input_store).exists():  # a retry of the same release id reuses its first copy

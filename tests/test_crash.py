@@ -1,8 +1,9 @@
 """Crash safety: SIGKILL at many points of a release, then a re-run with the same release id.
 
 The re-run resumes with the key stored in the ledger's pending entry and must produce output
-byte-identical to an uninterrupted run with the same seed, charged exactly once; no file of the
-output and no log line may contain the key.
+byte-identical to an uninterrupted run with the same key, charged exactly once; no file of the
+output and no log line may contain the key. The releases are unseeded (a seed is refused with a
+ledger): the harness pins the fresh key of every run (``pinned_key_cli``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,9 +22,15 @@ from mvg_dask.engine.ledger import open_ledger
 from mvg_dask.errors import IncompleteReleaseError
 from mvg_dask.noise import NoiseKey
 from tests.cluster_helpers import loopback_cluster
-from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
+from tests.pipeline_helpers import (
+    PINNED_KEY,
+    data,
+    make_input,
+    pinned_key_cli,
+    spec_dict,
+    write_spec,
+)
 
-SEED = 1234
 KILL_POINTS = [
     "reserved",
     "skeleton",
@@ -45,7 +51,7 @@ def loopback(tmp_path_factory):
 
 
 def _key_strings() -> list[str]:
-    key = NoiseKey.from_seed(SEED)
+    key = NoiseKey.from_hex(PINNED_KEY)
     return [k.to_hex() for k in (key, key.derive("release"), key.derive("dp-pca"))]
 
 
@@ -54,17 +60,7 @@ def _run(spec_path: Path, address: str, crash_at: str | None = None) -> subproce
     if crash_at:
         env["MVG_DASK_CRASH_AT"] = crash_at
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mvg_dask",
-            "release",
-            str(spec_path),
-            "--scheduler",
-            address,
-            "--seed",
-            str(SEED),
-        ],
+        [*pinned_key_cli(), "release", str(spec_path), "--scheduler", address],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -140,7 +140,7 @@ def test_spec_fuzzer_no_traceback_no_partial_output_no_charge(client, fuzz_input
         spec = _mutate(base, ops)
         before = sorted(p.relative_to(work) for p in work.rglob("*"))
         try:
-            api.release(spec, client=client, seed=0, progress=False)
+            api.release(spec, client=client, progress=False)  # a ledger: no seed
             ok = True
         except CLEAN_ERRORS as caught:
             ok = False
@@ -185,7 +185,7 @@ def test_corrupt_chunk_is_a_clean_error_and_stays_charged(tmp_path, client, quer
         },
     )
     with pytest.raises(ReleaseError, match=r"records 200\.\.299 .* cannot be read"):
-        api.release(spec, client=client, seed=0, progress=False)
+        api.release(spec, client=client, progress=False)
     assert not (tmp_path / "out.zarr").exists()
     assert not list(tmp_path.glob("out.zarr.staging-*"))
     with open_ledger(tmp_path / "l.sqlite") as book:
@@ -224,7 +224,7 @@ def test_budget_exceeded_reads_nothing_writes_nothing(tmp_path, client):
         mechanism=paper,
         privacy={"epsilon": 0.6, "delta": 1e-5},
     )
-    api.release(first, client=client, seed=0, progress=False)
+    api.release(first, client=client, progress=False)
     shutil.move(str(Path(store) / "X" / "c"), tmp_path / "hidden")  # any read would now fail
     second = spec_dict(
         store,
@@ -234,7 +234,7 @@ def test_budget_exceeded_reads_nothing_writes_nothing(tmp_path, client):
         privacy={"epsilon": 0.6, "delta": 1e-5},
     )
     with pytest.raises(BudgetError, match=r"would be exceeded.*Nothing was read or charged"):
-        api.release(second, client=client, seed=0, progress=False)
+        api.release(second, client=client, progress=False)
     assert not (tmp_path / "b.zarr").exists()
     with open_ledger(tmp_path / "l.sqlite") as book:
         assert [r.status for r in book.releases()] == ["committed"]

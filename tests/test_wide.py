@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from mvg_dask.errors import DataError
 from mvg_dask.plan.release_plan import plan_release
 from mvg_dask.spec import parse_spec, resolve_paths
 from tests.cluster_helpers import loopback_cluster
-from tests.pipeline_helpers import make_input, write_spec
+from tests.pipeline_helpers import make_input, pinned_key_cli, write_spec
 from tests.test_neighbours import CREATED, assert_same_except_noisy
 
 M = 600  # three noise-grid blocks of 256 (the last one short)
@@ -186,7 +185,8 @@ def test_a_killed_blocked_release_resumes_to_the_same_bytes(
         env = {k: v for k, v in os.environ.items() if k != "MVG_DASK_CRASH_AT"}
         if crash_at:
             env["MVG_DASK_CRASH_AT"] = crash_at
-        cmd = [sys.executable, "-m", "mvg_dask", "release", str(path), "--seed", str(SEED)]
+        # unseeded (a ledger refuses seeds): both runs' fresh key pinned by the harness
+        cmd = [*pinned_key_cli(), "release", str(path)]
         return subprocess.run(
             [*cmd, "--scheduler", loopback],
             capture_output=True,

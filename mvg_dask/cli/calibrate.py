@@ -101,7 +101,14 @@ def calibrate(
     as_json: bool,
 ) -> None:
     """Calibrate an MVG noise plan from metadata only (no data is read)."""
-    from mvg_dask.plan import AllocationSpec, BoxDomain, L2BallDomain, QuerySpec, build_noise_plan
+    from mvg_dask.plan import (
+        AllocationSpec,
+        BoxDomain,
+        DeclaredBoundError,
+        L2BallDomain,
+        QuerySpec,
+        build_noise_plan,
+    )
 
     if (bounds is None) == (l2_norm is None):
         raise click.UsageError("give exactly one record domain: --bounds LO HI or --l2-norm C")
@@ -137,6 +144,8 @@ def calibrate(
             ),
             neighbours=neighbours,  # type: ignore[arg-type]
         )
+    except DeclaredBoundError as exc:  # named by this command's option, not the spec field
+        raise click.UsageError(f"--{str(exc).removeprefix('mechanism.')}") from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(plan.to_json() if as_json else plan.summary())

@@ -47,6 +47,15 @@ def demo_spec_text(name: str, **values: object) -> str:
     return Template(text).substitute({k: str(v) for k, v in values.items()})
 
 
+def _demo_spec(path: Path, seed: int | None) -> Any:
+    """The spec at ``path``; with a seed, without its ledger (a seeded release is not private
+    and is refused with a ledger)."""
+    from mvg_dask import api
+
+    spec = api.load(path)
+    return spec if seed is None else spec.model_copy(update={"ledger": None})
+
+
 def _prepare_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()):
         if not (out / DEMO_MARKER).exists():
@@ -87,7 +96,12 @@ def _write_spec(root: Path, name: str, **values: object) -> Path:
     help="Features of the synthetic dataset.",
 )
 @click.option("--scheduler", default=None, metavar="ADDRESS", help="Dask scheduler address.")
-@click.option("--seed", type=int, default=None, help="Reproducible (NOT private) noise.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Reproducible (NOT private) noise; the releases then go without the ledger.",
+)
 def demo(
     out: str,
     synthetic_records: int | None,
@@ -125,7 +139,7 @@ def demo(
             click.echo(f"dask scheduler: {client.scheduler_info().get('address', '?')}")
             for name, path in specs.items():
                 t = time.perf_counter()
-                res = api.release(path, client=client, seed=seed)
+                res = api.release(_demo_spec(path, seed), client=client, seed=seed)
                 ds = api.open_release(res.output)
                 if name == "covariance":
                     est = ds["covariance"].values
@@ -153,13 +167,16 @@ def demo(
         fail(exc)
     from mvg_dask.engine.ledger import open_ledger
 
-    with open_ledger(root / "ledger.sqlite") as book:
-        for entry in book.summary():
-            s, b = entry["spent"], entry["budget"]
-            click.echo(
-                f"ledger: dataset {entry['dataset']} spent epsilon={s['epsilon']:.3g} of "
-                f"{b['epsilon']:g} ({entry['composition']} composition)"
-            )
+    if seed is not None:
+        click.echo("seeded releases (NOT private): no ledger, nothing charged")
+    else:
+        with open_ledger(root / "ledger.sqlite") as book:
+            for entry in book.summary():
+                s, b = entry["spent"], entry["budget"]
+                click.echo(
+                    f"ledger: dataset {entry['dataset']} spent epsilon={s['epsilon']:.3g} of "
+                    f"{b['epsilon']:g} ({entry['composition']} composition)"
+                )
     click.echo(
         f"done; specs, ledger and outputs are in {root}/ (open the outputs with "
         "mvg_dask.api.open_release or xarray.open_zarr)"
@@ -180,7 +197,8 @@ def _synthetic_run(root: Path, client: Any, records: int, features: int, seed: i
     click.echo(f"synthetic: {features} x {records} written in {time.perf_counter() - t:.1f} s")
     for query in ("covariance", "identity"):
         t = time.perf_counter()
-        res = api.release(_write_spec(root, f"synthetic-{query}"), client=client, seed=seed)
+        spec = _demo_spec(_write_spec(root, f"synthetic-{query}"), seed)
+        res = api.release(spec, client=client, seed=seed)
         seconds = time.perf_counter() - t  # the demo measures throughput (curator side)
         click.echo(
             f"synthetic {query}: {res.output} in {seconds:.1f} s "

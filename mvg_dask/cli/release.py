@@ -52,7 +52,9 @@ from mvg_dask.errors import MvgDaskError
     "--seed",
     type=int,
     default=None,
-    help="Reproducible noise for tests and demos; recorded as NOT private.",
+    help=(
+        "Reproducible noise for tests and demos; NOT private, so refused for a spec with a ledger."
+    ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option(

@@ -582,7 +582,8 @@ def execute_release(
     client : distributed.Client
         Where to compute.
     seed : int, optional
-        Reproducible noise (tests, demos), recorded as NOT private.
+        Reproducible noise (tests, demos), recorded as NOT private; refused with a ledger
+        (:meth:`~mvg_dask.plan.release_plan.ReleasePlan.check_seed`).
     progress : bool
         Show progress.
     insecure_transport : bool
@@ -597,6 +598,7 @@ def execute_release(
     from mvg_dask.engine.security import check_transport
 
     t0 = time.perf_counter()
+    rplan.check_seed(seed)  # a seeded release is not private: never charged to a ledger
     # before anything is reserved: the key must not travel in plaintext to another machine, and
     # the client, scheduler and workers must run the same code (nothing is charged if not)
     address = client.scheduler.address if client.scheduler is not None else None

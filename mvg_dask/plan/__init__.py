@@ -10,7 +10,7 @@ from mvg_dask.plan.noise_plan import (
     build_noise_plan,
     split_budget,
 )
-from mvg_dask.plan.query import QUERIES, QuerySpec
+from mvg_dask.plan.query import QUERIES, DeclaredBoundError, QuerySpec
 
 __all__ = [
     "NEIGHBOURS",
@@ -18,6 +18,7 @@ __all__ = [
     "AllocationSpec",
     "BoxDomain",
     "BudgetSplit",
+    "DeclaredBoundError",
     "Directions",
     "L2BallDomain",
     "Neighbours",

@@ -156,6 +156,16 @@ class BoxDomain:
         """Range of one entry of a record."""
         return sens.box_entry_range(self.lower, self.upper)
 
+    def describe(self) -> str:
+        """The box in words for messages: ``box [0, 1]^4``, or its ranges per feature."""
+        lo, hi = self.lower, self.upper
+        if np.all(lo == lo[0]) and np.all(hi == hi[0]):
+            return f"box [{lo[0]:g}, {hi[0]:g}]^{self.m}"
+        return (
+            f"box of {self.m} features, lower {lo.min():g}..{lo.max():g}, "
+            f"upper {hi.min():g}..{hi.max():g}"
+        )
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready description."""
         return {"box": {"lower": self.lower.tolist(), "upper": self.upper.tolist()}}
@@ -225,6 +235,10 @@ class L2BallDomain:
     def entry_range(self) -> tuple[float, float]:
         """``(-C, C)``."""
         return -self.radius, self.radius
+
+    def describe(self) -> str:
+        """The ball in words for messages: ``l2 ball ||x|| <= C in R^m``."""
+        return f"l2 ball ||x|| <= {self.radius:g} in R^{self.m}"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready description."""

@@ -1,8 +1,9 @@
 """A release plan as a short table a person reads before anything runs (like ``terraform plan``).
 
 :func:`plan_rows` turns a :class:`~mvg_dask.plan.release_plan.ReleasePlan` into labelled lines:
-what is read, the query, the domain, the mechanism and calibration, the sensitivities, the noise
-std range per released entry, the (epsilon, delta) charged and where the release is written.
+what is read, the query, the domain, the mechanism and calibration, the sensitivities (and what
+declared bounds above the proved ones cost), the noise std range per released entry, the
+(epsilon, delta) charged and where the release is written.
 :func:`render_text` prints them for a terminal and :func:`render_html` for a notebook. Every line
 is a function of the plan's public form: under add-remove neighbours the record count is private
 and shown as ``?``.
@@ -136,6 +137,9 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
     if public.get("gamma") is not None:
         sens += f", gamma = {_fmt(public['gamma'])}"
     rows.append(("sensitivity", sens))
+    declared = rplan.declared_bounds_text()
+    if declared is not None:
+        rows.append(("declared", declared.removeprefix("declared ")))
     span = noise_std_range(rplan)
     target = "the sum" if rplan.releases_count else "each released entry"
     rows.append(

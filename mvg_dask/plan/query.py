@@ -20,6 +20,36 @@ from mvg_dask.privacy.calibration import Algorithm
 QueryKind = Literal["identity", "covariance", "custom"]
 QUERIES: tuple[QueryKind, ...] = ("identity", "covariance", "custom")
 
+#: A declared bound within this relative distance below the proved one counts as the proved one
+#: (a value typed with fewer digits, or computed in another order); the larger is used.
+DECLARED_RTOL = 1e-9
+
+
+class DeclaredBoundError(ValueError):
+    """A declared ``sensitivity``, ``gamma`` or ``entry_range`` of a built-in query is smaller
+    than the bound its record domain proves: calibrating to it would under-noise the release.
+
+    Parameters
+    ----------
+    field : str
+        The spec field (``sensitivity``, ``gamma`` or ``entry_range``).
+    message : str
+        One line naming both values and the remedy.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _at_least(x: float, digits: int = 6) -> str:
+    """``x`` rounded up to ``digits`` significant digits (a value one may declare)."""
+    text = f"{x:.{digits}g}"
+    step = 10.0 ** (math.floor(math.log10(abs(x))) - digits + 1)
+    while float(text) < x:
+        text = f"{float(text) + step:.{digits}g}"
+    return text
+
 
 @dataclass(frozen=True, kw_only=True)
 class QuerySpec:
@@ -37,11 +67,17 @@ class QuerySpec:
     shape : tuple of int, optional
         Output shape of a custom query.
     sensitivity : float, optional
-        Declared ``s_2`` (required for ``custom``; overrides the derived value otherwise).
+        Declared ``s_2``. Required for ``custom``, whose declared value is the source of truth
+        (nothing proves a bound for it). For the built-in queries it may only be at least the
+        bound the record domain proves (a smaller one raises :class:`DeclaredBoundError` when
+        the value is used); a larger one is used as declared by every calibration, and
+        ``exact`` scales ``Delta_M`` by ``declared / proved`` (docs/bounds.md, Sec. 12).
     gamma : float, optional
-        Declared ``sup ||f(X)||_F`` (overrides the derived value).
+        Declared ``sup ||f(X)||_F``: at least the proved bound for a built-in query with a
+        public record count, used as declared.
     entry_range : tuple of float, optional
-        Declared range of every output entry (MGM Thm. 3).
+        Declared range of every output entry (MGM Thm. 3): for a built-in query with a public
+        record count it must contain the range the domain proves, and is used as declared.
     symmetric, psd : bool
         Structure of a custom query's output.
     records_known : bool, default True
@@ -144,16 +180,107 @@ class QuerySpec:
         Returns
         -------
         float
-            ``s_2`` (the declared value if one was given).
+            ``s_2``: the declared value if one was given (for a built-in query, the larger of
+            it and the proved bound).
+
+        Raises
+        ------
+        DeclaredBoundError
+            A built-in query's declared value is below the proved bound.
+        """
+        proved = self.proved_l2_sensitivity(domain, neighbours)
+        if self.sensitivity is None:
+            assert proved is not None  # a custom query declares its sensitivity
+            return proved
+        if proved is None:
+            return self.sensitivity
+        if self.sensitivity < proved * (1.0 - DECLARED_RTOL):
+            raise DeclaredBoundError(
+                "sensitivity",
+                f"mechanism.sensitivity: declared {self.sensitivity:.6g} is below the bound "
+                f"{proved:.6g} that the record domain {domain.describe()} proves for the "
+                f"{self.kind} query ({neighbours}); remove it or declare at least "
+                f"{_at_least(proved)}",
+            )
+        return max(self.sensitivity, proved)
+
+    def proved_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
+        """The ``s_2`` the record domain proves, ignoring any declared value.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+
+        Returns
+        -------
+        float or None
+            The bound of :meth:`l2_sensitivity`; ``None`` for a custom query (none is proved).
         """
         self._check_neighbours(neighbours)
-        if self.sensitivity is not None:
-            return self.sensitivity
+        if self.kind == "custom":
+            return None
         if self.kind == "identity":
             return domain.diff_norm()
         R = domain.sup_norm_sq()
         one_sided = neighbours == "add-remove" or domain.sign_definite
         return (1.0 if one_sided else math.sqrt(2.0)) * R / self.records
+
+    def sensitivity_excess(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """``declared s_2 / proved s_2`` (``>= 1``): the factor ``exact`` scales ``Delta_M`` by.
+
+        ``1`` without a declared value and for a custom query (whose declared ``s_2`` is its
+        only bound). The noise of an ``exact`` plan scales by the same factor (its entries'
+        standard deviations; docs/bounds.md, Sec. 12).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+
+        Returns
+        -------
+        float
+            The factor.
+
+        Raises
+        ------
+        DeclaredBoundError
+            A built-in query's declared value is below the proved bound.
+        """
+        proved = self.proved_l2_sensitivity(domain, neighbours)
+        if proved is None or self.sensitivity is None:
+            return 1.0
+        return self.l2_sensitivity(domain, neighbours) / proved
+
+    def check_declared(self, domain: RecordDomain, neighbours: Neighbours) -> None:
+        """Refuse a declared bound below the one the record domain proves (built-in queries).
+
+        Checks ``sensitivity``, ``gamma`` and ``entry_range``, each where the domain proves a
+        bound (not for a custom query; ``gamma`` and the entry range not when the record count
+        is private, since they grow with it).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+
+        Raises
+        ------
+        DeclaredBoundError
+            Naming the field, the declared and the proved values, and the remedy.
+        """
+        self.l2_sensitivity(domain, neighbours)
+        if self.gamma is not None and self.proved_sup_frobenius(domain) is not None:
+            self.sup_frobenius(domain)
+        if self.entry_range is not None and self.proved_entry_range(domain) is not None:
+            self.output_entry_range(domain)
 
     def l1_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
         """``s_1(f)``, the L1 (entrywise) sensitivity, for the Laplace baseline.
@@ -199,10 +326,27 @@ class QuerySpec:
         Returns
         -------
         float
-            ``gamma`` (the declared value if one was given).
+            ``gamma``: the declared value if one was given (for a built-in query with a public
+            record count, the larger of it and the proved bound).
+
+        Raises
+        ------
+        DeclaredBoundError
+            The declared value is below the proved bound.
         """
         if self.gamma is not None:
-            return self.gamma
+            proved = self.proved_sup_frobenius(domain)
+            if proved is None:
+                return self.gamma
+            if self.gamma < proved * (1.0 - DECLARED_RTOL):
+                raise DeclaredBoundError(
+                    "gamma",
+                    f"mechanism.gamma: declared {self.gamma:.6g} is below the bound "
+                    f"{proved:.6g} on sup ||f(X)||_F that the record domain {domain.describe()} "
+                    f"proves for the {self.kind} query; remove it or declare at least "
+                    f"{_at_least(proved)}",
+                )
+            return max(self.gamma, proved)
         R = domain.sup_norm_sq()
         if not self.records_known:
             raise ValueError(
@@ -218,6 +362,47 @@ class QuerySpec:
             "this calibration needs gamma = sup ||f(X)||_F: declare it for a custom query"
         )
 
+    def proved_sup_frobenius(self, domain: RecordDomain) -> float | None:
+        """The ``gamma`` the record domain proves, ignoring any declared value.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+
+        Returns
+        -------
+        float or None
+            ``sqrt(N R)`` (identity) or ``R`` (covariance); ``None`` for a custom query and
+            when the record count is private (the bound grows with it).
+        """
+        if self.kind == "custom" or not self.records_known:
+            return None
+        R = domain.sup_norm_sq()
+        return math.sqrt(self.records * R) if self.kind == "identity" else R
+
+    def proved_entry_range(self, domain: RecordDomain) -> tuple[float, float] | None:
+        """The range of every output entry the record domain proves (declared value ignored).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+
+        Returns
+        -------
+        tuple of float or None
+            ``(a, b)``; ``None`` for a custom query and for a covariance whose record count is
+            private.
+        """
+        if self.kind == "identity":
+            return domain.entry_range()
+        if self.kind == "custom" or not self.records_known:
+            return None
+        if isinstance(domain, L2BallDomain):
+            return -(domain.radius**2), domain.radius**2
+        return sens.box_outer_entry_range(domain.lower, domain.upper)
+
     def output_entry_range(self, domain: RecordDomain) -> tuple[float, float]:
         """Range ``[a, b]`` of every output entry (MGM Thm. 3).
 
@@ -229,10 +414,29 @@ class QuerySpec:
         Returns
         -------
         tuple of float
-            ``(a, b)``.
+            ``(a, b)``: the declared range if one was given (for a built-in query with a public
+            record count, the hull of it and the proved range).
+
+        Raises
+        ------
+        DeclaredBoundError
+            The declared range does not contain the proved one.
         """
         if self.entry_range is not None:
-            return self.entry_range
+            proved = self.proved_entry_range(domain)
+            if proved is None:
+                return self.entry_range
+            (a, b), (pa, pb) = self.entry_range, proved
+            slack = DECLARED_RTOL * (pb - pa)
+            if a > pa + slack or b < pb - slack:
+                raise DeclaredBoundError(
+                    "entry_range",
+                    f"mechanism.entry_range: declared [{a:.6g}, {b:.6g}] does not contain the "
+                    f"range [{pa:.6g}, {pb:.6g}] that the record domain {domain.describe()} "
+                    f"proves for the entries of the {self.kind} query; remove it or declare a "
+                    "range that contains it",
+                )
+            return min(a, pa), max(b, pb)
         if self.kind == "identity":
             return domain.entry_range()
         if not self.records_known:
@@ -273,6 +477,10 @@ class QuerySpec:
           ``S = sup x^T Sigma^-1 x``, and docs/bounds.md Thm. 1/2 at ``r = 1/2``;
         * covariance, symmetric: ``sqrt(Q*(r) / r) / N``, ``Q*`` of docs/bounds.md Thm. 1/2;
         * covariance, unimodal: ``2 sqrt(S R) / N`` (replace-one), ``sqrt(S R) / N`` (add/remove).
+
+        A built-in query with a declared ``s_2`` above the proved one gets that minimum times
+        ``declared / proved`` (:meth:`sensitivity_excess`; docs/bounds.md, Sec. 12); a custom
+        query's declared ``s_2`` enters the first bound only.
 
         Parameters
         ----------
@@ -338,6 +546,31 @@ class QuerySpec:
         directions: np.ndarray | None,
         ratios: Sequence[float | None],
     ) -> list[float]:
+        """The domain's bounds, times ``declared s_2 / proved s_2`` when a larger ``s_2`` is
+        declared for a built-in query (docs/bounds.md, Sec. 12)."""
+        excess = self.sensitivity_excess(domain, neighbours)
+        bounds = self._mahalanobis_domain(
+            domain, neighbours, precision, algorithm, directions, ratios
+        )
+        return [excess * b for b in bounds]
+
+    def _base_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """The proved ``s_2`` of a built-in query, the declared one of a custom query."""
+        proved = self.proved_l2_sensitivity(domain, neighbours)
+        if proved is not None:
+            return proved
+        assert self.sensitivity is not None
+        return self.sensitivity
+
+    def _mahalanobis_domain(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray | LowRankPrecision,
+        algorithm: Algorithm,
+        directions: np.ndarray | None,
+        ratios: Sequence[float | None],
+    ) -> list[float]:
         if isinstance(precision, LowRankPrecision):
             if np.all(precision.top == precision.rest):  # P = p I: the diagonal path, in O(m)
                 precision = np.full(precision.m, precision.rest)
@@ -348,7 +581,7 @@ class QuerySpec:
             raise ValueError("a precision vector means standard directions: pass directions=None")
         p_diag = np.maximum(np.asarray(precision, dtype=np.float64), 0.0) if diagonal else None
         lam = float(np.max(p_diag)) if p_diag is not None else sens.lambda_max(precision)
-        s2 = self.l2_sensitivity(domain, neighbours)
+        s2 = self._base_l2_sensitivity(domain, neighbours)
         bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
         if self.kind == "identity":
             diff = (
@@ -404,7 +637,7 @@ class QuerySpec:
         factor ``B = P^(-1/2)``: the whitened record is ``y = P^(1/2) x`` in the standard basis
         (docs/bounds.md, Sec. 10); no ``m x m`` matrix, O(m^2 k) at most."""
         lam = precision.lambda_max
-        s2 = self.l2_sensitivity(domain, neighbours)
+        s2 = self._base_l2_sensitivity(domain, neighbours)
         bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
         if self.kind == "identity":
             bounds.append(math.sqrt(precision.sup_quadratic_diff(domain)))

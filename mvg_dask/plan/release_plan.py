@@ -47,10 +47,10 @@ from mvg_dask.plan.noise_plan import (
     noise_plan_from_dict,
     split_budget,
 )
-from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.query import DeclaredBoundError, QuerySpec
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.spec import ReleaseSpec, spec_hash
+from mvg_dask.spec import ReleaseSpec, SpecError, spec_hash
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
@@ -638,7 +638,93 @@ class ReleasePlan:
             ),
         )
 
+    def check_seed(self, seed: int | None) -> None:
+        """Refuse a user seed for a release charged to a privacy ledger.
+
+        A seeded release is not private: its noise is a function of the seed, and a search over
+        seeds recovers it (and so the data) from the output. A ledger is the data owner's
+        account of what has been disclosed about a dataset, so such a release can be neither
+        charged (the budget would claim a guarantee that does not hold) nor left out of it (the
+        disclosure would be invisible). Seeds are for test and demo data, released without a
+        ledger.
+
+        Parameters
+        ----------
+        seed : int or None
+            The seed of :func:`mvg_dask.api.release` (``--seed``).
+
+        Raises
+        ------
+        SpecError
+            When ``seed`` is given and the spec has a ledger.
+        """
+        if seed is None or self.ledger is None:
+            return
+        raise SpecError(
+            f"seed: a seeded release is not private (its noise follows from the seed, which a "
+            f"search over seeds recovers from the output), so it cannot be charged to the "
+            f"privacy ledger of dataset {self.ledger.dataset!r}; release without a seed, or "
+            "remove ledger from the spec for test or demo data"
+        )
+
     # -- presentation ------------------------------------------------------------------------
+    def declared_bounds_text(self) -> str | None:
+        """What declared bounds above the proved ones cost, in one line (``None``: none).
+
+        A declared ``sensitivity`` (``gamma``, ``entry_range``) of a built-in query is at least
+        the bound the record domain proves (smaller ones are refused by :func:`plan_release`)
+        and is used as declared. With ``exact`` the noise grows by exactly ``declared s2 /
+        proved s2`` (``Delta_M`` is scaled by that factor); with a paper calibration the factor
+        is measured against the plan the proved bounds give (for fixed directions). A function
+        of the spec and public metadata only.
+        """
+        q, domain, nb = self.query, self.domain, self.neighbours
+        neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
+        parts: list[str] = []
+        drop: dict[str, None] = {}
+        s2 = q.proved_l2_sensitivity(domain, neighbours)
+        if q.sensitivity is not None and s2 is not None:
+            parts.append(f"s2 = {q.sensitivity:.4g} (proved bound {s2:.4g})")
+            drop["sensitivity"] = None
+        gamma = q.proved_sup_frobenius(domain)
+        uses = get_calibration(self.calibration)
+        if q.gamma is not None and gamma is not None:
+            unused = "" if uses.uses_gamma else f", not used by {self.calibration}"
+            parts.append(f"gamma = {q.gamma:.4g} (proved bound {gamma:.4g}{unused})")
+            drop["gamma"] = None
+        span = q.proved_entry_range(domain)
+        if q.entry_range is not None and span is not None:
+            a, b = q.entry_range
+            unused = "" if uses.uses_entry_range else f", not used by {self.calibration}"
+            parts.append(
+                f"entry range [{a:.4g}, {b:.4g}] (proved [{span[0]:.4g}, {span[1]:.4g}]{unused})"
+            )
+            drop["entry_range"] = None
+        if not parts:
+            return None
+        text = "declared " + ", ".join(parts)
+        factor: float | None = None
+        if self.calibration == "exact":
+            factor = q.sensitivity_excess(domain, neighbours)
+        elif self.noise is not None and self.dp_pca is None:
+            base = build_noise_plan(
+                replace(q, **drop),  # type: ignore[arg-type]
+                domain,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                algorithm=self.algorithm,  # type: ignore[arg-type]
+                calibration=self.calibration,  # type: ignore[arg-type]
+                directions=self.noise.directions,
+                allocation=self.allocation,
+                neighbours=neighbours,
+                direction_share=self.split.share,
+                count_share=self.split.count_share,
+            )
+            factor = float(np.max(self.noise.entry_std()) / np.max(base.entry_std()))
+        if factor is None:
+            return f"{text}: used as declared by {self.calibration}"
+        return f"{text}: noise x{factor:.3g} against the proved bounds"
+
     def summary(self) -> str:
         """Human-readable lines: input, output and the noise plan."""
         inp = self.input
@@ -647,12 +733,14 @@ class ReleasePlan:
             f"release {self.release_id}: {self.query.kind} of {inp.store} "
             f"({inp.features} features x {records} records) -> {self.output_store}"
         )
+        declared = self.declared_bounds_text()
+        tail = "" if declared is None else f"\n  {declared}"
         if self.dp_pca is None:
-            return f"{head}\n{self.noise_plan().summary()}"
+            return f"{head}\n{self.noise_plan().summary()}{tail}"
         assert self.dp_pca is not None
         return (
             f"{head}\n  directions by DP-PCA at run time ({self.split.share:.0%} of the budget, "
-            f"{self.split.composition} composition); calibration {self.calibration}"
+            f"{self.split.composition} composition); calibration {self.calibration}{tail}"
         )
 
     def __repr__(self) -> str:
@@ -804,6 +892,9 @@ def plan_release(
     ------
     DataError
         When the spec does not fit the data or a parameter is invalid.
+    SpecError
+        When a declared ``mechanism.sensitivity``, ``gamma`` or ``entry_range`` is below the
+        bound the record domain proves for the query (before anything is read or charged).
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
     m = metadata.features
@@ -827,6 +918,10 @@ def plan_release(
         )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
+    try:  # a declared bound below the proved one would under-noise the release: refused here
+        query.check_declared(domain, privacy.neighbours)
+    except DeclaredBoundError as exc:
+        raise SpecError(str(exc)) from None
     a = mech.allocation
     allocation = AllocationSpec(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta

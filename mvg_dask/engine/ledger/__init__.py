@@ -135,6 +135,12 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
             f"delta={b['delta']:.3g}; spent epsilon={s['epsilon']:.4g} delta={s['delta']:.3g} "
             f"({ds['composition']}{mu}); left epsilon={left['epsilon']:.4g} delta={left_delta}"
         )
+        seeded = sum(1 for r in ds["releases"] if r["seeded"])
+        if seeded:
+            lines.append(
+                f"  warning: {seeded} seeded release(s) from an earlier version: not private "
+                "(their noise can be recovered from their outputs), whatever the budget says"
+            )
         for r in ds["releases"]:
             extra = []
             if r["neighbours"] != b["neighbours"]:
@@ -144,6 +150,8 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
                 extra.append(f"clipped={r['clipped']}")
             if r["reason"]:
                 extra.append(f"reason: {r['reason']}")
+            if r["seeded"]:
+                extra.append("seeded: NOT private")
             tail = f"  [{'; '.join(extra)}]" if extra else ""
             lines.append(
                 f"  {r['release_id']:<48} {r['status']:<9} eps={r['epsilon']:<8g} "

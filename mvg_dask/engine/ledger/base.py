@@ -328,7 +328,9 @@ class Ledger(ABC):
         noise_key : str
             The release key (hex), kept until commit or abort so that a crash can resume.
         seeded : bool
-            Whether the key comes from a seed (not private).
+            Whether the key comes from a seed. Must be False: a seeded release is not private
+            (its noise can be recovered from its output), so the ledger refuses to charge it.
+            The column keeps the flag of seeded entries made by earlier versions.
         neighbours : {"replace-one", "add-remove"}
             The relation of the release's guarantee.
         convert_neighbours : bool
@@ -347,7 +349,14 @@ class Ledger(ABC):
             relations do not match.
         ReleaseError
             The release id is already in the ledger.
+        LedgerError
+            ``seeded`` is true.
         """
+        if seeded:
+            raise LedgerError(
+                f"release {release_id!r} is seeded, so not private: the ledger does not charge "
+                "it; release without a seed, or without a ledger for test or demo data"
+            )
         own = Guarantee(epsilon, delta, mu, neighbours)
 
         def fn(ex: Executor, retrying: bool) -> Spending:
