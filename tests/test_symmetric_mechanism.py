@@ -423,8 +423,8 @@ def test_covariance_release_adds_the_planned_symmetric_noise(tmp_path, client, a
     f(X) + noise with exactly the plan's noise (float), or the engine's lattice release of
     f(X) (lattice), a symmetric output and its noise description; a neighbouring dataset (one
     record replaced) with the same seed changes only the noisy values."""
-    from mvg_dask.engine.lattice import square_release
     from mvg_dask import api
+    from mvg_dask.engine.lattice import square_release
     from tests.pipeline_helpers import data, make_input, spec_dict
 
     m, N, seed = 4, 1500, 3
