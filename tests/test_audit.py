@@ -31,6 +31,7 @@ covariance release (``covariance_noise`` * 0.5) and the same audit must then exc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -40,6 +41,7 @@ import numpy as np
 import pytest
 
 from mvg_dask import api
+from mvg_dask.engine import lattice as engine_lattice
 from mvg_dask.engine import release as engine_release
 from mvg_dask.engine.release import _Stages
 from mvg_dask.noise import NoiseKey
@@ -140,11 +142,12 @@ def _audit_covariance(root: Path, client: Any, neighbours: str, n: int, **privac
     plan_d, plan_d2 = _pair(root, neighbours, **privacy)
     gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
     # the pair is worst case: its whitened shift is the plan's Mahalanobis sensitivity, which
-    # the exact calibration set to the claim's mu
+    # the exact calibration set to the claim's mu (lattice noise: with the float error and the
+    # grid's rounding, the effective sensitivity is the claim's mu)
     noise = plan_d.noise_plan()
     shift = whiten((gram_d2 - gram_d) / plan_d.query.records, noise.row_factor, True)
     assert float(np.linalg.norm(shift)) == pytest.approx(noise.mahalanobis_sensitivity, rel=1e-9)
-    assert noise.mahalanobis_sensitivity == pytest.approx(MU, rel=1e-9)
+    assert noise.release_sensitivity == pytest.approx(MU, rel=1e-9)
     t0 = _covariance_statistic(_trials(plan_d, gram_d, SEED, n), plan_d, gram_d, gram_d2)
     t1 = _covariance_statistic(_trials(plan_d2, gram_d2, SEED + n, n), plan_d, gram_d, gram_d2)
     return epsilon_lower_bound(t0, t1, DELTA)
@@ -176,7 +179,7 @@ def test_covariance_replace_one_symmetric(tmp_path: Path, client) -> None:
     B = noise.row_factor
     shift = whiten_symmetric((gram_d2 - gram_d) / n, B, r)
     assert float(np.linalg.norm(shift)) == pytest.approx(noise.mahalanobis_sensitivity, rel=1e-9)
-    assert noise.mahalanobis_sensitivity == pytest.approx(MU, rel=1e-9)
+    assert noise.release_sensitivity == pytest.approx(MU, rel=1e-9)
 
     def statistic(runs: list[Any]) -> np.ndarray:
         Y = np.stack([run.value for run in runs])
@@ -211,7 +214,8 @@ def test_covariance_add_remove_noisy_count(tmp_path: Path, client) -> None:
     shift = whiten(gram_d2 - gram_d, B, True)
     # worst case: the shifts of the sum and of the count make up the whole claim
     total = float(np.hypot(np.linalg.norm(shift), count_mu))
-    assert total == pytest.approx(MU, rel=1e-9)
+    assert total == pytest.approx(MU, rel=1e-5)  # lattice: Delta_M + 2E + grid meets the share
+    assert float(np.hypot(noise.release_sensitivity, count_mu)) == pytest.approx(MU, rel=1e-9)
 
     def statistic(runs: list[Any]) -> np.ndarray:
         G = np.stack([r.extra["gram"] for r in runs])
@@ -295,13 +299,29 @@ def test_trial_sampler_is_the_release(tmp_path: Path, client) -> None:
 
 
 @pytest.mark.slow
-def test_audit_flags_an_under_noised_mechanism(tmp_path: Path, client, monkeypatch) -> None:
-    """The same audit as ``test_covariance_replace_one`` with the noise of the release halved
-    (``covariance_noise`` * 0.5, everything else unchanged) must exceed the claim: it can fail."""
-    real = engine_release.covariance_noise
-    monkeypatch.setattr(engine_release, "covariance_noise", lambda *a, **k: 0.5 * real(*a, **k))
-    result = _audit_covariance(tmp_path, client, "replace-one", TRIALS // 2)
-    _report("UNDER-NOISED covariance replace-one (noise * 0.5)", result)
+@pytest.mark.parametrize("noise", ["lattice", "float"])
+def test_audit_flags_an_under_noised_mechanism(
+    tmp_path: Path, client, monkeypatch, noise: str
+) -> None:
+    """The same audit as ``test_covariance_replace_one`` with the noise of the release halved,
+    everything else unchanged, must exceed the claim: it can fail. Lattice noise: the rounded
+    Gaussian's scale halved (``StandardSquareLattice.scale``); float noise: ``covariance_noise``
+    times 0.5."""
+    if noise == "float":
+        real = engine_release.covariance_noise
+        monkeypatch.setattr(engine_release, "covariance_noise", lambda *a, **k: 0.5 * real(*a, **k))
+    else:
+        real_for_plan = engine_lattice.StandardSquareLattice.for_plan
+
+        def halved(cls: Any, plan: Any, key: Any) -> Any:
+            lattice = real_for_plan(plan, key)
+            return dataclasses.replace(lattice, scale=lattice.scale / 2)
+
+        monkeypatch.setattr(engine_lattice.StandardSquareLattice, "for_plan", classmethod(halved))
+    result = _audit_covariance(
+        tmp_path, client, "replace-one", TRIALS // 2, mechanism={"noise": noise}
+    )
+    _report(f"UNDER-NOISED covariance replace-one ({noise} noise * 0.5)", result)
     assert result.epsilon_lower > EPSILON
 
 

@@ -61,6 +61,8 @@ ATTRS = (
     "mahalanobis_sensitivity",
     "precision_budget",
     "composition",
+    "noise",
+    "lattice_log2_grid",
     "record_domain",
     "on_violation",
     "seeded",
@@ -97,6 +99,10 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "mahalanobis_sensitivity": public["mahalanobis_sensitivity"],
         "precision_budget": public["precision_budget"],
         "composition": rplan.split.composition,
+        # lattice (floating-point safe) or float; the grid 2^k of a lattice release (null while
+        # DP-PCA's directions are pending: it follows their whitening)
+        "noise": rplan.noise_kind,
+        "lattice_log2_grid": (public.get("lattice") or {}).get("log2_grid"),
         "record_domain": json.dumps(rplan.domain.to_dict()),
         "on_violation": rplan.on_violation,
         "seeded": seeded,
