@@ -349,6 +349,15 @@ def test_lattice_trial_publishes_what_the_release_publishes(name: str) -> None:
     assert not np.array_equal(released, value[None] + noise)
 
 
+def test_command_runs_lattice_noise(tmp_path: Path) -> None:
+    """``--noise lattice`` end to end: the report says so; the float default does not."""
+    out = tmp_path / "lattice"
+    result = _invoke(["first-pc", "--trials", "2", "--noise", "lattice", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "(lattice noise)" in result.stderr
+    assert "MVG noise: lattice" in (out / "first-pc.md").read_text(encoding="utf-8")
+
+
 # -- command-line errors ----------------------------------------------------------------------
 
 
@@ -358,6 +367,7 @@ def test_lattice_trial_publishes_what_the_release_publishes(name: str) -> None:
         (["everything"], "Invalid value"),
         (["first-pc", "--trials", "1"], "--trials"),
         (["first-pc", "--results-doc", "x.md"], "--results-doc needs all three"),
+        (["first-pc", "--noise", "exact"], "--noise"),
     ],
 )
 def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
