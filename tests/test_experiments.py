@@ -24,16 +24,20 @@ from sklearn.linear_model import Ridge
 
 from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import load_ctg, load_liver, load_movement
+from mvg_dask.engine.lattice import RecordLattice, square_release
 from mvg_dask.experiments import EPSILONS, EXPERIMENTS, run_experiment
 from mvg_dask.experiments.cli import experiments
-from mvg_dask.experiments.covariance import residual_sum_of_squares
+from mvg_dask.experiments.compare import compare_results
+from mvg_dask.experiments.covariance import CovarianceExperiment, residual_sum_of_squares
 from mvg_dask.experiments.first_pc import FirstPCExperiment, captured_variance_gap
-from mvg_dask.experiments.mechanisms import traceless_noise
+from mvg_dask.experiments.mechanisms import plan_noise, plan_release, traceless_noise
 from mvg_dask.experiments.paper_values import PAPER_TABLES
-from mvg_dask.experiments.regression import krr_rmse, moments_ridge_rmse
+from mvg_dask.experiments.regression import RegressionExperiment, krr_rmse, moments_ridge_rmse
 from mvg_dask.experiments.targets import check_targets
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import AllocationSpec, BoxDomain, QuerySpec, build_noise_plan
+from mvg_dask.noise.tiles import tile_records_for
+from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan.lattice import LatticeContext, gram_depth
 from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -228,6 +232,132 @@ def test_trials_are_a_prefix_of_longer_runs() -> None:
         np.testing.assert_array_equal(short.row(key, 1.0).errors, long.row(key, 1.0).errors[:2])
 
 
+# -- lattice noise: the same utility, the release's published values ---------------------------
+
+#: The MVG rows built on a noise plan (lattice under ``noise="lattice"``) in Exp. II.
+FIRST_PC_LATTICE_ROWS = {"mvg-thm2", "mvg-thm3", "mgm-udn", "mgm-idn", "exact", "exact-symmetric"}
+
+
+def test_lattice_noise_leaves_first_pc_utility_unchanged() -> None:
+    """Exp. II, every epsilon, 60 trials, seed 7, run with float and with lattice noise: every
+    row's means agree within the rows' confidence intervals at a family-wise alpha = 0.01
+    (Bonferroni over the rows: each row at confidence 1 - 0.01 / rows, half-widths combined by
+    ``hypot``); the rows that are not MVG releases of a plan are identical."""
+    trials, alpha = 60, 0.01
+    runs = {
+        noise: run_experiment(FirstPCExperiment(noise=noise), trials=trials, seed=SEED)
+        for noise in ("float", "lattice")
+    }
+    assert runs["lattice"].noise == "lattice" and "MVG noise" in runs["lattice"].settings
+    assert "MVG noise" not in runs["float"].settings
+    count = len(runs["float"].rows)
+    rows = compare_results(runs["float"], runs["lattice"], confidence=1.0 - alpha / count)
+    assert len(rows) == count == 2 + 13 * len(EPSILONS)
+    for row in rows:
+        assert row.agrees, row
+        if row.method in FIRST_PC_LATTICE_ROWS:
+            assert row.difference != 0.0, row  # the lattice path really ran
+        else:
+            assert row.difference == 0.0, row
+
+
+def _lattice_plan(query: QuerySpec, domain: BoxDomain, **kwargs: Any) -> Any:
+    """A lattice plan built directly (not through the experiments' helpers)."""
+    n = query.records
+    depth = 0 if query.kind == "identity" else gram_depth(n, n, 1, 8)
+    return build_noise_plan(
+        query,
+        domain,
+        noise="lattice",
+        lattice_context=LatticeContext(records=n, depth=depth),
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("name", ["regression", "first-pc", "covariance", "covariance-query"])
+def test_lattice_trial_publishes_what_the_release_publishes(name: str) -> None:
+    """A lattice trial's errors are those of the values ``RecordLattice.release`` (identity) and
+    ``square_release`` (square queries) publish under the trial's key: the experiment path is
+    the release path. With float noise a trial publishes ``f + plan_noise`` bit for bit."""
+    eps, tau, trials = 1.0, 0.75, 2
+    key = NoiseKey.from_seed(SEED).derive("lattice-trial")
+    exp: Any
+    if name == "covariance-query":
+        exp = CovarianceExperiment(noise="lattice")
+        n = exp.dataset.n_records
+        method = exp.methods[[m.key for m in exp.methods].index("exact-covariance")]
+        plan = _lattice_plan(
+            QuerySpec.covariance(exp.dataset.n_features, n),
+            exp.domain,
+            epsilon=eps,
+            delta=1.0 / n,
+            algorithm="symmetric",
+            calibration="exact",
+        )
+        value = exp.dataset.X @ exp.dataset.X.T / n
+        ours = exp.evaluate(method, eps, None, trials, key).errors
+    else:
+        exp = {"regression": RegressionExperiment, "first-pc": FirstPCExperiment}.get(
+            name, CovarianceExperiment
+        )(noise="lattice")
+        n = exp.dataset.n_records
+        method = exp.methods[[m.key for m in exp.methods].index("exact")]
+        imp = tuple(exp.dataset.important)
+        m = exp.query.shape[0]
+        plan = _lattice_plan(
+            exp.query,
+            exp.domain,
+            epsilon=eps,
+            delta=1.0 / n,
+            algorithm="equi-modal" if name == "first-pc" else "unimodal",
+            calibration="exact",
+            directions=Directions.standard(m, imp),
+            allocation=AllocationSpec(strategy="binary", important=imp, share=tau),
+        )
+        value = exp.dataset.X if exp.query.kind == "identity" else exp.S
+        ours = exp.evaluate(method, eps, tau, trials, key).errors
+    published = []
+    for t in range(trials):
+        k = key.derive(f"trial/{t}")
+        if plan.query.kind == "identity":
+            m, n = value.shape
+            lattice = RecordLattice.for_plan(plan)
+            published.append(lattice.release(value, k, 0, n, tile=tile_records_for(m), n_total=n))
+        else:
+            published.append(square_release(value, plan, k))
+    released = np.stack(published)
+    np.testing.assert_array_equal(plan_release(plan, value, key, trials), released)
+    expected = (
+        residual_sum_of_squares(exp.S, np.linalg.eigh(released)[1][..., ::-1])
+        if name == "covariance-query"
+        else exp._released_errors(released)
+    )
+    np.testing.assert_array_equal(ours, expected)
+    # the published values are not the float path's f + Z
+    float_plan = build_noise_plan(
+        plan.query,
+        plan.domain,
+        epsilon=eps,
+        delta=1.0 / n,
+        algorithm=plan.algorithm,
+        calibration="exact",
+        directions=plan.directions,
+        allocation=plan.allocation,
+    )
+    noise = plan_noise(float_plan, key, trials)
+    np.testing.assert_array_equal(plan_release(float_plan, value, key, trials), value[None] + noise)
+    assert not np.array_equal(released, value[None] + noise)
+
+
+def test_command_runs_lattice_noise(tmp_path: Path) -> None:
+    """``--noise lattice`` end to end: the report says so; the float default does not."""
+    out = tmp_path / "lattice"
+    result = _invoke(["first-pc", "--trials", "2", "--noise", "lattice", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "(lattice noise)" in result.stderr
+    assert "MVG noise: lattice" in (out / "first-pc.md").read_text(encoding="utf-8")
+
+
 # -- command-line errors ----------------------------------------------------------------------
 
 
@@ -237,6 +367,7 @@ def test_trials_are_a_prefix_of_longer_runs() -> None:
         (["everything"], "Invalid value"),
         (["first-pc", "--trials", "1"], "--trials"),
         (["first-pc", "--results-doc", "x.md"], "--results-doc needs all three"),
+        (["first-pc", "--noise", "exact"], "--noise"),
     ],
 )
 def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:

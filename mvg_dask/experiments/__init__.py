@@ -25,9 +25,9 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 from mvg_dask.experiments.covariance import CovarianceExperiment
 from mvg_dask.experiments.first_pc import FirstPCExperiment
@@ -42,6 +42,7 @@ from mvg_dask.experiments.runner import (
     Row,
     run_experiment,
 )
+from mvg_dask.plan.lattice import NoiseKind
 
 __all__ = [
     "EPSILONS",
@@ -50,6 +51,7 @@ __all__ = [
     "CovarianceExperiment",
     "Evaluation",
     "Experiment",
+    "ExperimentFactory",
     "ExperimentResult",
     "FirstPCExperiment",
     "MethodSpec",
@@ -58,8 +60,17 @@ __all__ = [
     "run_experiment",
 ]
 
+
+class ExperimentFactory(Protocol):
+    """Makes an experiment with its default data set; ``noise`` is the MVG rows' noise."""
+
+    def __call__(self, *, noise: NoiseKind = "float") -> Experiment:
+        """The experiment."""
+        ...
+
+
 #: Experiment factories by name, in the paper's order.
-EXPERIMENTS: Final[Mapping[str, Callable[[], Experiment]]] = MappingProxyType(
+EXPERIMENTS: Final[Mapping[str, ExperimentFactory]] = MappingProxyType(
     {
         "regression": RegressionExperiment,
         "first-pc": FirstPCExperiment,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -42,13 +43,27 @@ _METAVAR = "{" + ",".join(_CHOICES) + "}"
     help="Seed of the noise keys (reproducible, not private).",
 )
 @click.option(
+    "--noise",
+    type=click.Choice(("float", "lattice")),
+    default="float",
+    show_default=True,
+    help="Noise of the MVG rows: float (the papers' path: noise matrices added to the query) "
+    "or lattice (what a floating-point-safe lattice release publishes, docs/lattice.md). "
+    "The baselines and the other non-MVG rows are the same under both.",
+)
+@click.option(
     "--results-doc",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Also (re)write the results document here, e.g. notebooks/results.md (needs 'all').",
 )
 def experiments(
-    which: str, trials: int, out_dir: Path, seed: int, results_doc: Path | None
+    which: str,
+    trials: int,
+    out_dir: Path,
+    seed: int,
+    noise: Literal["float", "lattice"],
+    results_doc: Path | None,
 ) -> None:
     """Reproduce the MVG paper's experiments (Tables 3-5) with every calibration and baseline.
 
@@ -67,10 +82,13 @@ def experiments(
     start = time.perf_counter()
     results, files = [], {}
     for name in names:
-        click.echo(f"[{name}] loading data and running {trials} trials per setting", err=True)
+        lattice = " (lattice noise)" if noise == "lattice" else ""
+        click.echo(
+            f"[{name}] loading data and running {trials} trials per setting{lattice}", err=True
+        )
         try:
             result = run_experiment(
-                EXPERIMENTS[name](),
+                EXPERIMENTS[name](noise=noise),
                 trials=trials,
                 seed=seed,
                 progress=lambda line: click.echo(line, err=True),
@@ -95,6 +113,7 @@ def experiments(
                 str(trials),
                 "--seed",
                 str(seed),
+                *(["--noise", noise] if noise != "float" else []),
                 "--out",
                 shlex.quote(out_dir.as_posix()),
                 "--results-doc",

@@ -28,7 +28,7 @@ from mvg_dask.datasets import PaperDataset, load_ctg
 from mvg_dask.experiments.literature import blr_method, jl_method
 from mvg_dask.experiments.mechanisms import (
     plan_implied_epsilon,
-    plan_noise,
+    plan_release,
     plan_std_range,
     symmetric_plan,
 )
@@ -42,6 +42,7 @@ from mvg_dask.experiments.runner import (
 )
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec, covariance_from_identity
+from mvg_dask.plan.lattice import NoiseKind
 
 __all__ = ["METHODS", "CovarianceExperiment", "principal_axes", "residual_sum_of_squares"]
 
@@ -125,6 +126,8 @@ class CovarianceExperiment(PaperExperiment):
     ----------
     dataset : PaperDataset, optional
         The CTG data (default :func:`mvg_dask.datasets.load_ctg`).
+    noise : {"float", "lattice"}, default "float"
+        The noise of the MVG rows (:class:`~mvg_dask.experiments.runner.PaperExperiment`).
     """
 
     name = "covariance"
@@ -132,7 +135,8 @@ class CovarianceExperiment(PaperExperiment):
     metric = "RSS"
     methods = METHODS
 
-    def __init__(self, dataset: PaperDataset | None = None) -> None:
+    def __init__(self, dataset: PaperDataset | None = None, *, noise: NoiseKind = "float") -> None:
+        self._set_noise(noise)
         ds = dataset if dataset is not None else load_ctg()
         self.dataset = ds
         m, n = ds.X.shape
@@ -149,11 +153,20 @@ class CovarianceExperiment(PaperExperiment):
 
     def errors(self, noise: np.ndarray) -> np.ndarray:
         """RSS of the covariance of ``X + Z`` for each noise matrix ``Z`` of ``(T, M, N)``."""
-        X = self.dataset.X
-        n = X.shape[1]
-        out = np.empty(noise.shape[0])
-        for lo in range(0, noise.shape[0], _CHUNK):
-            Xt = X[None] + noise[lo : lo + _CHUNK]
+        return self._rss(noise, self.dataset.X)
+
+    def released_errors(self, released: np.ndarray) -> np.ndarray:
+        """RSS of the covariance of each released ``X~`` of ``(T, M, N)``."""
+        return self._rss(released, None)
+
+    def _rss(self, batch: np.ndarray, offset: np.ndarray | None) -> np.ndarray:
+        """RSS of ``X~ X~^T / N`` for ``X~ = offset + batch[t]`` (``batch[t]`` without offset)."""
+        n = self.dataset.X.shape[1]
+        out = np.empty(batch.shape[0])
+        for lo in range(0, batch.shape[0], _CHUNK):
+            Xt = batch[lo : lo + _CHUNK]
+            if offset is not None:
+                Xt = offset[None] + Xt
             St = Xt @ np.swapaxes(Xt, 1, 2) / n
             out[lo : lo + _CHUNK] = residual_sum_of_squares(self.S, principal_axes(St))
         return out
@@ -170,11 +183,16 @@ class CovarianceExperiment(PaperExperiment):
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(noise)
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, noise: np.ndarray) -> np.ndarray:
+    def _released_errors(self, released: np.ndarray) -> np.ndarray:
+        return self.released_errors(released)
+
+    def _query_value(self) -> np.ndarray:
+        return self.dataset.X
+
+    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         if method.key != "exact-unbiased":
-            return self._noisy_errors(noise)
-        X = self.dataset.X
-        est = np.stack([covariance_from_identity(X + z, plan) for z in noise])
+            return self._released_errors(released)
+        est = np.stack([covariance_from_identity(x, plan) for x in released])
         return residual_sum_of_squares(self.S, principal_axes(est))
 
     def _evaluate_extra(
@@ -183,10 +201,12 @@ class CovarianceExperiment(PaperExperiment):
         """The covariance query released with the product's default exact mechanism."""
         if method.key != "exact-covariance":
             return super()._evaluate_extra(method, epsilon, delta, trials, key)
-        plan = symmetric_plan(self.covariance_query, self.domain, epsilon=epsilon, delta=delta)
-        Z = plan_noise(plan, key, trials)
+        plan = symmetric_plan(
+            self.covariance_query, self.domain, epsilon=epsilon, delta=delta, noise=self.noise
+        )
+        released = plan_release(plan, self.S, key, trials)
         return Evaluation(
-            errors=residual_sum_of_squares(self.S, principal_axes(self.S[None] + Z)),
+            errors=residual_sum_of_squares(self.S, principal_axes(released)),
             noise_std=plan_std_range(plan),
             implied_epsilon=plan_implied_epsilon(plan),
             details={"symmetric_ratio": float(plan.symmetric_ratio or 0.5)},

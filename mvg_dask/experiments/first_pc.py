@@ -25,7 +25,7 @@ from mvg_dask.datasets import MovementSample, PaperDataset, load_movement
 from mvg_dask.experiments.literature import jl_method, ppca_method
 from mvg_dask.experiments.mechanisms import (
     plan_implied_epsilon,
-    plan_noise,
+    plan_release,
     plan_std_range,
     symmetric_plan,
     traceless_noise,
@@ -40,6 +40,7 @@ from mvg_dask.experiments.runner import (
 )
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, QuerySpec, dp_pca, gram_sensitivity
+from mvg_dask.plan.lattice import NoiseKind
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -162,6 +163,9 @@ class FirstPCExperiment(PaperExperiment):
         The Movement data (default :func:`mvg_dask.datasets.load_movement` with ``sample``).
     sample : {"full_version", "conference", "all"}, default "full_version"
         Which Movement records to load when ``dataset`` is not given.
+    noise : {"float", "lattice"}, default "float"
+        The noise of the MVG rows built on a plan (the binary rows and ``exact-symmetric``;
+        ``exact-traceless`` and Analyze Gauss keep float noise).
     """
 
     name = "first-pc"
@@ -170,8 +174,13 @@ class FirstPCExperiment(PaperExperiment):
     methods = METHODS
 
     def __init__(
-        self, dataset: PaperDataset | None = None, sample: MovementSample = "full_version"
+        self,
+        dataset: PaperDataset | None = None,
+        sample: MovementSample = "full_version",
+        *,
+        noise: NoiseKind = "float",
     ) -> None:
+        self._set_noise(noise)
         ds = dataset if dataset is not None else load_movement(sample)
         self.dataset = ds
         m, n = ds.X.shape
@@ -208,6 +217,12 @@ class FirstPCExperiment(PaperExperiment):
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(self.S[None] + noise)
 
+    def _released_errors(self, released: np.ndarray) -> np.ndarray:
+        return self.errors(released)
+
+    def _query_value(self) -> np.ndarray:
+        return self.S
+
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         return self.errors(np.swapaxes(records, 1, 2) @ records / records.shape[1])
 
@@ -240,9 +255,11 @@ class FirstPCExperiment(PaperExperiment):
                 details={"symmetric_ratio": tl.ratio},
             )
         if method.key == "exact-symmetric":
-            plan = symmetric_plan(self.query, self.domain, epsilon=epsilon, delta=delta)
+            plan = symmetric_plan(
+                self.query, self.domain, epsilon=epsilon, delta=delta, noise=self.noise
+            )
             return Evaluation(
-                errors=self._noisy_errors(plan_noise(plan, key, trials)),
+                errors=self._released_errors(plan_release(plan, self.S, key, trials)),
                 noise_std=plan_std_range(plan),
                 implied_epsilon=plan_implied_epsilon(plan),
                 details={"symmetric_ratio": float(plan.symmetric_ratio or 0.5)},

@@ -3,6 +3,14 @@
 Thin helpers over :mod:`mvg_dask.plan`, :mod:`mvg_dask.noise` and :mod:`mvg_dask.baselines`
 that draw the noise of many trials at once (vectorised over a leading trial axis) from one keyed
 generator.
+
+The MVG rows publish either ``f + Z`` with float noise ``Z`` (``noise="float"``, the papers'
+path) or exactly what a lattice release publishes (``noise="lattice"``, docs/lattice.md): the
+plan is built with ``noise="lattice"`` and the summation context of :func:`lattice_context`, and
+each trial's published matrix comes from the engine's own functions
+(:meth:`mvg_dask.engine.lattice.RecordLattice.release` for the identity query,
+:func:`mvg_dask.engine.lattice.square_release` for square queries) under the same per-trial key
+as the float path (:func:`plan_release`).
 """
 
 from __future__ import annotations
@@ -10,14 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from mvg_dask.baselines import IidMechanism
+from mvg_dask.engine.lattice import RecordLattice, square_release
 from mvg_dask.noise import NoiseKey
-from mvg_dask.noise.tiles import symmetric_normals
+from mvg_dask.noise.tiles import symmetric_normals, tile_records_for
 from mvg_dask.plan import AllocationSpec, Directions, NoisePlan, build_noise_plan
 from mvg_dask.plan.domain import BoxDomain, RecordDomain
+from mvg_dask.plan.lattice import LatticeContext, NoiseKind, gram_depth
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm, Calibration
@@ -27,9 +38,13 @@ __all__ = [
     "binary_plan",
     "iid_implied_epsilon",
     "iid_noise",
+    "lattice_context",
+    "noise_options",
     "plan_implied_epsilon",
     "plan_noise",
+    "plan_release",
     "plan_std_range",
+    "release_value",
     "symmetric_plan",
     "traceless_noise",
 ]
@@ -45,6 +60,7 @@ def binary_plan(
     calibration: Calibration,
     important: Sequence[int],
     tau: float,
+    noise: NoiseKind = "float",
 ) -> NoisePlan:
     """MVG plan with standard-basis directions and the paper's binary allocation.
 
@@ -64,6 +80,8 @@ def binary_plan(
         The domain-knowledge features.
     tau : float
         Share of the precision budget given (equally) to the important features.
+    noise : {"float", "lattice"}, default "float"
+        The plan's noise; ``lattice`` with the summation context :func:`lattice_context`.
 
     Returns
     -------
@@ -81,11 +99,69 @@ def binary_plan(
         calibration=calibration,
         directions=Directions.standard(m, imp),
         allocation=AllocationSpec(strategy="binary", important=imp, share=tau),
+        **noise_options(query, noise),
     )
 
 
+#: Fan-in of the summation tree :func:`lattice_context` assumes (the engine's default).
+GRAM_FAN_IN = 8
+
+
+def lattice_context(query: QuerySpec) -> LatticeContext:
+    """How an experiment computes its query, for the float-error bound of a lattice plan.
+
+    The experiments compute a covariance in one piece on the client (``X @ X.T / N``, BLAS in
+    whatever order it sums): modelled as one stored chunk holding all ``N`` records, one chunk
+    per task and the engine's fan-in :data:`GRAM_FAN_IN`, so
+    :func:`mvg_dask.plan.lattice.gram_depth` gives ``L = N``. Every summation order of ``N``
+    products has at most ``N - 1`` additions on any path, so ``L = N`` bounds the depth of
+    whatever order BLAS uses. The identity query sums nothing: depth 0.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        The query (its ``records`` is the data set's ``N``, public under replace-one).
+
+    Returns
+    -------
+    LatticeContext
+        ``records = N`` and the depth.
+    """
+    n = int(query.records)
+    depth = 0 if query.kind == "identity" else gram_depth(n, n, 1, GRAM_FAN_IN)
+    return LatticeContext(records=n, depth=depth)
+
+
+def noise_options(query: QuerySpec, noise: NoiseKind) -> dict[str, Any]:
+    """The ``noise``/``lattice_context`` keywords of :func:`build_noise_plan` for ``noise``.
+
+    Parameters
+    ----------
+    query : QuerySpec
+        The query.
+    noise : {"float", "lattice"}
+        The noise.
+
+    Returns
+    -------
+    dict
+        Empty for float noise (the builder's default); ``noise="lattice"`` and
+        :func:`lattice_context` otherwise.
+    """
+    if noise == "float":
+        return {}
+    if noise != "lattice":
+        raise ValueError(f"noise must be lattice or float, got {noise!r}")
+    return {"noise": "lattice", "lattice_context": lattice_context(query)}
+
+
 def symmetric_plan(
-    query: QuerySpec, domain: RecordDomain, *, epsilon: float, delta: float
+    query: QuerySpec,
+    domain: RecordDomain,
+    *,
+    epsilon: float,
+    delta: float,
+    noise: NoiseKind = "float",
 ) -> NoisePlan:
     """The product's default plan for a covariance release: the symmetric mechanism.
 
@@ -102,6 +178,8 @@ def symmetric_plan(
         Declared record domain.
     epsilon, delta : float
         Privacy parameters.
+    noise : {"float", "lattice"}, default "float"
+        The plan's noise (:func:`noise_options`).
 
     Returns
     -------
@@ -109,7 +187,13 @@ def symmetric_plan(
         The plan.
     """
     return build_noise_plan(
-        query, domain, epsilon=epsilon, delta=delta, algorithm="symmetric", calibration="exact"
+        query,
+        domain,
+        epsilon=epsilon,
+        delta=delta,
+        algorithm="symmetric",
+        calibration="exact",
+        **noise_options(query, noise),
     )
 
 
@@ -216,6 +300,65 @@ def plan_noise(plan: NoisePlan, key: NoiseKey, trials: int) -> np.ndarray:
     return np.stack([plan.draw(key.derive(f"trial/{t}")) for t in range(trials)])
 
 
+def release_value(plan: NoisePlan, value: np.ndarray, key: NoiseKey) -> np.ndarray:
+    """What one release of ``plan`` under ``key`` publishes for the query value ``value``.
+
+    Float noise: ``value + plan.draw(key)``. Lattice noise: what the engine publishes, by its own
+    functions: :meth:`RecordLattice.release` over all ``N`` records with the release's tile
+    (:func:`mvg_dask.noise.tiles.tile_records_for`) for the identity query,
+    :func:`mvg_dask.engine.lattice.square_release` for a square query. The published matrix is
+    then a function of ``value`` and ``key``, not ``value`` plus a noise matrix.
+
+    Parameters
+    ----------
+    plan : NoisePlan
+        The plan (its ``lattice`` says which path).
+    value : numpy.ndarray
+        The query's value, ``m x n`` float64 (the clipped records or the covariance).
+    key : NoiseKey
+        The release's noise key.
+
+    Returns
+    -------
+    numpy.ndarray
+        The published ``m x n`` matrix.
+    """
+    f = np.asarray(value, dtype=np.float64)
+    if plan.lattice is None:
+        return np.asarray(f + plan.draw(key))
+    if plan.query.kind == "identity":
+        m, n = f.shape
+        lattice = RecordLattice.for_plan(plan)
+        return lattice.release(f, key, 0, n, tile=tile_records_for(m), n_total=n)
+    return square_release(f, plan, key)
+
+
+def plan_release(plan: NoisePlan, value: np.ndarray, key: NoiseKey, trials: int) -> np.ndarray:
+    """The published matrices of ``trials`` releases of ``plan`` on the query value ``value``.
+
+    Trial ``t`` is :func:`release_value` under ``key.derive(f"trial/{t}")``, the key of
+    :func:`plan_noise`'s trial ``t``: with float noise the result is ``value + plan_noise(...)``
+    bit for bit.
+
+    Parameters
+    ----------
+    plan : NoisePlan
+        The plan.
+    value : numpy.ndarray
+        The query's value, ``m x n``.
+    key : NoiseKey
+        Keyed generator of this set of trials.
+    trials : int
+        Number of independent releases.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(trials, m, n)``.
+    """
+    return np.stack([release_value(plan, value, key.derive(f"trial/{t}")) for t in range(trials)])
+
+
 def plan_std_range(plan: NoisePlan) -> tuple[float, float]:
     """Smallest and largest standard deviation of one noise entry of a plan."""
     std = plan.released_entry_std()
@@ -226,8 +369,9 @@ def plan_implied_epsilon(plan: NoisePlan) -> float:
     """Smallest ``epsilon`` the whole plan (direction step included) has at its ``delta``.
 
     Both a DP-PCA step (Analyze Gauss, ratio ``step_mu``) and the MVG release (whitened, ratio
-    ``Delta_M``) are Gaussian mechanisms, so together they are ``mu``-GDP with
-    ``mu = hypot(Delta_M, step_mu)``; the answer is that mechanism's analytic epsilon at ``delta``.
+    ``Delta_M``, for lattice noise its effective sensitivity) are Gaussian mechanisms, so
+    together they are ``mu``-GDP with ``mu = hypot(Delta_M, step_mu)``; the answer is that
+    mechanism's analytic epsilon at ``delta``.
 
     Parameters
     ----------
@@ -239,7 +383,7 @@ def plan_implied_epsilon(plan: NoisePlan) -> float:
     float
         The implied epsilon (for a paper calibration far below its nominal epsilon).
     """
-    mu = plan.mahalanobis_sensitivity
+    mu = plan.release_sensitivity
     if plan.split.step_mu is not None:
         mu = math.hypot(mu, plan.split.step_mu)
     return analytic_gaussian_epsilon(mu, plan.delta)

@@ -33,8 +33,15 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_liver
+from mvg_dask.engine.lattice import gram_step
 from mvg_dask.experiments.literature import blr_method, jl_method
-from mvg_dask.experiments.mechanisms import plan_implied_epsilon, plan_std_range
+from mvg_dask.experiments.mechanisms import (
+    lattice_context,
+    noise_options,
+    plan_implied_epsilon,
+    plan_std_range,
+    release_value,
+)
 from mvg_dask.experiments.runner import (
     Evaluation,
     MethodSpec,
@@ -54,6 +61,9 @@ from mvg_dask.plan import (
     gram_sensitivity,
     split_budget,
 )
+from mvg_dask.plan.directions import directions_from_noisy_gram
+from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask.plan.noise_plan import gram_step_lattice
 from mvg_dask.privacy.calibration import Algorithm
 
 __all__ = [
@@ -244,6 +254,8 @@ class RegressionExperiment(PaperExperiment):
     ----------
     dataset : PaperDataset, optional
         The Liver data (default :func:`mvg_dask.datasets.load_liver` with split seed 0).
+    noise : {"float", "lattice"}, default "float"
+        The noise of the MVG rows (:class:`~mvg_dask.experiments.runner.PaperExperiment`).
     """
 
     name = "regression"
@@ -251,7 +263,8 @@ class RegressionExperiment(PaperExperiment):
     metric = "RMSE"
     methods = METHODS
 
-    def __init__(self, dataset: PaperDataset | None = None) -> None:
+    def __init__(self, dataset: PaperDataset | None = None, *, noise: NoiseKind = "float") -> None:
+        self._set_noise(noise)
         ds = dataset if dataset is not None else load_liver()
         if ds.X_test is None:
             raise ValueError("the regression experiment needs held-out records (X_test)")
@@ -315,6 +328,17 @@ class RegressionExperiment(PaperExperiment):
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         return self.errors(self.dataset.X[None] + noise)
 
+    def _released_errors(self, released: np.ndarray) -> np.ndarray:
+        return self.errors(released)
+
+    def _query_value(self) -> np.ndarray:
+        return self.dataset.X
+
+    def _binary_value(self, method: MethodSpec) -> np.ndarray:
+        if method.key == "exact-moments":
+            return self.moments
+        return super()._binary_value(method)
+
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         return self.errors(np.swapaxes(records, 1, 2))
 
@@ -328,20 +352,25 @@ class RegressionExperiment(PaperExperiment):
             return self.moments_domain, (*self.dataset.important, self.dataset.n_features)
         return super()._binary_domain(method)
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, noise: np.ndarray) -> np.ndarray:
+    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         if method.key != "exact-moments":
-            return super()._plan_errors(method, plan, noise)
+            return super()._plan_errors(method, plan, released)
         k = self.target
         std = plan.released_entry_std()
         ridge = MOMENTS_RIDGE * float(np.sqrt(np.sum(std[:k, :k] ** 2)))
-        return moments_ridge_rmse(
-            self.moments[None] + noise, self.test_x, self.test_y, target=k, ridge=ridge
-        )
+        return moments_ridge_rmse(released, self.test_x, self.test_y, target=k, ridge=ridge)
 
     def _evaluate_extra(
         self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
-        """The DP-PCA rows: MVG with DP-PCA directions, max-PNR allocation, a plan per trial."""
+        """The DP-PCA rows: MVG with DP-PCA directions, max-PNR allocation, a plan per trial.
+
+        With lattice noise both steps are a lattice release's: the DP-PCA step is Analyze Gauss
+        on the lattice (:func:`mvg_dask.engine.lattice.gram_step`, its lattice from
+        :func:`mvg_dask.plan.gram_step_lattice` with the Gram's summation context), and the
+        release of the identity query with the resulting dense directions is
+        :func:`~mvg_dask.experiments.mechanisms.release_value`.
+        """
         calibration = method.calibration
         if calibration is None:
             return super()._evaluate_extra(method, epsilon, delta, trials, key)
@@ -349,17 +378,27 @@ class RegressionExperiment(PaperExperiment):
         assert split.step_mu is not None
         sens = gram_sensitivity(self.domain, "replace-one")
         X = self.dataset.X
-        Z = np.empty((trials, *X.shape))
+        released = np.empty((trials, *X.shape))
         lows, highs, implied, starved = [], [], [], []
+        step = None
+        if self.noise == "lattice":
+            gram_query = QuerySpec.covariance(X.shape[0], X.shape[1])
+            step = gram_step_lattice(self.domain, sens, split.step_mu, lattice_context(gram_query))
         for t in range(trials):
-            dirs = dp_pca(
-                self.gram,
-                records=X.shape[1],
-                k=DP_PCA_K,
-                mu=split.step_mu,
-                sensitivity=sens,
-                key=key.derive(f"dp-pca/{t}"),
-            )
+            if step is None:
+                dirs = dp_pca(
+                    self.gram,
+                    records=X.shape[1],
+                    k=DP_PCA_K,
+                    mu=split.step_mu,
+                    sensitivity=sens,
+                    key=key.derive(f"dp-pca/{t}"),
+                )
+            else:
+                noisy = gram_step(
+                    self.gram, step, sens / step.sensitivity, key.derive(f"dp-pca/{t}")
+                )
+                dirs = directions_from_noisy_gram(noisy, records=X.shape[1], k=DP_PCA_K)
             plan = build_noise_plan(
                 self.query,
                 self.domain,
@@ -370,8 +409,9 @@ class RegressionExperiment(PaperExperiment):
                 directions=dirs,
                 allocation=AllocationSpec(strategy="max-pnr"),
                 direction_share=DP_PCA_SHARE,
+                **noise_options(self.query, self.noise),
             )
-            Z[t] = plan.draw(key.derive(f"release/{t}"))
+            released[t] = release_value(plan, X, key.derive(f"release/{t}"))
             lo, hi = plan_std_range(plan)
             lows.append(lo)
             highs.append(hi)
@@ -380,7 +420,7 @@ class RegressionExperiment(PaperExperiment):
             at_floor = th.min() < th.max() * (1 - _STARVED)
             starved.append(int(np.sum(np.isclose(th, th.min(), rtol=1e-9))) if at_floor else 0)
         return Evaluation(
-            errors=self._noisy_errors(Z),
+            errors=self._released_errors(released),
             noise_std=(float(np.median(lows)), float(np.median(highs))),
             implied_epsilon=float(np.median(implied)),
             details={

@@ -6,6 +6,13 @@ the epsilon grid at ``delta = 1/N``, sweeps the binary allocation share ``tau`` 
 does (and keeps the best ``tau``, as the paper reports it), and summarises each setting by its
 mean and the half-width of its 95 % confidence interval.
 
+Noise: ``noise="float"`` (the default, the papers' path) adds float noise matrices to the query
+values; ``noise="lattice"`` makes every MVG row built on a :class:`~mvg_dask.plan.NoisePlan`
+publish exactly what a lattice release publishes (docs/lattice.md;
+:func:`mvg_dask.experiments.mechanisms.plan_release`). The rows that are not MVG releases of a
+plan (the references, the iid baselines, the literature's mechanisms, Analyze Gauss and the
+traceless symmetric row of Exp. II) are the same under both.
+
 Randomness: every draw comes from a keyed AES-CTR generator (:class:`mvg_dask.noise.NoiseKey`)
 derived from ``(seed, experiment, method, epsilon)``; never the global NumPy state. The ``tau``
 values of one method share the same standard normals (common random numbers), so the sweep
@@ -31,16 +38,18 @@ from mvg_dask.experiments.mechanisms import (
     iid_implied_epsilon,
     iid_noise,
     plan_implied_epsilon,
-    plan_noise,
+    plan_release,
     plan_std_range,
 )
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec
+from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 
 __all__ = [
     "CONFIDENCE",
     "EPSILONS",
+    "LATTICE_SETTING",
     "REFERENCE_EPSILON",
     "TAUS",
     "Evaluation",
@@ -65,6 +74,12 @@ REFERENCE_EPSILON: Final = 1.0
 TAUS: Final[tuple[float, ...]] = (0.55, 0.65, 0.75, 0.85, 0.95)
 #: Confidence level of the reported intervals (Sec. 8: "average and 95% confidence interval").
 CONFIDENCE: Final = 0.95
+#: What the results say about a lattice run (the settings line of its report).
+LATTICE_SETTING: Final = (
+    "lattice (every MVG row built on a noise plan publishes what a lattice release publishes: "
+    "whitened query rounded to the grid 2^k plus exact rounded-Gaussian integers, "
+    "effective sensitivity charged; covariances summed with depth L = N)"
+)
 
 MethodKind = Literal["reference", "paper-mvg", "mgm", "exact", "baseline"]
 
@@ -339,6 +354,8 @@ class ExperimentResult:
         The domain-knowledge features of the binary allocation.
     held_out : int
         Number of held-out (non-private test) records, 0 if none.
+    noise : {"float", "lattice"}
+        The noise of the MVG rows.
     """
 
     name: str
@@ -356,6 +373,7 @@ class ExperimentResult:
     elapsed: float = 0.0
     important: tuple[str, ...] = ()
     held_out: int = 0
+    noise: NoiseKind = "float"
 
     @property
     def methods(self) -> tuple[MethodSpec, ...]:
@@ -418,6 +436,7 @@ class Experiment(Protocol):
     methods: tuple[MethodSpec, ...]
     settings: Mapping[str, str]
     output_range: tuple[float, float]
+    noise: NoiseKind
 
     def evaluate(
         self,
@@ -436,14 +455,22 @@ class PaperExperiment(ABC):
 
     It runs the rows every experiment has: the references, the binary-allocation MVG rows
     (``sweep_tau``) and the iid baselines, each noise drawn from ``key.generator()``. A subclass
-    sets ``name``, ``dataset``, ``query`` and ``domain``, says how its metric sees the noise,
-    and runs its other rows in :meth:`_evaluate_extra`.
+    sets ``name``, ``dataset``, ``query``, ``domain`` and ``noise``, says how its metric sees
+    the noise and the released matrices, and runs its other rows in :meth:`_evaluate_extra`.
     """
 
     name: str
     dataset: PaperDataset
     query: QuerySpec
     domain: BoxDomain
+    #: The noise of the MVG rows built on a plan: ``float`` or ``lattice``.
+    noise: NoiseKind = "float"
+
+    def _set_noise(self, noise: NoiseKind) -> None:
+        """Check and set :attr:`noise` (the subclasses' constructors call this)."""
+        if noise not in NOISE_KINDS:
+            raise ValueError(f"noise must be one of {', '.join(NOISE_KINDS)}, got {noise!r}")
+        self.noise = noise
 
     @abstractmethod
     def _non_private_error(self) -> float:
@@ -457,6 +484,18 @@ class PaperExperiment(ABC):
     def _noisy_errors(self, noise: np.ndarray) -> np.ndarray:
         """The errors of the query output plus each noise matrix of ``(T, *query.shape)``."""
 
+    @abstractmethod
+    def _released_errors(self, released: np.ndarray) -> np.ndarray:
+        """The errors of released query outputs ``(T, *query.shape)``."""
+
+    @abstractmethod
+    def _query_value(self) -> np.ndarray:
+        """The true value of :attr:`query`."""
+
+    def _binary_value(self, method: MethodSpec) -> np.ndarray:
+        """The true value of a binary row's query (by default :meth:`_query_value`)."""
+        return self._query_value()
+
     def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
@@ -465,13 +504,14 @@ class PaperExperiment(ABC):
         """The record domain and the domain-knowledge features of a binary row."""
         return self.domain, tuple(self.dataset.important)
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, noise: np.ndarray) -> np.ndarray:
-        """The errors of a binary MVG row's ``noise`` (by default :meth:`_noisy_errors`).
+    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+        """The errors of a binary MVG row's ``released`` matrices (by default
+        :meth:`_released_errors`).
 
         A row whose analyst uses the plan after the release (e.g. to remove the noise's known
         bias) overrides this.
         """
-        return self._noisy_errors(noise)
+        return self._released_errors(released)
 
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         """The errors of synthetic record sets ``(T, m, d)`` (one record per row) as releases."""
@@ -519,9 +559,11 @@ class PaperExperiment(ABC):
                 calibration=method.calibration,
                 important=important,
                 tau=tau,
+                noise=self.noise,
             )
+            released = plan_release(plan, self._binary_value(method), key, trials)
             return Evaluation(
-                errors=self._plan_errors(method, plan, plan_noise(plan, key, trials)),
+                errors=self._plan_errors(method, plan, released),
                 noise_std=plan_std_range(plan),
                 implied_epsilon=plan_implied_epsilon(plan),
             )
@@ -587,6 +629,10 @@ def run_experiment(
     if not epsilons:
         raise ValueError("need at least one epsilon")
     ds = experiment.dataset
+    noise = experiment.noise
+    settings = dict(experiment.settings)
+    if noise == "lattice":
+        settings["MVG noise"] = LATTICE_SETTING
     delta = 1.0 / ds.n_records
     root = NoiseKey.from_seed(seed).derive(f"mvg_dask/experiments/{experiment.name}")
     start = time.perf_counter()
@@ -637,9 +683,10 @@ def run_experiment(
         trials=trials,
         seed=seed,
         rows=tuple(rows),
-        settings=dict(experiment.settings),
+        settings=settings,
         output_range=experiment.output_range,
         elapsed=time.perf_counter() - start,
         important=tuple(ds.feature_names[i] for i in ds.important),
         held_out=0 if ds.X_test is None else int(ds.X_test.shape[1]),
+        noise=noise,
     )
