@@ -1,11 +1,28 @@
 """Golden bytes: a seeded release of every kind publishes the same values, release after release.
 
-Each case releases small generated data with a fixed seed, release id and plan time, and hashes
-every stored chunk of the output (every file but the ``zarr.json`` metadata, which carries paths
-and the plan): the published values, their encoding and their chunking. The digests are stored
-in ``tests/data/golden.json``; a refactoring or a speed-up must leave them unchanged. A change
-that means to alter published bytes regenerates them on purpose
-(``MVG_DASK_REGEN_GOLDEN=1 pytest tests/test_golden.py``) and says so.
+Each case releases small generated data with a fixed seed, release id and plan time. The golden
+file ``tests/data/golden.json`` holds, per case, two records of the output (every file but the
+``zarr.json`` metadata, which carries paths and the plan):
+
+* ``exact``: the SHA-256 of every stored chunk (the published values, their encoding and their
+  chunking), per *numerical platform*: the numpy version and the BLAS library, version and kernel
+  (:func:`platform_signature`). Dense products, QR and eigen-decompositions are computed by BLAS
+  and LAPACK, whose kernels (Haswell, SkylakeX, Zen, Neoverse, ...) order their sums differently,
+  so the same code gives the same bytes on one platform and values that differ in the last bits
+  on another. Where the running platform has recorded digests, every byte must match.
+* ``values``: the stored chunk files (so the chunking and the arrays) and, per array, its
+  shape, dtype and a fingerprint of its values: the exact bytes of a non-float array, and for a
+  float array its L2 norm and four projections on fixed Gaussian vectors. These must match on
+  every platform within ``RTOL`` times ``||values|| ||w||``. BLAS reorderings move published values
+  by at most ~3e-13 relative (measured between the Haswell and SkylakeX kernels of the same
+  OpenBLAS: ``tests/data/golden.json`` holds both); a changed noise draw, calibration or formula
+  moves them by the noise's size, 10^-3 relative and more.
+
+A refactoring or a speed-up must leave both unchanged. A change that means to alter published
+values regenerates them on purpose (``MVG_DASK_REGEN_GOLDEN=1 pytest tests/test_golden.py``: the
+values and this platform's digests, dropping the other platforms') and says so. The digests of a
+new platform are added with ``MVG_DASK_GOLDEN_PLATFORM=1``, which records them only for cases whose
+values already match.
 
 The cases use ``mechanism.noise: float`` (the noise as drawn before lattice releases existed, so
 these digests were recorded before that option was introduced) and ``noise: lattice`` (the
@@ -22,6 +39,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+import threadpoolctl
+import zarr
 
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import execute_release
@@ -31,6 +50,7 @@ from tests.pipeline_helpers import make_input
 
 GOLDEN = Path(__file__).parent / "data" / "golden.json"
 REGEN = os.environ.get("MVG_DASK_REGEN_GOLDEN") == "1"
+ADD_PLATFORM = os.environ.get("MVG_DASK_GOLDEN_PLATFORM") == "1"
 SEED = 20261125
 CREATED = "2026-11-25T07:00:00+00:00"
 
@@ -142,8 +162,8 @@ def _data(m: int, n: int) -> np.ndarray:
     return X
 
 
-def release_digests(case: str, root: Path, client: Any, noise: str | None) -> dict[str, str]:
-    """SHA-256 of every stored chunk of the case's seeded release (relative path -> digest)."""
+def release_store(case: str, root: Path, client: Any, noise: str | None) -> Path:
+    """Release the case's seeded output under ``root`` and return its store."""
     c = CASES[case]
     m = c.get("features", 4)
     n = 320
@@ -158,7 +178,11 @@ def release_digests(case: str, root: Path, client: Any, noise: str | None) -> di
         created=CREATED,
     )
     execute_release(rplan, client, seed=SEED, progress=False)
-    store = root / "release.zarr"
+    return root / "release.zarr"
+
+
+def release_digests(store: Path) -> dict[str, str]:
+    """SHA-256 of every stored chunk of a release (relative path -> digest)."""
     return {
         p.relative_to(store).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(store.rglob("*"))
@@ -166,8 +190,75 @@ def release_digests(case: str, root: Path, client: Any, noise: str | None) -> di
     }
 
 
+#: Fingerprint projections: ``PROJECTIONS`` fixed Gaussian vectors (seed ``PROJECTION_SEED``).
+PROJECTIONS = 4
+PROJECTION_SEED = 20261125
+#: Relative tolerance of a float fingerprint, against ``||values|| ||w||``.
+RTOL = 1e-9
+
+
+def _weights(size: int) -> np.ndarray:
+    return np.random.default_rng(PROJECTION_SEED).standard_normal((PROJECTIONS, size))
+
+
+def release_values(store: Path) -> dict[str, Any]:
+    """The chunk files and a fingerprint of every stored array (see the module text)."""
+    group = zarr.open_group(str(store), mode="r")
+    arrays: dict[str, Any] = {}
+    for name, arr in sorted(group.arrays()):
+        values = np.asarray(arr[...])
+        entry: dict[str, Any] = {"shape": list(values.shape), "dtype": str(values.dtype)}
+        if values.dtype.kind == "f":
+            v = values.astype(np.float64).ravel()
+            entry["norm"] = float(np.linalg.norm(v))
+            entry["projections"] = [float(x) for x in _weights(v.size) @ v]
+        else:
+            entry["sha256"] = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+        arrays[name] = entry
+    return {"files": sorted(release_digests(store)), "arrays": arrays}
+
+
+def values_mismatch(got: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """What differs between two :func:`release_values` records (empty: they agree)."""
+    if got["files"] != want["files"]:
+        return [f"chunk files {got['files']} != {want['files']}"]
+    if sorted(got["arrays"]) != sorted(want["arrays"]):
+        return [f"arrays {sorted(got['arrays'])} != {sorted(want['arrays'])}"]
+    problems = []
+    for name, g in got["arrays"].items():
+        w = want["arrays"][name]
+        if (g["shape"], g["dtype"]) != (w["shape"], w["dtype"]):
+            problems.append(f"{name}: {g['shape']} {g['dtype']} != {w['shape']} {w['dtype']}")
+        elif "sha256" in w:
+            if g.get("sha256") != w["sha256"]:
+                problems.append(f"{name}: bytes differ")
+        else:
+            size = int(np.prod(w["shape"]))
+            scale = np.linalg.norm(_weights(size), axis=1) * max(w["norm"], g["norm"])
+            diff = np.abs(np.array(g["projections"]) - np.array(w["projections"]))
+            if abs(g["norm"] - w["norm"]) > RTOL * w["norm"] or np.any(diff > RTOL * scale):
+                problems.append(
+                    f"{name}: values moved (norm {g['norm']!r} vs {w['norm']!r}, "
+                    f"projections {g['projections']} vs {w['projections']})"
+                )
+    return problems
+
+
+def platform_signature() -> str:
+    """numpy's version and the BLAS library, version and kernel that run its products."""
+    blas = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    libs = ", ".join(
+        sorted(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}" for i in blas)
+    )
+    return f"numpy {np.__version__}; {libs or 'no BLAS seen'}"
+
+
 def _golden() -> dict[str, Any]:
-    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    return json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {"exact": {}, "values": {}}
+
+
+def _write_golden(golden: dict[str, Any]) -> None:
+    GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
 
 
 NOISE_KINDS = ("float", "lattice")
@@ -178,13 +269,44 @@ NOISE_KINDS = ("float", "lattice")
 def test_published_bytes_are_golden(case: str, noise: str, tmp_path: Path, client) -> None:
     if noise == "lattice" and case.startswith("wide-") and "dp-pca" in case:
         pytest.skip("lattice noise with low-rank (wide DP-PCA) directions is refused")
-    digests = release_digests(case, tmp_path, client, noise)
-    key = f"{noise}/{case}"
+    store = release_store(case, tmp_path, client, noise)
+    digests, values = release_digests(store), release_values(store)
+    key, platform = f"{noise}/{case}", platform_signature()
+    golden = _golden()
     if REGEN:
-        golden = _golden()
-        golden[key] = digests
-        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
-        pytest.skip("golden digests regenerated")
-    want = _golden().get(key)
-    assert want is not None, f"no golden digests for {key}: regenerate them on purpose"
-    assert digests == want, f"the published bytes of {key} changed"
+        golden["values"][key] = values
+        golden["exact"] = {platform: {**golden["exact"].get(platform, {}), key: digests}}
+        _write_golden(golden)
+        pytest.skip("golden values and digests regenerated")
+    want = golden["values"].get(key)
+    assert want is not None, f"no golden values for {key}: regenerate them on purpose"
+    problems = values_mismatch(values, want)
+    assert not problems, f"the published values of {key} changed: " + "; ".join(problems)
+    if ADD_PLATFORM:
+        golden["exact"].setdefault(platform, {})[key] = digests
+        _write_golden(golden)
+    exact = golden["exact"].get(platform, {}).get(key)
+    if exact is not None:
+        assert digests == exact, f"the published bytes of {key} changed on {platform}"
+
+
+def test_fingerprints_tolerate_last_bit_changes_but_not_real_ones() -> None:
+    """The tolerance is far below a noise draw and far above BLAS's reorderings."""
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal(1000)
+    base = {"arrays": {"a": _fingerprint(v)}, "files": []}
+    nudged = np.nextafter(v, np.inf)  # every entry one ulp up: what another BLAS kernel does
+    assert not values_mismatch({"arrays": {"a": _fingerprint(nudged)}, "files": []}, base)
+    moved = v.copy()
+    moved[17] += 1e-6 * np.linalg.norm(v)  # one entry moved far less than any noise draw
+    assert values_mismatch({"arrays": {"a": _fingerprint(moved)}, "files": []}, base)
+    assert values_mismatch({"arrays": {"a": _fingerprint(v[::-1].copy())}, "files": []}, base)
+
+
+def _fingerprint(v: np.ndarray) -> dict[str, Any]:
+    return {
+        "shape": list(v.shape),
+        "dtype": str(v.dtype),
+        "norm": float(np.linalg.norm(v)),
+        "projections": [float(x) for x in _weights(v.size) @ v],
+    }
