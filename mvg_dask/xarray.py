@@ -159,7 +159,7 @@ class MvgAccessor(_Common):
             if not key.startswith(_PREFIX) or key == f"{_PREFIX}plan":
                 continue
             name = key.removeprefix(_PREFIX)
-            if isinstance(value, str) and value[:1] in "{[":
+            if isinstance(value, str) and value.startswith(("{", "[")):  # not "": a note
                 value = json.loads(value)
             out[name] = value
         return out
