@@ -40,6 +40,7 @@ from mvg_dask.plan.noise_plan import (
     AllocationSpec,
     NoisePlan,
     build_noise_plan,
+    lattice_context_from_dict,
     noise_plan_from_dict,
 )
 from mvg_dask.plan.query import QuerySpec
@@ -363,8 +364,13 @@ def gaussian_variable(ds: xr.Dataset) -> str:
 def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """Standard deviation of the Gaussian noise of every entry of a released variable.
 
-    Unimodal noise: ``sqrt(Sigma_ii)`` for every record of feature ``i``; equi-modal noise:
-    ``sqrt(Sigma_ii Sigma_jj)``. Computed from the published ``row_cov`` (and ``col_cov``).
+    The law of the noise as published (:meth:`NoisePlan.released_entry_std
+    <mvg_dask.plan.noise_plan.NoisePlan.released_entry_std>`, the plan's one rule, rebuilt from
+    the release by :func:`release_noise_plan`): unimodal noise ``sqrt(Sigma_ii)`` for every
+    entry of row ``i``; the symmetrised equi-modal noise ``(Z + Z^T) / 2`` of a covariance
+    ``sqrt((Sigma_ii Sigma_jj + Sigma_ij^2) / 2)``; symmetric noise ``B S B^T`` with ratio ``r``
+    ``sqrt(r (Sigma_ii Sigma_jj + Sigma_ij^2) + (1 - 2r) sum_k B_ik^2 B_jk^2)``. An identity
+    release's std is computed from its published ``row_cov`` and broadcast over the records.
 
     Parameters
     ----------
@@ -388,16 +394,16 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
             "values)"
         )
     var = ds[name]
+    if ds.attrs.get(f"{PREFIX}query") == "covariance":
+        std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), var.shape)
+        return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = np.sqrt(np.diag(ds["row_cov"].values))
     rows, _ = ds["row_cov"].dims
     feature_dim = str(rows).removesuffix("_row")
-    if "col_cov" in ds:
-        c = np.sqrt(np.diag(ds["col_cov"].values))
-        return xr.DataArray(np.outer(d, c), dims=var.dims, coords=var.coords, name="noise_std")
-    std = xr.DataArray(d, dims=(feature_dim,), name="noise_std")
+    out = xr.DataArray(d, dims=(feature_dim,), name="noise_std")
     if feature_dim in var.coords:
-        std = std.assign_coords({feature_dim: var.coords[feature_dim].values})
-    return std.broadcast_like(var)
+        out = out.assign_coords({feature_dim: var.coords[feature_dim].values})
+    return out.broadcast_like(var)
 
 
 def _normal_quantile(p: float) -> float:
@@ -485,6 +491,8 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             neighbours=public["neighbours"],
             direction_share=float(comp.get("direction_share") or 0.0),
             count_share=float(comp.get("count_share") or 0.0),
+            noise=public.get("noise", "float"),
+            lattice_context=lattice_context_from_dict(public),
         )
     published = np.asarray(ds["row_cov"].values)
     if not np.allclose(plan.row_cov, published, rtol=1e-9, atol=0.0):

@@ -521,9 +521,42 @@ class NoisePlan:
             return self._symmetric_std(r)
         return self.entry_std()
 
+    def released_std_ranges(
+        self,
+    ) -> tuple[tuple[float, float], tuple[float, float] | None]:
+        """``(min, max)`` of :meth:`released_entry_std` on the diagonal (every entry of a
+        non-square output) and off it (``None`` for a non-square output); O(m) for standard
+        directions, whose stds are ``v_i`` on the diagonal and ``sqrt(r v_i v_j)`` off it
+        (symmetric noise and the symmetrised equi-modal noise), ``sqrt(v_i v_j)`` (equi-modal
+        noise on a non-symmetric query) or ``sqrt(v_i)`` (unimodal noise)."""
+        m, n = self.shape
+        square = self.query.kind != "identity" and m == n and m > 1
+        if not self.directions.is_standard:
+            std = np.broadcast_to(self.released_entry_std(), (m, n) if square else (m, 1))
+            if not square:
+                return (float(std.min()), float(std.max())), None
+            on, off = np.diag(std), std[~np.eye(m, dtype=bool)]
+            return (float(on.min()), float(on.max())), (float(off.min()), float(off.max()))
+        v = np.sort(np.asarray(self.row_variances, dtype=np.float64))
+        if self.algorithm == "unimodal":
+            rows = (float(np.sqrt(v[0])), float(np.sqrt(v[-1])))
+            return rows, (rows if square else None)
+        r = self.output_symmetric_ratio
+        factor = 1.0 if r is None else float(r)
+        diag = (float(v[0]), float(v[-1]))
+        if not square:
+            return diag, None
+        return diag, (float(np.sqrt(factor * v[0] * v[1])), float(np.sqrt(factor * v[-1] * v[-2])))
+
     def _symmetric_std(self, ratio: float) -> np.ndarray:
         """:func:`symmetric_entry_std` of ``B S B^T``; for standard directions in O(m^2):
-        ``Var Z_kl = r v_k v_l`` off the diagonal and ``v_k^2`` on it."""
+        ``Var Z_kl = r v_k v_l`` off the diagonal and ``v_k^2`` on it; for ``r = 1/2`` (the
+        symmetrised equi-modal noise) from ``Sigma`` alone, whatever the factor:
+        ``Var Z_kl = (Sigma_kk Sigma_ll + Sigma_kl^2) / 2``."""
+        if not self.directions.is_standard and ratio == 0.5:
+            Sigma = self.row_cov
+            d = np.diag(Sigma)
+            return np.asarray(np.sqrt(0.5 * (np.outer(d, d) + Sigma * Sigma)))
         if not self.directions.is_standard:
             return symmetric_entry_std(self.row_factor, ratio)
         v = self.row_variances
@@ -1073,6 +1106,15 @@ def _exact_scale(
     return float((mu / d1) ** (1.0 / degree))
 
 
+def lattice_context_from_dict(data: dict[str, Any]) -> LatticeContext | None:
+    """The ``lattice_context`` of a plan as published (:meth:`NoisePlan.to_dict`), or ``None``
+    (float noise, or a plan written before lattice releases)."""
+    ctx = data.get("lattice_context")
+    if ctx is None:
+        return None
+    return LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+
+
 def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
     """Rebuild a :class:`NoisePlan` from :meth:`NoisePlan.to_dict`.
 
@@ -1116,7 +1158,6 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         strategy=a["strategy"], important=a.get("important"), share=a.get("share")
     )
     comp = data["composition"]
-    ctx = data.get("lattice_context")
     plan = build_noise_plan(
         query,
         domain,
@@ -1131,11 +1172,7 @@ def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:
         count_share=float(comp.get("count_share", 0.0)),
         symmetric_ratio=data.get("symmetric_ratio"),
         noise=data.get("noise", "float"),
-        lattice_context=(
-            None
-            if ctx is None
-            else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
-        ),
+        lattice_context=lattice_context_from_dict(data),
     )
     stored = np.asarray(data["row_variances"], dtype=np.float64)
     if not np.allclose(plan.row_variances, stored, rtol=1e-12, atol=0.0):

@@ -67,12 +67,30 @@ def _query_text(rplan: ReleasePlan) -> str:
 
 
 def noise_std_range(rplan: ReleasePlan) -> tuple[float, float] | None:
-    """Smallest and largest noise standard deviation of one released entry, or ``None`` while
-    DP-PCA's directions are pending (they are chosen at run time)."""
+    """Smallest and largest noise standard deviation of one released entry (the noise as
+    published: :meth:`NoisePlan.released_entry_std`), or ``None`` while DP-PCA's directions
+    are pending (they are chosen at run time)."""
     if rplan.noise is None:
         return None
-    std = rplan.noise.entry_std()
-    return float(np.min(std)), float(np.max(std))
+    diag, off = rplan.noise.released_std_ranges()
+    if off is None:
+        return diag
+    return min(diag[0], off[0]), max(diag[1], off[1])
+
+
+def _noise_std_text(rplan: ReleasePlan) -> str:
+    """The dry run's noise line: the published noise's std, on and off the diagonal where a
+    square release's differ (:meth:`NoisePlan.released_std_ranges`)."""
+    if rplan.noise is None:
+        return "set at run time by the DP-PCA directions"
+    target = "the sum" if rplan.releases_count else "each released entry"
+    diag, off = rplan.noise.released_std_ranges()
+    if off is None or np.allclose(diag, off, rtol=1e-12, atol=0.0):
+        return f"{diag[0]:.4g} .. {diag[1]:.4g} on {target}"
+    return (
+        f"{diag[0]:.4g} .. {diag[1]:.4g} on the diagonal, {off[0]:.4g} .. {off[1]:.4g} off it, "
+        f"of {target}"
+    )
 
 
 def _noise_kind_text(rplan: ReleasePlan) -> str:
@@ -140,16 +158,7 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
     declared = rplan.declared_bounds_text()
     if declared is not None:
         rows.append(("declared", declared.removeprefix("declared ")))
-    span = noise_std_range(rplan)
-    target = "the sum" if rplan.releases_count else "each released entry"
-    rows.append(
-        (
-            "noise std",
-            "set at run time by the DP-PCA directions"
-            if span is None
-            else f"{span[0]:.4g} .. {span[1]:.4g} on {target}",
-        )
-    )
+    rows.append(("noise std", _noise_std_text(rplan)))
     rows.append(("arithmetic", _noise_kind_text(rplan)))
     split = rplan.split
     parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
