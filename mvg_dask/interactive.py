@@ -412,17 +412,36 @@ def _normal_quantile(p: float) -> float:
     return float(norm.ppf(p))
 
 
-def confidence_intervals(
-    ds: xr.Dataset, level: float = 0.95, variable: str | None = None
-) -> xr.Dataset:
-    """Per-entry confidence intervals from the known Gaussian noise: ``value +- z std``.
+def distinct_noisy_entries(ds: xr.Dataset, variable: str | None = None) -> int:
+    """How many entries of a released variable carry their own noise: the upper triangle with
+    the diagonal when the published noise is symmetric (a covariance release with symmetric or
+    symmetrised equi-modal noise: ``symmetric_ratio`` is published), else every entry."""
+    var = ds[variable or gaussian_variable(ds)]
+    if "symmetric_ratio" in ds and var.ndim == 2 and var.shape[0] == var.shape[1]:
+        m = int(var.shape[0])
+        return m * (m + 1) // 2
+    return int(var.size)
 
-    ``z = Phi^-1((1 + level) / 2)``. Each interval covers the non-private entry with probability
-    ``level`` (per entry, not simultaneously; for clipped records the non-private value is that
-    of the clipped data). Post-processing of the release: no privacy cost. ``half_width`` is
-    what smartnoise-sdk (PR #386) and OpenDP's accuracy utilities (PR #275) call the accuracy
-    at level ``alpha = 1 - level``; it depends on ``level`` (smartnoise-sdk issue #399 reported
-    a Gaussian accuracy that did not).
+
+def confidence_intervals(
+    ds: xr.Dataset,
+    level: float = 0.95,
+    variable: str | None = None,
+    *,
+    simultaneous: bool = False,
+) -> xr.Dataset:
+    """Confidence intervals from the known Gaussian noise: ``value +- z std``.
+
+    Per entry (the default), ``z = Phi^-1((1 + level) / 2)`` and each interval covers the
+    non-private entry with probability ``level``. With ``simultaneous=True`` the intervals form
+    a band that covers *every* entry at once with probability at least ``level``:
+    ``z = Phi^-1((1 + level^(1/n)) / 2)`` over the ``n`` entries with their own noise
+    (:func:`distinct_noisy_entries`; Sidak's inequality, which holds for any correlated Gaussian
+    noise and is exact when the entries' noises are independent, as with standard directions).
+    For clipped records the non-private value is that of the clipped data. Post-processing of
+    the release: no privacy cost. ``half_width`` is what smartnoise-sdk (PR #386) and OpenDP's
+    accuracy utilities (PR #275) call the accuracy at level ``alpha = 1 - level``; it depends on
+    ``level`` (smartnoise-sdk issue #399 reported a Gaussian accuracy that did not).
 
     Parameters
     ----------
@@ -432,18 +451,31 @@ def confidence_intervals(
         Coverage, in (0, 1).
     variable : str, optional
         As for :func:`noise_std`.
+    simultaneous : bool, default False
+        One band for the whole variable instead of per-entry intervals.
 
     Returns
     -------
     xarray.Dataset
-        ``value``, ``lower``, ``upper``, ``half_width`` (``z std``) and ``std``, with ``level``
-        and ``z`` as attributes.
+        ``value``, ``lower``, ``upper``, ``half_width`` (``z std``) and ``std``, with ``level``,
+        ``z``, ``variable`` and ``simultaneous`` (and for a band ``entries``, its ``n``) as
+        attributes.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     std = noise_std(ds, variable)
     name = variable or gaussian_variable(ds)
-    z = _normal_quantile(0.5 + level / 2)
+    attrs: dict[str, Any] = {"level": level, "variable": name, "simultaneous": simultaneous}
+    if simultaneous:
+        n = distinct_noisy_entries(ds, name)
+        # level^(1/n) = exp(log(level) / n), with 1 - level^(1/n) = -expm1(log(level) / n)
+        from scipy.stats import norm
+
+        z = float(norm.isf(-math.expm1(math.log(level) / n) / 2))
+        attrs["entries"] = n
+    else:
+        z = _normal_quantile(0.5 + level / 2)
+    attrs["z"] = z
     value = ds[name]
     half = z * std
     out = xr.Dataset(
@@ -455,7 +487,7 @@ def confidence_intervals(
             "std": std,
         }
     )
-    out.attrs.update({"level": level, "z": z, "variable": name})
+    out.attrs.update(attrs)
     return out
 
 

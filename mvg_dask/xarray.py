@@ -11,6 +11,7 @@ The accessor only normalises arguments; the work is done by the plain functions 
     rel = ds.mvg.release("out", query=..., domain=..., privacy=..., client=client)
     rel.mvg.noise_std()                 # noise std of every released entry
     rel.mvg.confidence_intervals(0.95)  # value +- z std, per entry
+    rel.mvg.confidence_intervals(0.95, simultaneous=True)  # one band for every entry
     rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
     rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
     rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
@@ -192,10 +193,15 @@ class MvgAccessor(_Common):
         """
         return interactive.noise_std(self._ds, variable)
 
-    def confidence_intervals(self, level: float = 0.95, variable: str | None = None) -> xr.Dataset:
-        """Per-entry intervals ``value +- z std`` that cover the non-private value with
-        probability ``level`` (:func:`mvg_dask.interactive.confidence_intervals`)."""
-        return interactive.confidence_intervals(self._ds, level, variable)
+    def confidence_intervals(
+        self, level: float = 0.95, variable: str | None = None, *, simultaneous: bool = False
+    ) -> xr.Dataset:
+        """Intervals ``value +- z std`` that cover the non-private value with probability
+        ``level``: per entry, or with ``simultaneous=True`` every entry at once
+        (:func:`mvg_dask.interactive.confidence_intervals`)."""
+        return interactive.confidence_intervals(
+            self._ds, level, variable, simultaneous=simultaneous
+        )
 
     def noise_plan(self) -> Any:
         """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
