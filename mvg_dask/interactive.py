@@ -35,7 +35,12 @@ from mvg_dask import api
 from mvg_dask.errors import IncompleteReleaseError
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import domain_from_dict
-from mvg_dask.plan.estimators import covariance_from_identity
+from mvg_dask.plan.estimators import (
+    correlation_with_std,
+    covariance_from_identity,
+    psd_projection,
+    spiked_shrinkage,
+)
 from mvg_dask.plan.noise_plan import (
     AllocationSpec,
     NoisePlan,
@@ -56,12 +61,16 @@ __all__ = [
     "DEFAULT_RECORD_CHUNK",
     "budget_table",
     "confidence_intervals",
+    "correlation",
     "covariance_estimate",
+    "distinct_noisy_entries",
     "dry_run_xarray",
     "noise_std",
+    "psd_covariance",
     "release_noise_plan",
     "release_xarray",
     "select_variable",
+    "shrunk_covariance",
 ]
 
 PREFIX = "mvg_dask_"
@@ -568,6 +577,128 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
         names = var.coords[feature_dim].values
         coords = {rows: names, cols: names}
     return xr.DataArray(est, dims=(rows, cols), coords=coords, name="covariance")
+
+
+def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, float]:
+    """The released matrix with Gaussian noise (``covariance``, or ``gram`` with a noisy
+    count), its noise std and the divisor that turns it into the covariance (1, or the noisy
+    record count clipped at 1)."""
+    _check_complete(ds)
+    if ds.attrs.get(f"{PREFIX}query") != "covariance":
+        raise ValueError(
+            "this needs a covariance release; from an identity release use covariance() (its "
+            "estimate's noise is not the Gaussian noise these estimators assume)"
+        )
+    name = gaussian_variable(ds)
+    divisor = max(float(ds["record_count"].values), 1.0) if name == "gram" else 1.0
+    return ds[name], noise_std(ds, name), divisor
+
+
+def _post_processed(
+    values: np.ndarray, like: xr.DataArray, name: str, ds: xr.Dataset, **attrs: Any
+) -> xr.DataArray:
+    out = xr.DataArray(values, dims=like.dims, coords=like.coords, name=name)
+    out.attrs.update(
+        {
+            "estimator": name,
+            "source_release": ds.attrs.get(f"{PREFIX}release_id"),
+            "post_processing": "computed from the release only: no privacy cost",
+            **attrs,
+        }
+    )
+    return out
+
+
+def psd_covariance(ds: xr.Dataset) -> xr.DataArray:
+    """The PSD matrix nearest (Frobenius) to a covariance release's ``covariance``
+    (:func:`~mvg_dask.plan.estimators.psd_projection`): a new variable, the release unchanged.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete covariance release.
+
+    Returns
+    -------
+    xarray.DataArray
+        ``covariance_psd``, with its provenance as attributes.
+    """
+    _covariance_source(ds)
+    cov = ds["covariance"]
+    return _post_processed(psd_projection(cov.values), cov, "covariance_psd", ds)
+
+
+def shrunk_covariance(ds: xr.Dataset) -> xr.DataArray:
+    """A covariance release's eigenvalues shrunk for a spiked truth with the noise's public std
+    (:func:`~mvg_dask.plan.estimators.spiked_shrinkage`): a new variable, the release unchanged.
+
+    Helps a spectrum with a few eigenvalues far above the noise and hurts a flat one: look at
+    the spectrum first. Needs homogeneous noise (every off-diagonal entry with the same std:
+    standard directions and a uniform allocation); with a noisy record count ``gram`` is shrunk
+    and then divided by the count.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete covariance release.
+
+    Returns
+    -------
+    xarray.DataArray
+        ``covariance_shrunk``, with its provenance and ``noise_edge`` (``2 s sqrt(m)`` in the
+        units of the released matrix) as attributes.
+    """
+    source, std, divisor = _covariance_source(ds)
+    m = source.shape[0]
+    off = std.values[~np.eye(m, dtype=bool)]
+    if m < 2 or np.ptp(off) > 1e-9 * float(off.max()):
+        raise ValueError(
+            "eigenvalue shrinkage needs homogeneous noise (one std for every off-diagonal entry:"
+            " standard directions with a uniform allocation); use psd_covariance() instead"
+        )
+    s = float(off.max())
+    est = spiked_shrinkage(source.values, s) / divisor
+    like = ds["covariance"]
+    return _post_processed(
+        est, like, "covariance_shrunk", ds, noise_edge=2.0 * s * math.sqrt(m) / divisor
+    )
+
+
+def correlation(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset:
+    """Correlations from a covariance release with approximate per-entry intervals
+    (:func:`~mvg_dask.plan.estimators.correlation_with_std`; the delta method, clipped to
+    ``[-1, 1]``): new variables, the release unchanged.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete covariance release.
+    level : float
+        Per-entry coverage of the intervals, in (0, 1).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``value``, ``lower``, ``upper`` and ``std``, with ``level``, ``z``, ``approximate`` and
+        the provenance as attributes.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    source, std, _ = _covariance_source(ds)  # a ratio: the count's scale cancels
+    r, sd = correlation_with_std(source.values, std.values)
+    z = _normal_quantile(0.5 + level / 2)
+    like = ds["covariance"]
+    value = _post_processed(r, like, "correlation", ds)
+    out = xr.Dataset(
+        {
+            "value": value,
+            "lower": value.copy(data=np.clip(r - z * sd, -1.0, 1.0)),
+            "upper": value.copy(data=np.clip(r + z * sd, -1.0, 1.0)),
+            "std": value.copy(data=sd),
+        }
+    )
+    out.attrs.update({**value.attrs, "level": level, "z": z, "approximate": True})
+    return out
 
 
 # -- the ledger ---------------------------------------------------------------------------------

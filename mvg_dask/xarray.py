@@ -180,11 +180,11 @@ class MvgAccessor(_Common):
         return str(self._ds.attrs[f"{_PREFIX}input_variable"])
 
     def noise_std(self, variable: str | None = None) -> xr.DataArray:
-        """Standard deviation of the noise added to each released entry.
-
-        Unimodal noise: ``sqrt(Sigma_ii)`` for every record of feature ``i``; equi-modal noise:
-        ``sqrt(Sigma_ii Sigma_jj)``. With a noisy record count the Gaussian noise is that of
-        ``gram`` (the default then).
+        """Standard deviation of the noise of each released entry, as published
+        (:func:`mvg_dask.interactive.noise_std`): unimodal noise ``sqrt(Sigma_ii)`` for every
+        entry of row ``i``; a covariance's symmetric noise has its own std on and off the
+        diagonal. With a noisy record count the Gaussian noise is that of ``gram`` (the
+        default then).
 
         Returns
         -------
@@ -202,6 +202,22 @@ class MvgAccessor(_Common):
         return interactive.confidence_intervals(
             self._ds, level, variable, simultaneous=simultaneous
         )
+
+    def psd_covariance(self) -> xr.DataArray:
+        """The nearest PSD matrix to the released covariance (a new variable; no privacy cost:
+        :func:`mvg_dask.interactive.psd_covariance`)."""
+        return interactive.psd_covariance(self._ds)
+
+    def shrunk_covariance(self) -> xr.DataArray:
+        """The released covariance's eigenvalues shrunk for a spiked truth (a new variable;
+        helps a spiked spectrum, hurts a flat one:
+        :func:`mvg_dask.interactive.shrunk_covariance`)."""
+        return interactive.shrunk_covariance(self._ds)
+
+    def correlation(self, level: float = 0.95) -> xr.Dataset:
+        """Correlations with approximate per-entry intervals (new variables; no privacy cost:
+        :func:`mvg_dask.interactive.correlation`)."""
+        return interactive.correlation(self._ds, level)
 
     def noise_plan(self) -> Any:
         """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
