@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -328,8 +329,7 @@ def _spec(store: str, out: str, **kw: Any) -> dict[str, Any]:
         "algorithm": kw.pop("algorithm", "symmetric"),
         "directions": {"method": "dp-pca", "k": 3, "budget_share": 0.3},
         "allocation": {"strategy": "binary"},
-        # lattice noise is not available with low-rank directions (refused: see the refusals)
-        "noise": "float",
+        "noise": kw.pop("noise", "lattice"),
     }
     mechanism |= kw.pop("mechanism", {})
     return {
@@ -369,8 +369,9 @@ def _release(spec: dict[str, Any], client: Any) -> Any:
     return api.open_release(spec["output"]["store"])
 
 
+@pytest.mark.parametrize("noise", ["lattice", "float"])
 @pytest.mark.parametrize("algorithm", ["symmetric", "equi-modal", "unimodal"])
-def test_blockwise_dp_pca_release(structured, tmp_path, client, algorithm) -> None:
+def test_blockwise_dp_pca_release(structured, tmp_path, client, algorithm, noise) -> None:
     """A blockwise DP-PCA covariance: the published ``m x k`` directions span the whole-matrix
     release's top three (the same noisy Gram matrix up to rounding; principal cosines > 0.999),
     the eigenvalues agree, the published ``row_cov`` is the plan's ``Sigma``, the output is
@@ -379,7 +380,13 @@ def test_blockwise_dp_pca_release(structured, tmp_path, client, algorithm) -> No
     X = structured["X"]
     privacy = {"epsilon": 20.0}
     blocked = _release(
-        _spec(structured["data"], str(tmp_path / "b.zarr"), algorithm=algorithm, privacy=privacy),
+        _spec(
+            structured["data"],
+            str(tmp_path / "b.zarr"),
+            algorithm=algorithm,
+            privacy=privacy,
+            noise=noise,
+        ),
         client,
     )
     whole = _release(
@@ -389,6 +396,7 @@ def test_blockwise_dp_pca_release(structured, tmp_path, client, algorithm) -> No
             algorithm=algorithm,
             matrix_chunk=None,
             privacy=privacy,
+            noise=noise,
         ),
         client,
     )
@@ -412,11 +420,21 @@ def test_blockwise_dp_pca_release(structured, tmp_path, client, algorithm) -> No
     assert not any(p.name.endswith("dp-pca") for p in (tmp_path / "b.zarr").rglob("*"))
 
 
-def test_blockwise_dp_pca_bytes_do_not_depend_on_the_blocking(structured, tmp_path, client):
-    """All-zero data: the noisy Gram matrix is the grid's noise, so panels of 256 and of 512
-    publish the same bytes in every variable, the DP-PCA directions included."""
+@pytest.mark.parametrize("data", ["zero", "data"])
+@pytest.mark.parametrize("noise", ["lattice", "float"])
+def test_blockwise_dp_pca_bytes_do_not_depend_on_the_blocking(
+    structured, tmp_path, client, noise, data
+) -> None:
+    """Panels of 256 and of 512 publish the same bytes in every variable, the DP-PCA directions
+    included: on all-zero data (the noisy Gram matrix is the grid's noise) with either noise,
+    and on the structured data with lattice noise (every product grid block by grid block)."""
+    if noise == "float" and data == "data":
+        pytest.skip("float panels sum the Gram matrix in panel-sized BLAS calls")
     outs = [
-        _release(_spec(structured["zero"], str(tmp_path / f"z{c}.zarr"), matrix_chunk=c), client)
+        _release(
+            _spec(structured[data], str(tmp_path / f"z{c}.zarr"), matrix_chunk=c, noise=noise),
+            client,
+        )
         for c in (256, 512)
     ]
     for name in outs[0].data_vars:
@@ -425,8 +443,7 @@ def test_blockwise_dp_pca_bytes_do_not_depend_on_the_blocking(structured, tmp_pa
 
 def test_blockwise_dp_pca_refusals(structured, tmp_path) -> None:
     """Refused at planning (nothing read): user matrices, allocations needing every direction,
-    ``k >= m``, important directions beyond ``k``, and lattice noise (not available with
-    low-rank directions; the message names ``noise: float``)."""
+    ``k >= m`` and important directions beyond ``k``."""
     base = _spec(structured["data"], str(tmp_path / "x.zarr"))
     np.save(tmp_path / "w.npy", np.eye(M))
     cases = [
@@ -434,7 +451,6 @@ def test_blockwise_dp_pca_refusals(structured, tmp_path) -> None:
         ({"directions": {"method": "dp-pca", "k": M}}, "needs k < 600"),
         ({"allocation": {"strategy": "binary", "important": [0, 5]}}, "must lie in 0..2"),
         ({"directions": {"method": "matrix", "path": str(tmp_path / "w.npy")}}, "no m x m matrix"),
-        ({"noise": "lattice"}, "lattice noise is not available with low-rank"),
     ]
     for mech, message in cases:
         raw = {**base, "mechanism": {**base["mechanism"], **mech}}
@@ -478,3 +494,85 @@ def test_bad_data_in_the_dp_pca_pass_is_a_clear_error_and_nothing_is_published(
         api.release(_spec(store, str(out)), client=client, progress=False)
     assert not out.exists()
     assert not list(tmp_path.glob("nan-out.zarr.staging-*"))
+
+
+@pytest.mark.parametrize("algorithm", ["symmetric", "equi-modal", "unimodal"])
+def test_blockwise_lattice_release_is_the_whole_matrix_sequence(
+    structured, tmp_path, client, algorithm
+) -> None:
+    """A wide lattice release with DP-PCA directions publishes ``A T A^T`` (``A T`` unimodal;
+    the two-sided noises symmetrised), ``T = 2^k (rint(g / 2^k) + K)`` with ``g`` the low-rank
+    whitening sequence of docs/bounds.md Lemma 11.5 (``tests/test_float_error.py``'s reference,
+    ``engine_whiten``) applied to the whole ``X X^T / N`` and ``K`` the noise grid's integers:
+    computed here on whole matrices from the published directions, the plan rebuilt from the
+    release and the key. Agreement within ``1e-9`` relative and a few grid steps (an entry of
+    ``g`` on a rounding boundary may round the other way between the engine's blocked sums and
+    numpy's). The DP-PCA step ran on the lattice too: its directions span the top 3 of
+    :func:`mvg_dask.engine.lattice.gram_step` on the whole Gram matrix."""
+    from mvg_dask.engine.lattice import from_lattice, symmetric_values, to_lattice
+    from mvg_dask.engine.lattice import gram_step as lattice_gram_step
+    from mvg_dask.noise.tiles import square_lattice_block
+    from mvg_dask.plan.low_rank import dense_low_rank
+    from mvg_dask.privacy.float_error import Whitening
+    from tests.test_float_error import engine_whiten
+
+    X = structured["X"]
+    spec = _spec(
+        structured["data"], str(tmp_path / "b.zarr"), algorithm=algorithm, privacy={"epsilon": 20.0}
+    )
+    ds = _release(spec, client)
+    assert ds.attrs["mvg_dask_noise"] == "lattice"
+    plan = ds.mvg.noise_plan()
+    assert plan.lattice is not None and plan.directions.is_low_rank
+    U = ds["directions"].values
+    a, delta = low_rank_factor(U, plan.row_variances)
+    k, s = plan.lattice.log2_grid, plan.lattice.scale
+    f = X @ X.T / N
+    g = engine_whiten(f, Whitening.low_rank(U, a, delta), algorithm != "unimodal")
+    key = NoiseKey.from_seed(SEED).derive("release")
+    blocks = feature_blocks(M)
+    T = np.zeros((M, M))
+    for i, (p, q) in enumerate(blocks):
+        for j, (c, d) in enumerate(blocks):
+            gb = np.ascontiguousarray(g[p:q, c:d])
+            if algorithm == "symmetric":
+                if i <= j:
+                    grid_of = SimpleNamespace(log2_grid=k, scale=s)
+                    T[p:q, c:d] = symmetric_values(
+                        gb, i == j, plan.symmetric_ratio, key, M, i, j, grid_of
+                    )
+                    T[c:d, p:q] = T[p:q, c:d].T
+            else:
+                t = to_lattice(gb, k) + square_lattice_block(key, M, i, j, s)
+                T[p:q, c:d] = from_lattice(t, k)
+    A = dense_low_rank(U, a + delta, a)
+    want = A @ T if algorithm == "unimodal" else A @ T @ A.T
+    if algorithm != "unimodal":
+        want = (want + want.T) / 2
+    got = ds["covariance"].values
+    grid = np.ldexp(1.0, k) * float(np.abs(A).max()) ** 2 * M
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=4 * grid)
+    # DP-PCA's step on the lattice
+    rplan = api.dry_run(spec)
+    step = rplan.dp_pca
+    assert step is not None and step.lattice is not None
+    sigma = step.noise_std(rplan.domain, rplan.neighbours, rplan.split.step_mu)
+    noisy = lattice_gram_step(
+        X @ X.T, step.lattice, sigma, NoiseKey.from_seed(SEED).derive("dp-pca")
+    )
+    top = np.linalg.eigh(noisy)[1][:, -3:]
+    assert np.all(np.linalg.svd(U.T @ top)[1] > 0.999)
+
+
+def test_lattice_refuses_a_float_error_it_cannot_absorb(structured, tmp_path) -> None:
+    """Add-remove with the default ``max_records = 2^32``: the low-rank whitening's float error
+    bound over sums of 2^32 records exceeds the release's mu, so the plan refuses (nothing
+    read), naming the remedies; a declared bound of 10^5 records plans."""
+    spec = _spec(structured["data"], str(tmp_path / "x.zarr"))
+    spec["privacy"] |= {"neighbours": "add-remove", "epsilon": 1.0}
+    with pytest.raises(DataError, match=r"cannot absorb.*max_records"):
+        api.dry_run(spec)
+    assert not (tmp_path / "x.zarr").exists()
+    spec["privacy"]["max_records"] = 100_000
+    lattice = api.dry_run(spec).dp_pca.lattice
+    assert lattice is not None and lattice.relative_inflation < 1e-3

@@ -301,7 +301,7 @@ def symmetric_values(
     m: int,
     i: int,
     j: int,
-    lattice: StandardSquareLattice | DenseSquareLattice,
+    lattice: StandardSquareLattice | DenseSquareLattice | LowRankSquareLattice,
 ) -> np.ndarray:
     """Lattice values of a symmetric release's block ``(i, j)`` (``i <= j``) or whole matrix
     (``i = j = -1``: all grid blocks): coordinates ``g_kk`` and ``fl(g_kl q)``, rounded, plus the
@@ -415,3 +415,111 @@ def noisy_count(records: int, count_mu: float, key: NoiseKey) -> float:
     mechanism of sensitivity 1 rounded, exact on the integers."""
     scale = (1.0 / count_mu) * (1.0 + 2.0**-50)
     return float(records + int(key.tile_lattice(0, (1,), scale)[0]))
+
+
+@dataclass(frozen=True, eq=False)
+class LowRankSquareLattice:
+    """The lattice release of a wide covariance with low-rank (DP-PCA) directions, computed
+    grid block by grid block on the workers (no ``m x m`` matrix in memory).
+
+    The noise factor is ``A = Sigma^(1/2) = a I + U diag(delta) U^T``. The whitening is the
+    low-rank sequence the plan's error bound covers (docs/bounds.md, Lemma 11.5):
+    ``L(Y) = fl(fl(c Y) + fl(V fl(U^T Y)))`` with ``c = fl(1/a)``, ``beta = fl(fl(1/fl(a +
+    delta)) - c)``, ``V = fl(U diag(beta))``; ``g = L(L(f)^T)^T`` (two-sided) or ``L(f)``
+    (unimodal). From row blocks of ``f``: ``P = U^T f`` (a first pass, summed over the row
+    blocks in grid order), ``H = c f + V P``, ``Q = H U`` and ``g = c H + Q V^T``: the same
+    scalar operations as the sequence on the whole matrix (the inner products of ``U^T Y``
+    summed in another order, which the bound allows).
+
+    Attributes
+    ----------
+    key : NoiseKey
+        The release's noise key.
+    basis : ndarray
+        ``U`` (``m x k``).
+    a : float
+        ``a``.
+    delta : ndarray
+        ``delta`` (``k``).
+    algorithm : str
+        ``symmetric``, ``equi-modal`` or ``unimodal``.
+    ratio : float or None
+        ``r`` of symmetric noise.
+    log2_grid : int
+        ``k`` of the grid.
+    scale : float
+        The rounded Gaussian's scale.
+    """
+
+    key: NoiseKey
+    basis: np.ndarray
+    a: float
+    delta: np.ndarray
+    algorithm: str
+    ratio: float | None
+    log2_grid: int
+    scale: float
+
+    @classmethod
+    def for_plan(cls, plan: NoisePlan, key: NoiseKey) -> LowRankSquareLattice:
+        """The lattice of a wide release's plan (low-rank directions)."""
+        from mvg_dask.plan.low_rank import low_rank_factor
+
+        lattice = _lattice(plan)
+        U = np.asarray(plan.directions.matrix, dtype=np.float64)
+        a, delta = low_rank_factor(U, plan.row_variances)
+        return cls(
+            key, U, a, delta, plan.algorithm, plan.symmetric_ratio, lattice.log2_grid, lattice.scale
+        )
+
+    @functools.cached_property
+    def _whitening(self) -> tuple[float, np.ndarray]:
+        """``(c, V)`` of the whitening sequence."""
+        c = 1.0 / self.a
+        beta = 1.0 / (self.a + self.delta) - c
+        return c, self.basis * beta[None, :]
+
+    def projection(self, f_rows: np.ndarray, rows: slice) -> np.ndarray:
+        """``U[rows]^T f[rows]``: a row block's part of ``P = U^T f`` (``k x m``)."""
+        return np.asarray(self.basis[rows].T @ f_rows)
+
+    def whitened(self, f_rows: np.ndarray, rows: slice, P: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` of ``g`` from the same rows of ``f`` and ``P = U^T f``."""
+        c, V = self._whitening
+        H = c * f_rows + V[rows] @ P
+        if self.algorithm == "unimodal":
+            return np.asarray(H)
+        return np.asarray(c * H + (H @ self.basis) @ V.T)
+
+    def lattice_block(self, g: np.ndarray, i: int, j: int) -> np.ndarray:
+        """``2^k t`` of grid block ``(i, j)`` (``i <= j`` for symmetric noise) from that block of
+        ``g``, in the ensemble's units (symmetric noise: off-diagonals times ``sqrt(r)``)."""
+        if self.algorithm == "symmetric":
+            return symmetric_values(
+                g, i == j, self.ratio, self.key, self.basis.shape[0], i, j, self
+            )
+        t = to_lattice(g, self.log2_grid)
+        t += square_lattice_block(self.key, self.basis.shape[0], i, j, self.scale)
+        return from_lattice(t, self.log2_grid)
+
+    def published_rows(
+        self, T_rows: np.ndarray, rows: slice, R: np.ndarray, TU_rows: np.ndarray, S: np.ndarray
+    ) -> np.ndarray:
+        """Rows of ``A T`` (unimodal) or ``A T A^T`` from the same rows of ``T``, ``R = U^T T``,
+        the rows of ``T U`` and ``S = R U``."""
+        U, a = self.basis, self.a
+        Ud = U * self.delta[None, :]
+        Y = a * T_rows + Ud[rows] @ R
+        if self.algorithm == "unimodal":
+            return np.asarray(Y)
+        return np.asarray(a * Y + (a * TU_rows + Ud[rows] @ S) @ Ud.T)
+
+    def published_columns(
+        self, T_cols: np.ndarray, cols: slice, R: np.ndarray, TU: np.ndarray, S: np.ndarray
+    ) -> np.ndarray:
+        """Columns ``cols`` of ``A T A^T`` from the same columns of ``T``, ``R``, ``T U`` and
+        ``S`` (the other half of the equi-modal noise's symmetrisation)."""
+        U, a = self.basis, self.a
+        Ud = U * self.delta[None, :]
+        Z = a * T_cols + TU @ Ud[cols].T
+        return np.asarray(a * Z + Ud @ (a * R[:, cols] + S @ Ud[cols].T))

@@ -30,12 +30,17 @@ from mvg_dask.engine.blocks import (
     covariance_panel_task,
     gram_task,
     identity_task,
+    low_rank_lattice_task,
+    low_rank_products_task,
+    low_rank_projection_task,
+    low_rank_publish_task,
     noisy_gram_panel_task,
     panel_product_task,
     projection_task,
 )
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.lattice import (
+    LowRankSquareLattice,
     RecordLattice,
     StandardSquareLattice,
 )
@@ -59,6 +64,8 @@ log = logging.getLogger("mvg_dask")
 CLIENT_REDUCE_BYTES = 64 * 2**20
 #: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
 DP_PCA_SCRATCH = "dp-pca"
+#: the lattice values of a wide low-rank lattice release, between its passes
+LOW_RANK_SCRATCH = "low-rank-lattice"
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,16 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
 def _source(rplan: ReleasePlan) -> ZarrMatrix:
     inp = rplan.input
     return ZarrMatrix(inp.store, inp.variable, inp.records_first, inp.storage_options)
+
+
+def _grid_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """The sum of per-grid-block parts (each task's stacked along axis 0), added one by one in
+    grid order: the same sequence of additions whatever the panels."""
+    stacked = np.concatenate(parts, axis=0)
+    total = stacked[0].copy()
+    for part in stacked[1:]:
+        total += part
+    return total
 
 
 class _Stages:
@@ -327,11 +344,19 @@ class _Stages:
         assert rplan.dp_pca is not None and rplan.split.step_mu is not None
         m, block = rplan.input.features, rplan.matrix_chunk
         assert block is not None
-        sigma = gram_sensitivity(rplan.domain, rplan.neighbours) / rplan.split.step_mu  # type: ignore[arg-type]
+        step = rplan.dp_pca
+        sigma = step.noise_std(rplan.domain, rplan.neighbours, rplan.split.step_mu)
         key = self.key.derive("dp-pca")
         scratch = target.scratch_matrix(DP_PCA_SCRATCH, m, block)
         # sqrt(v) S sqrt(v) with v = sigma: sigma S, the whole-matrix step's noise
         noise = PanelNoise(key, np.full(m, sigma), "symmetric", 1.0)
+        lattice = inner = None
+        if step.lattice is not None:  # the step on the lattice, as lattice_gram_step
+            assert rplan.lattice_context is not None
+            lattice = StandardSquareLattice(
+                key, np.full(m, sigma), "symmetric", 1.0, step.lattice.log2_grid, step.lattice.scale
+            )
+            inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
         panels = [(r0, min(r0 + block, m)) for r0 in range(0, m, block)]
         source = _source(rplan)
         ranges = rplan.input.record_ranges()
@@ -347,6 +372,8 @@ class _Stages:
                 ranges=ranges,
                 noise=noise,
                 block=block,
+                lattice=lattice,
+                inner=inner,
                 pure=False,
             )
             for rows in panels
@@ -401,6 +428,9 @@ class _Stages:
             target.write_blocked_skeleton(rplan, names, scalars)
         crash_point("skeleton")
         noise = self._panel_noise(plan, block)
+        if plan.lattice is not None and plan.directions.is_low_rank:
+            self._low_rank_lattice(rplan, count, noise, progress=progress)
+            return
         lattice = inner = None
         if plan.lattice is not None:
             assert rplan.lattice_context is not None
@@ -437,6 +467,81 @@ class _Stages:
             on_failure=functools.partial(_mark_aborted, target),
         )
         self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
+
+    def _low_rank_lattice(
+        self, rplan: ReleasePlan, count: float | None, noise: PanelNoise, *, progress: bool
+    ) -> None:
+        """A wide lattice release with low-rank directions, in four passes over row panels
+        (:class:`~mvg_dask.engine.lattice.LowRankSquareLattice`): ``P = U^T f`` (reads the
+        data), the lattice values ``T = 2^k t`` of the whitened query to a scratch array (reads
+        the data again), ``R = U^T T`` and ``T U`` (the scratch), then the published
+        ``A T A^T`` with the noise description. Every product is formed grid block by grid
+        block and summed in grid order, so the bytes do not depend on ``matrix_chunk``."""
+        client, target = self.client, self.target
+        plan = rplan.noise_plan()
+        assert rplan.lattice_context is not None and rplan.matrix_chunk is not None
+        m, block = rplan.input.features, rplan.matrix_chunk
+        lattice = LowRankSquareLattice.for_plan(plan, self.key.derive("release"))
+        inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
+        panels = [(r0, min(r0 + block, m)) for r0 in range(0, m, block)]
+        source, ranges = _source(rplan), rplan.input.record_ranges()
+        common = {
+            "source": source,
+            "clipper": self.clipper,
+            "ranges": ranges,
+            "normaliser": float(rplan.query.records),
+            "lattice": client.scatter(lattice, broadcast=True),
+            "inner": inner,
+        }
+        self.read_started = True
+
+        def run(fn: Any, name: str, **kw: Any) -> list[Any]:
+            futures = [client.submit(fn, rows, **kw, pure=False) for rows in panels]
+            return gather_with_progress(
+                client,
+                futures,
+                Progress(len(futures), name, enabled=progress, private_total=False),
+                # the last pass writes the output: a crash there is the one a rerun resumes
+                on_result=functools.partial(crash_point, "chunk") if name == "covariance" else None,
+                on_failure=functools.partial(_mark_aborted, target),
+            )
+
+        parts = run(low_rank_projection_task, "projection", **common)
+        P = _grid_sum([p.unwrap() for p in parts])
+        scratch = target.scratch_matrix(LOW_RANK_SCRATCH, m, block)
+        results = run(
+            low_rank_lattice_task,
+            "lattice",
+            sink=scratch,
+            storage_options=target.storage_options,
+            P=client.scatter(P, broadcast=True),
+            **common,
+        )
+        self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
+        products = run(
+            low_rank_products_task,
+            "products",
+            sink=scratch,
+            storage_options=target.storage_options,
+            basis=client.scatter(lattice.basis, broadcast=True),
+        )
+        R = _grid_sum([r for r, _ in products])
+        TU = np.vstack([tu for _, tu in products])
+        S = R @ lattice.basis
+        run(
+            low_rank_publish_task,
+            "covariance",
+            scratch=scratch,
+            sink=target.write_store,
+            storage_options=target.storage_options,
+            lattice=common["lattice"],
+            R=client.scatter(R, broadcast=True),
+            TU=client.scatter(TU, broadcast=True),
+            S=S,
+            count=count,
+            noise=noise,
+        )
+        target.remove_scratch(LOW_RANK_SCRATCH)
 
     def _panel_noise(self, plan: NoisePlan, block: int) -> PanelNoise:
         """The panel tasks' noise: the diagonal factor, or for low-rank directions the factor

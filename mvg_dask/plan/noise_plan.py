@@ -912,11 +912,9 @@ def whitening_of(directions: Directions, variances: np.ndarray) -> ferr.Whitenin
     if directions.is_standard:
         return ferr.Whitening.diagonal(variances)
     if directions.is_low_rank:
-        raise ValueError(
-            "lattice noise is not available with low-rank (wide DP-PCA) directions: use "
-            "mechanism.noise: float, standard directions, or output.matrix_chunk >= the "
-            "number of features"
-        )
+        # A = Sigma^(1/2) = a I + U diag(delta) U^T (the engine's factor of the wide release)
+        a, delta = low_rank_factor(directions.matrix, variances)
+        return ferr.Whitening.low_rank(directions.matrix, a, delta)
     return ferr.Whitening.dense(directions.matrix, variances)
 
 
@@ -1049,6 +1047,14 @@ def _calibrate_lattice(
     d_m, err = measure(variances)
     k = choose_log2_grid(mu, c, err)
     room = mu - math.ldexp(math.sqrt(c), k)
+    if not room > 0:
+        # the grid's floor (a share of E, which keeps the integers in range) alone exceeds mu
+        raise ValueError(
+            f"lattice noise cannot absorb this release's floating-point error (E <= {err:.3g} "
+            f"in whitened units over {c} coordinates, against mu = {mu:.3g}): declare a "
+            "smaller privacy.max_records (add-remove), use standard directions, or "
+            "mechanism.noise: float (not floating-point safe)"
+        )
     for _ in range(60):
         if d_m + 2.0 * err <= room:
             break
