@@ -92,11 +92,22 @@ def psd_projection(C: np.ndarray) -> np.ndarray:
     .. [1] N. J. Higham, "Computing a nearest symmetric positive semidefinite matrix", Linear
        Algebra Appl. 103 (1988), 103-118.
     """
+    w, V = _symmetric_eigh(C)
+    return _from_eigen(np.maximum(w, 0.0), V)
+
+
+def _symmetric_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues and eigenvectors of the symmetric part of a square matrix."""
     S = np.asarray(C, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"needs a square matrix, got shape {S.shape}")
     w, V = np.linalg.eigh((S + S.T) / 2.0)
-    out = (V * np.maximum(w, 0.0)) @ V.T
+    return w, V
+
+
+def _from_eigen(w: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``V diag(w) V^T``, exactly symmetric."""
+    out = (V * w) @ V.T
     return np.asarray((out + out.T) / 2.0)
 
 
@@ -136,21 +147,16 @@ def spiked_shrinkage(C: np.ndarray, off_diagonal_std: float) -> np.ndarray:
     .. [2] D. L. Donoho, M. Gavish, I. M. Johnstone, "Optimal shrinkage of eigenvalues in the
        spiked covariance model", Ann. Statist. 46(4) (2018), 1742-1778.
     """
-    S = np.asarray(C, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] != S.shape[1]:
-        raise ValueError(f"needs a square matrix, got shape {S.shape}")
     if not (off_diagonal_std > 0 and np.isfinite(off_diagonal_std)):
         raise ValueError(f"the noise std must be positive and finite, got {off_diagonal_std!r}")
-    m = S.shape[0]
-    sigma = float(off_diagonal_std) * np.sqrt(m)
-    w, V = np.linalg.eigh((S + S.T) / 2.0)
+    w, V = _symmetric_eigh(C)
+    sigma = float(off_diagonal_std) * np.sqrt(w.size)
     out = np.zeros_like(w)
     spike = w > 2.0 * sigma
     lam = w[spike]
     theta = (lam + np.sqrt(lam * lam - 4.0 * sigma * sigma)) / 2.0
     out[spike] = theta - sigma * sigma / theta
-    est = (V * out) @ V.T
-    return np.asarray((est + est.T) / 2.0)
+    return _from_eigen(out, V)
 
 
 def correlation_with_std(C: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
