@@ -20,11 +20,24 @@ from pathlib import Path
 from typing import Any
 
 
-def _bindir() -> Path:
+def _bindir() -> tuple[Path, bool]:
+    """The PostgreSQL server binaries: the ``pgserver`` wheel's (``True``), or, where the wheel
+    has no build (Python 3.13), a system installation's (``initdb`` beside ``pg_ctl``:
+    Debian's ``postgresql`` package, ``/usr/lib/postgresql/*/bin``, or ``PATH``)."""
     spec = importlib.util.find_spec("pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the pgserver package is missing: pip install -e '.[dev]'")
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin", True
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    for bindir in candidates:
+        if (bindir / "initdb").exists() and (bindir / "pg_ctl").exists():
+            return bindir, False
+    raise RuntimeError(
+        "no PostgreSQL server binaries: pip install -e '.[dev]' (the pgserver wheel, Python "
+        "3.11-3.12) or install PostgreSQL (e.g. apt-get install postgresql)"
+    )
 
 
 def _reachable_copy(bindir: Path, dest: Path) -> Path:
@@ -63,7 +76,7 @@ class PgServer:
 
     def __init__(self) -> None:
         t0 = time.perf_counter()
-        self.bin = _bindir()
+        self.bin, wheel = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="mvg-pg-"))
         self.data = self.root / "data"
         self.socket_dir = self.root
@@ -76,7 +89,8 @@ class PgServer:
         if os.geteuid() == 0:
             self._as = {"user": 65534, "group": 65534}
             os.chown(self.root, 65534, 65534)
-            self.bin = _reachable_copy(self.bin, self.root / "pg")
+            if wheel:  # a system installation is reachable where it is
+                self.bin = _reachable_copy(self.bin, self.root / "pg")
         pwfile = self.root / "pw"
         pwfile.write_text(self.superuser_password + "\n")
         if self._as:
