@@ -33,7 +33,7 @@ class SpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, strict=True)
 
 
 Scalars = float | list[float]
@@ -443,6 +443,57 @@ def with_output_store(spec: ReleaseSpec, store: str) -> ReleaseSpec:
     return spec.model_copy(update={"output": output})
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader refusing a mapping that repeats a key (YAML 1.2 forbids it; PyYAML
+    would keep the last value silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                first = seen[key]
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {first.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> object:
+    """Parse a YAML spec: duplicate keys refused, errors with their line and column.
+
+    Parameters
+    ----------
+    text : str
+        The YAML.
+    source : str
+        The file's name, for messages.
+
+    Returns
+    -------
+    object
+        The parsed document.
+
+    Raises
+    ------
+    SpecError
+        ``source:line:column: ...`` for invalid YAML or a repeated key.
+    """
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        what = exc.problem or exc.context or "not valid YAML"
+        raise SpecError(f"{where}: not valid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
 def load_spec(path: str | Path) -> ReleaseSpec:
     """Read and validate a YAML release spec.
 
@@ -463,10 +514,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
         text = p.read_text()
     except OSError as exc:
         raise SpecError(f"cannot read spec {p}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = parse_yaml(text, str(p))
     spec = parse_spec(data, source=str(p))
     return resolve_paths(spec, p.parent)
 
