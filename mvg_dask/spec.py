@@ -156,6 +156,12 @@ class MechanismSpec(_Strict):
     entry_range: tuple[float, float] | None = None
     noise: Literal["lattice", "float"] = "lattice"
 
+    @field_validator("entry_range", mode="before")
+    @classmethod
+    def _pair_from_a_list(cls, value: object) -> object:
+        # YAML and JSON write a pair as a list; strict validation takes only a tuple
+        return tuple(value) if isinstance(value, list) else value
+
 
 class PrivacySpec(_Strict):
     """The privacy parameters of the whole release (direction step included).

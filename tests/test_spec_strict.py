@@ -89,3 +89,9 @@ def test_the_cli_says_it_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
     (line,) = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert line.startswith("mvg-dask: error: ") and "duplicate key 'query'" in line
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_a_pair_written_as_a_yaml_list_is_a_pair(tmp_path: Path) -> None:
+    """``entry_range: [lo, hi]`` (YAML has no tuples) validates as the pair it is."""
+    spec = load_spec(_write(tmp_path, extra="mechanism: {entry_range: [-1, 2]}\n"))
+    assert spec.mechanism.entry_range == (-1.0, 2.0)
