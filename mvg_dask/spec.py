@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from mvg_dask.privacy.allocation import AllocationStrategy
 from mvg_dask.privacy.calibration import Algorithm, Calibration
@@ -32,8 +41,38 @@ class SpecError(ValueError):
     """A release spec is invalid; the message names the field and the remedy."""
 
 
+def _takes_a_number_only(annotation: object) -> bool:
+    """True for a field whose values are numbers (or lists of numbers) and never strings."""
+    seen: list[object] = []
+
+    def walk(a: object) -> None:
+        seen.append(a)
+        for arg in typing.get_args(a):
+            walk(arg)
+
+    walk(annotation)
+    numeric = any(a in (float, int) for a in seen)
+    textual = any(a is str or typing.get_origin(a) is Literal for a in seen)
+    return numeric and not textual
+
+
+def _holds_a_string(value: object) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list | tuple) and any(isinstance(v, str) for v in value)
+    )
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_number_written_as_a_string(cls, value: object, info: ValidationInfo) -> object:
+        # pydantic's lax mode reads "1.0" as 1.0; a spec that quotes a number is a typo to show
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _holds_a_string(value) and _takes_a_number_only(field.annotation):
+            raise ValueError(f"a number, not a string: write 1.0, not '1.0' (got {value!r})")
+        return value
 
 
 Scalars = float | list[float]
@@ -155,12 +194,6 @@ class MechanismSpec(_Strict):
     gamma: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     entry_range: tuple[float, float] | None = None
     noise: Literal["lattice", "float"] = "lattice"
-
-    @field_validator("entry_range", mode="before")
-    @classmethod
-    def _pair_from_a_list(cls, value: object) -> object:
-        # YAML and JSON write a pair as a list; strict validation takes only a tuple
-        return tuple(value) if isinstance(value, list) else value
 
 
 class PrivacySpec(_Strict):
