@@ -26,7 +26,7 @@ RUN pip install --no-cache-dir \
         "dask[array]==${DASK_VERSION}" "distributed==${DASK_VERSION}" \
         "/opt/mvg-dask[kubernetes]"
 
-# Worker malloc environment (DESIGN.md section 6), read by every dask process in the image.
+# Worker malloc environment (see cluster/dask.yaml), read by every dask process in the image.
 COPY cluster/dask.yaml /etc/dask/mvg-dask.yaml
 
 ENV PYTHONUNBUFFERED=1 \

@@ -150,7 +150,7 @@ def test_paper_worked_setup_exp1_identity_liver():
     var = b.variances(np.full(6, 1 / 6))
     assert np.allclose(var, 9.04e7, rtol=5e-3)
     assert math.sqrt(var[0]) == pytest.approx(9.5e3, rel=1e-2)
-    # the analytic Gaussian iid baseline with Delta = sqrt(6): std ~ 5.3 (DESIGN.md)
+    # the analytic Gaussian iid baseline with Delta = sqrt(6): std ~ 5.3
     assert math.sqrt(6) / cal.analytic_gaussian_mu(1.0, 1 / 248) == pytest.approx(5.3, rel=1e-2)
 
 

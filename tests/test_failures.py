@@ -154,7 +154,7 @@ def test_spec_fuzzer_no_traceback_no_partial_output_no_charge(client, fuzz_input
             if ledger.exists():
                 with open_ledger(ledger) as book:
                     entries = book.releases()
-                # refunded unless data was read (issue 8): a failure after the first read (a
+                # refunded unless data was read: a failure after the first read (a
                 # value outside the domain with on_violation: error) stays charged, as aborted,
                 # with its key erased; nothing is ever left pending
                 assert all(e.status == "aborted" and e.noise_key is None for e in entries)
@@ -168,7 +168,7 @@ def test_spec_fuzzer_no_traceback_no_partial_output_no_charge(client, fuzz_input
 @pytest.mark.parametrize("query", ["identity", "covariance"])
 def test_corrupt_chunk_is_a_clean_error_and_stays_charged(tmp_path, client, query):
     """The read failed after other chunks were read: the error may depend on the data, so the
-    release stays charged, marked aborted (issue 8); nothing is written (a covariance release
+    release stays charged, marked aborted; nothing is written (a covariance release
     writes its output's skeleton while the Gram pass runs: it is removed)."""
     store = make_input(tmp_path / "in.zarr", data(3, 500, seed=2), chunk=100)
     chunk = Path(store) / "X" / "c" / "0" / "2"  # feature chunk 0, record chunk 2

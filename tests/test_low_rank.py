@@ -1,4 +1,4 @@
-"""Identity-plus-low-rank noise covariances and the top-k DP-PCA of wide releases (issue 11).
+"""Identity-plus-low-rank noise covariances and the top-k DP-PCA of wide releases.
 
 ``Sigma = v_c I + U diag(v_U - v_c) U^T`` is all a wide release holds of DP-PCA's directions
 (``U`` is ``m x k``); its factor is ``B = Sigma^(1/2)`` and a record is whitened by

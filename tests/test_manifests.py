@@ -384,7 +384,7 @@ def test_the_image_dask_config_raises_the_malloc_thresholds_in_nanny_workers(tmp
             stop([worker])
     by_name = {str(names[a]): env for a, env in seen.items()}
     assert by_name.pop("configured") == WORKER_MALLOC_ENV
-    # without it, the nanny's default disables the dynamic mmap threshold (DESIGN.md section 6)
+    # without it, the nanny's default disables the dynamic mmap threshold (cluster/dask.yaml)
     (default,) = by_name.values()
     assert default["MALLOC_TRIM_THRESHOLD_"] == "65536"
     text = DOCKERFILE.read_text()

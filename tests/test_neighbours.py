@@ -18,7 +18,8 @@ metadata, attributes, the published plan), every coordinate and non-noise variab
 (with progress reporting on) must be identical too, and so must the CLI's stdout and log lines
 (``test_cli_output_is_identical``).
 
-This suite is the project's guard for issue 8. It would have caught both leaks fixed there:
+This suite is the project's guard against data-dependent output. It would have caught both
+earlier leaks:
 
 * the add-remove N leak: the published plan (``mvg_dask_plan``, the ``input`` block of the dry
   run) carried ``records`` and the noise variables (``row_cov``, ``noise_variances``, and the

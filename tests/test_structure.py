@@ -1,5 +1,5 @@
 """Planning follows the structure of the noise: standard directions never build an m x m matrix
-for the privacy math (issue 11), and the O(m) path gives the dense path's numbers."""
+for the privacy math, and the O(m) path gives the dense path's numbers."""
 
 from __future__ import annotations
 

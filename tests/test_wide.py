@@ -1,4 +1,4 @@
-"""Wide covariances: computed, privatized and written panel by panel on the workers (issue 11).
+"""Wide covariances: computed, privatized and written panel by panel on the workers.
 
 A covariance with ``output.matrix_chunk`` below its number of features (or with more than
 ``WIDE_FEATURES`` features) never exists as one ``m x m`` matrix: each worker task streams the

@@ -52,7 +52,7 @@ def local_cluster(
     if processes:
         kwargs["host"] = "127.0.0.1"
     # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
-    # workers (DESIGN.md §6), so chunk-sized buffers are reused instead of mmapped afresh
+    # workers (cluster/dask.yaml), so chunk-sized buffers are reused instead of mmapped afresh
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
     # the embedded cluster's own log lines (a worker's heartbeat failing while the cluster shuts
     # down, a task's traceback) would reach the user's terminal; every error of a release is

@@ -52,7 +52,7 @@ __all__ = [
 #: The image built from this repository's Dockerfile; its tag is the package version.
 DEFAULT_IMAGE = f"mvg-dask:{__version__}"
 
-#: The worker environment of DESIGN.md §6: glibc's dynamic mmap threshold back on, so that
+#: The worker environment (cluster/dask.yaml): glibc's dynamic mmap threshold back on, so that
 #: chunk-sized buffers are reused instead of mmapped afresh. The nanny overrides the trim
 #: threshold with its ``pre-spawn-environ``; the image's ``/etc/dask/mvg-dask.yaml`` sets both
 #: there too, these reach the nanny and the job pod.

@@ -7,7 +7,7 @@ the noise description as variables (``row_cov``, ``col_cov`` for equi-modal and 
 covariance noise, which is published averaged with its transpose),
 ``directions``, ``noise_variances``, and ``dp_pca_eigenvalues`` for DP-PCA directions) and the
 provenance attributes named in :data:`ATTRS`. Every attribute is a function of the plan, never of
-the data (DESIGN.md §7); values that depend on the data are noisy data variables.
+the data (the README's trust model); values that depend on the data are noisy data variables.
 
 Local stores are written to a staging directory and renamed into place; object stores are
 written in place with ``status = incomplete`` until the last metadata write. The commit writes

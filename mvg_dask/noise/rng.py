@@ -1,4 +1,4 @@
-"""The keyed, counter-based CSPRNG every noise draw comes from (DESIGN.md §4).
+"""The keyed, counter-based CSPRNG every noise draw comes from.
 
 A :class:`NoiseKey` holds a 128-bit AES key. Noise is produced on a canonical *tile grid*: tile
 ``t`` of a stream is drawn from ``AESCounter(key, counter = t * 2**64)``, so it depends only on the

@@ -462,7 +462,7 @@ class QuerySpec:
         directions: np.ndarray | None = None,
         ratio: float | None = None,
     ) -> float:
-        """Upper bound of ``Delta_M = sup ||A^-1 (f(X) - f(X')) B^-T||_F`` (DESIGN.md §3).
+        """Upper bound of ``Delta_M = sup ||A^-1 (f(X) - f(X')) B^-T||_F`` (docs/bounds.md).
 
         ``precision`` is ``Sigma^-1``; ``Psi = I`` (unimodal) or ``Psi = Sigma`` (equi-modal).
         For ``symmetric`` noise ``A S A^T`` (``A = W diag(sqrt(v))``, ``S_ii ~ N(0, 1)``,

@@ -1,6 +1,6 @@
 """Calibrations of the MVG mechanism: one function per published theorem, plus ``exact``.
 
-Every function here is pure numpy/scipy: no dask, zarr or xarray (DESIGN.md §2).
+Every function here is pure numpy/scipy: no dask, zarr or xarray (the README's layout).
 
 Conventions
 -----------

@@ -4,9 +4,9 @@ A backend supplies a connection, a write transaction that serialises reservation
 (:meth:`Ledger._run`), and how to detect its tables; everything else (budgets, reservations,
 neighbour rules, composition, commit, abort, cancel, the schema versions) lives here.
 
-Protocol (DESIGN.md §5): a release is *reserved* before any data is read (refused if it would
-exceed the budget); the pending entry holds the release key so that a crashed release can be
-resumed with the same noise; it is *committed* once the output is complete, which erases the
+Protocol (the README's "Ledger and what is charged when"): a release is *reserved* before any
+data is read (refused if it would exceed the budget); the pending entry holds the release key
+so that a crashed release can be resumed with the same noise; it is *committed* once the output is complete, which erases the
 key. A release that fails after data was read is *aborted*: it stays charged and its key is
 erased. A release that fails before any chunk is read is *cancelled* (refunded). A crashed
 release stays pending, and charged.
