@@ -5,11 +5,11 @@ A backend supplies a connection, a write transaction that serialises reservation
 neighbour rules, composition, commit, abort, cancel, the schema versions) lives here.
 
 Protocol (the README's "Ledger and what is charged when"): a release is *reserved* before any
-data is read (refused if it would exceed the budget); the pending entry holds the release key
-so that a crashed release can be resumed with the same noise; it is *committed* once the output is complete, which erases the
-key. A release that fails after data was read is *aborted*: it stays charged and its key is
-erased. A release that fails before any chunk is read is *cancelled* (refunded). A crashed
-release stays pending, and charged.
+data is read (refused if it would exceed the budget); the pending entry holds the release key so
+that a crashed release can be resumed with the same noise; it is *committed* once the output is
+complete, which erases the key. A release that fails after data was read is *aborted*: it stays
+charged and its key is erased. A release that fails before any chunk is read is *cancelled*
+(refunded). A crashed release stays pending, and charged.
 """
 
 from __future__ import annotations
