@@ -427,10 +427,10 @@ class _Stages:
             scalars = {} if count is None else {"record_count": count}
             target.write_blocked_skeleton(rplan, names, scalars)
         crash_point("skeleton")
-        noise = self._panel_noise(plan, block)
         if plan.lattice is not None and plan.directions.is_low_rank:
-            self._low_rank_lattice(rplan, count, noise, progress=progress)
+            self._low_rank_lattice(rplan, count, progress=progress)
             return
+        noise = self._panel_noise(plan, block)
         lattice = inner = None
         if plan.lattice is not None:
             assert rplan.lattice_context is not None
@@ -468,9 +468,7 @@ class _Stages:
         )
         self.clipped += int(np.sum([r.unwrap() for r in results], axis=0)[0])
 
-    def _low_rank_lattice(
-        self, rplan: ReleasePlan, count: float | None, noise: PanelNoise, *, progress: bool
-    ) -> None:
+    def _low_rank_lattice(self, rplan: ReleasePlan, count: float | None, *, progress: bool) -> None:
         """A wide lattice release with low-rank directions, in four passes over row panels
         (:class:`~mvg_dask.engine.lattice.LowRankSquareLattice`): ``P = U^T f`` (reads the
         data), the lattice values ``T = 2^k t`` of the whitened query to a scratch array (reads
@@ -482,6 +480,14 @@ class _Stages:
         assert rplan.lattice_context is not None and rplan.matrix_chunk is not None
         m, block = rplan.input.features, rplan.matrix_chunk
         lattice = LowRankSquareLattice.for_plan(plan, self.key.derive("release"))
+        # the noise description (Sigma's blocks) needs no projection of float noise
+        noise = PanelNoise(
+            lattice.key,
+            plan.row_variances,
+            plan.algorithm,
+            plan.symmetric_ratio,
+            basis=lattice.basis,
+        )
         inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
         panels = [(r0, min(r0 + block, m)) for r0 in range(0, m, block)]
         source, ranges = _source(rplan), rplan.input.record_ranges()
