@@ -5,7 +5,18 @@ from __future__ import annotations
 
 
 class MvgDaskError(Exception):
-    """Base class of every error mvg_dask raises on purpose."""
+    """Base class of every error mvg_dask raises on purpose.
+
+    Attributes
+    ----------
+    charged : bool
+        Whether the ledger holds a charge for the release that failed: ``False`` for a refusal
+        before any data was read, ``True`` for a failure after the budget was reserved (the
+        release stays pending; re-running the same release id resumes it and charges nothing
+        more). The CLI states it and picks its exit code from it.
+    """
+
+    charged: bool = False
 
 
 class DataError(MvgDaskError, ValueError):
@@ -14,6 +25,13 @@ class DataError(MvgDaskError, ValueError):
 
 class ReleaseError(MvgDaskError, RuntimeError):
     """A release cannot proceed (output already holds another release, a chunk is unreadable)."""
+
+
+class ChargedFailure(ReleaseError):
+    """A release failed after its budget was charged (disk full, scheduler lost, object store
+    unreachable). The release stays pending in the ledger; re-run the same release id to resume."""
+
+    charged = True
 
 
 class IncompleteReleaseError(ReleaseError):
