@@ -38,6 +38,7 @@ from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.estimators import (
     correlation_with_std,
     covariance_from_identity,
+    identity_shrinkage,
     psd_projection,
     spiked_shrinkage,
 )
@@ -628,39 +629,64 @@ def psd_covariance(ds: xr.Dataset) -> xr.DataArray:
     return _post_processed(psd_projection(cov.values), cov, "covariance_psd", ds)
 
 
-def shrunk_covariance(ds: xr.Dataset) -> xr.DataArray:
-    """A covariance release's eigenvalues shrunk for a spiked truth with the noise's public std
-    (:func:`~mvg_dask.plan.estimators.spiked_shrinkage`): a new variable, the release unchanged.
+def shrunk_covariance(
+    ds: xr.Dataset, target: str = "spiked", *, bulk: str = "zero"
+) -> xr.DataArray:
+    """A covariance release shrunk with the noise's public std: a new variable, the release
+    unchanged.
 
-    Helps a spectrum with a few eigenvalues far above the noise and hurts a flat one: look at
-    the spectrum first. Needs homogeneous noise (every off-diagonal entry with the same std:
-    standard directions and a uniform allocation); with a noisy record count ``gram`` is shrunk
-    and then divided by the count.
+    ``target="spiked"`` (:func:`~mvg_dask.plan.estimators.spiked_shrinkage`) shrinks the
+    eigenvalues above the noise edge for a spiked truth; it helps a spectrum with a few
+    eigenvalues far above the noise and hurts a flat one, so look at the spectrum first. It needs
+    homogeneous noise (every off-diagonal entry with the same std: standard directions and a
+    uniform allocation). ``bulk="mean"`` keeps the mean of the eigenvalues below the edge
+    instead of 0 (a few spikes above an isotropic floor). ``target="identity"``
+    (:func:`~mvg_dask.plan.estimators.identity_shrinkage`) shrinks toward a multiple of the
+    identity by the share of the spread that is noise: for a flat or full-rank spectrum where
+    the noise dominates. With a noisy record count ``gram`` is shrunk and then divided by the
+    count.
 
     Parameters
     ----------
     ds : xarray.Dataset
         A complete covariance release.
+    target : {"spiked", "identity"}, default "spiked"
+        The shrinker.
+    bulk : {"zero", "mean"}, default "zero"
+        For ``target="spiked"``: the eigenvalues below the noise edge.
 
     Returns
     -------
     xarray.DataArray
-        ``covariance_shrunk``, with its provenance and ``noise_edge`` (``2 s sqrt(m)`` in the
-        units of the released matrix) as attributes.
+        ``covariance_shrunk``, with its provenance, ``shrinkage_target`` and (spiked)
+        ``noise_edge`` (``2 s sqrt(m)`` in the units of the released matrix) as attributes.
     """
+    if target not in ("spiked", "identity"):
+        raise ValueError(f"target must be 'spiked' or 'identity', got {target!r}")
+    if bulk not in ("zero", "mean"):
+        raise ValueError(f"bulk must be 'zero' or 'mean', got {bulk!r}")
     source, std, divisor = _covariance_source(ds)
+    like = ds["covariance"]
+    if target == "identity":
+        est = identity_shrinkage(source.values, std.values) / divisor
+        return _post_processed(est, like, "covariance_shrunk", ds, shrinkage_target=target)
     m = source.shape[0]
     off = std.values[~np.eye(m, dtype=bool)]
     if m < 2 or np.ptp(off) > 1e-9 * float(off.max()):
         raise ValueError(
             "eigenvalue shrinkage needs homogeneous noise (one std for every off-diagonal entry:"
-            " standard directions with a uniform allocation); use psd_covariance() instead"
+            " standard directions with a uniform allocation); use psd_covariance() or "
+            "target='identity' instead"
         )
     s = float(off.max())
-    est = spiked_shrinkage(source.values, s) / divisor
-    like = ds["covariance"]
+    est = spiked_shrinkage(source.values, s, bulk=bulk) / divisor  # type: ignore[arg-type]
     return _post_processed(
-        est, like, "covariance_shrunk", ds, noise_edge=2.0 * s * math.sqrt(m) / divisor
+        est,
+        like,
+        "covariance_shrunk",
+        ds,
+        shrinkage_target=target,
+        noise_edge=2.0 * s * math.sqrt(m) / divisor,
     )
 
 

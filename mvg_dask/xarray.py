@@ -208,11 +208,11 @@ class MvgAccessor(_Common):
         :func:`mvg_dask.interactive.psd_covariance`)."""
         return interactive.psd_covariance(self._ds)
 
-    def shrunk_covariance(self) -> xr.DataArray:
-        """The released covariance's eigenvalues shrunk for a spiked truth (a new variable;
-        helps a spiked spectrum, hurts a flat one:
-        :func:`mvg_dask.interactive.shrunk_covariance`)."""
-        return interactive.shrunk_covariance(self._ds)
+    def shrunk_covariance(self, target: str = "spiked", *, bulk: str = "zero") -> xr.DataArray:
+        """The released covariance shrunk with the noise's public std (a new variable; the
+        spiked shrinker helps a spiked spectrum and hurts a flat one, the identity target suits a
+        flat one: :func:`mvg_dask.interactive.shrunk_covariance`)."""
+        return interactive.shrunk_covariance(self._ds, target, bulk=bulk)
 
     def correlation(self, level: float = 0.95) -> xr.Dataset:
         """Correlations with approximate per-entry intervals (new variables; no privacy cost:

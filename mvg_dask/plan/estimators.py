@@ -6,7 +6,7 @@ plan, never the data.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -111,7 +111,9 @@ def _from_eigen(w: np.ndarray, V: np.ndarray) -> np.ndarray:
     return np.asarray((out + out.T) / 2.0)
 
 
-def spiked_shrinkage(C: np.ndarray, off_diagonal_std: float) -> np.ndarray:
+def spiked_shrinkage(
+    C: np.ndarray, off_diagonal_std: float, *, bulk: Literal["zero", "mean"] = "zero"
+) -> np.ndarray:
     """Eigenvalue shrinkage of a released covariance for a spiked (low-rank) truth.
 
     The published noise ``W`` of a covariance release with homogeneous noise is symmetric with
@@ -126,7 +128,11 @@ def spiked_shrinkage(C: np.ndarray, off_diagonal_std: float) -> np.ndarray:
     model). It helps a spiked spectrum (a few eigenvalues far above the noise's edge); on a
     flat full-rank spectrum it biases every eigenvalue down and can be farther from the truth
     than the raw release or :func:`psd_projection`: never apply it without looking at the
-    spectrum.
+    spectrum. ``bulk="mean"`` is for a truth with a few spikes above an isotropic floor ``tau I``
+    (the spiked covariance model): the bulk is then a semicircle around ``tau``, estimated as
+    the mean of the eigenvalues within ``2 sigma`` of it (at least 0, found by fixed-point
+    iteration from the median); the spikes are shrunk
+    above it and the bulk set to it, which keeps the bulk's trace (the noise hardly moves it).
 
     Parameters
     ----------
@@ -134,6 +140,8 @@ def spiked_shrinkage(C: np.ndarray, off_diagonal_std: float) -> np.ndarray:
         The released ``m x m`` covariance.
     off_diagonal_std : float
         ``s``, the std of every off-diagonal entry of the published noise.
+    bulk : {"zero", "mean"}, default "zero"
+        What the eigenvalues below the noise edge become.
 
     Returns
     -------
@@ -149,14 +157,68 @@ def spiked_shrinkage(C: np.ndarray, off_diagonal_std: float) -> np.ndarray:
     """
     if not (off_diagonal_std > 0 and np.isfinite(off_diagonal_std)):
         raise ValueError(f"the noise std must be positive and finite, got {off_diagonal_std!r}")
+    if bulk not in ("zero", "mean"):
+        raise ValueError(f"bulk must be 'zero' or 'mean', got {bulk!r}")
     w, V = _symmetric_eigh(C)
     sigma = float(off_diagonal_std) * np.sqrt(w.size)
-    out = np.zeros_like(w)
+    floor = 0.0
     spike = w > 2.0 * sigma
-    lam = w[spike]
+    if bulk == "mean":
+        # the bulk is a semicircle of radius 2 sigma around the floor: start from the median
+        # (the spikes are few), then the mean of the bulk, and the bulk again
+        floor = max(float(np.median(w)), 0.0)
+        for _ in range(3):
+            spike = w - floor > 2.0 * sigma
+            if np.all(spike):
+                break
+            floor = max(float(np.mean(w[~spike])), 0.0)
+        spike = w - floor > 2.0 * sigma
+    out = np.full_like(w, floor)
+    lam = w[spike] - floor
     theta = (lam + np.sqrt(lam * lam - 4.0 * sigma * sigma)) / 2.0
-    out[spike] = theta - sigma * sigma / theta
+    out[spike] = floor + theta - sigma * sigma / theta
     return _from_eigen(out, V)
+
+
+def identity_shrinkage(C: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Linear shrinkage of a released covariance toward a multiple of the identity, with the
+    noise's public std, then the PSD projection.
+
+    With ``C = S + W`` (``W`` the published noise, entries independent up to symmetry, of std
+    ``s_ij``), ``D = C - (tr C / m) I`` has ``E ||D||_F^2 = ||S - (tr S / m) I||_F^2 + nu`` where
+    ``nu = E ||W - (tr W / m) I||_F^2 = sum_ij s_ij^2 - sum_i s_ii^2 / m``. The estimate is
+    ``(tr C / m) I + beta D`` with ``beta = max(||D||_F^2 - nu, 0) / ||D||_F^2``, the
+    James-Stein estimate of the Frobenius-optimal factor ``signal / (signal + noise)``, projected
+    onto the PSD cone (:func:`psd_projection`). It keeps the trace, which the noise hardly moves,
+    and damps the rest in proportion to how much of it is noise: it helps a flat or full-rank
+    spectrum where the noise dominates, and changes little where the noise is small. A spiked
+    spectrum is better served by :func:`spiked_shrinkage`. With dense or DP-PCA directions the
+    entries' noises are correlated and ``nu`` is an approximation.
+
+    Parameters
+    ----------
+    C : ndarray
+        The released ``m x m`` covariance.
+    std : ndarray
+        The ``m x m`` std of its noise (the plan's ``released_entry_std()``).
+
+    Returns
+    -------
+    ndarray
+        ``m x m``, symmetric PSD.
+    """
+    S = np.asarray(C, dtype=np.float64)
+    S = 0.5 * (S + S.T)
+    m = S.shape[0]
+    s = np.broadcast_to(np.asarray(std, dtype=np.float64), S.shape)
+    if not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError("the noise std must be finite and non-negative")
+    mu = float(np.trace(S)) / m
+    D = S - mu * np.eye(m)
+    d2 = float(np.sum(D * D))
+    nu = float(np.sum(s * s) - np.sum(np.diag(s) ** 2) / m)
+    beta = max(d2 - nu, 0.0) / d2 if d2 > 0 else 0.0
+    return psd_projection(mu * np.eye(m) + beta * D)
 
 
 def correlation_with_std(C: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
