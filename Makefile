@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck docs kernel bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,docs]'
 	touch $(STAMP)
 
 ## Set up and run the main job on the embedded default (LocalCluster + local Zarr store).
@@ -24,8 +24,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## Lint, type-check and run the whole test suite, slow tests included (what CI runs).
-test: $(STAMP) lint typecheck
+## The documentation site (docs/): warnings are errors; open docs/_build/html/index.html.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
+
+## Register this venv as the Jupyter kernel the notebooks declare (mvg-dask).
+kernel: $(STAMP)
+	$(BIN)/python -m ipykernel install --user --name mvg-dask --display-name "Python (mvg-dask)"
+
+## Lint, type-check, build the docs and run the whole test suite, slow tests included (what CI runs).
+test: $(STAMP) lint typecheck docs
 	$(BIN)/python -m pytest -q
 
 ## The suite without the tests marked slow (crash loop, out of core).
@@ -36,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_release
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build docs/notebooks

@@ -222,7 +222,8 @@ def release(
         Write Dask's performance report (HTML: task stream, worker profiles, timings) to this
         file; ``True``: next to a local output, ``<output>.performance-report.html`` (never
         inside the output store). It is a curator-side file: its task counts and timings can
-        depend on the data, so it must not be published (README, "What a release publishes").
+        depend on the data, so it must not be published (docs/guide/privacy.md, "What a release
+        publishes").
         Needs bokeh (extra ``[notebook]``).
 
     Returns

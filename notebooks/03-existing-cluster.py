@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python (mvg-dask)
 #     language: python
-#     name: python3
+#     name: mvg-dask
 # ---
 
 # %% [markdown]

@@ -32,6 +32,8 @@ def execute(source: Path, cwd: Path):  # type: ignore[no-untyped-def]
     from nbclient import NotebookClient
 
     nb = jupytext.read(source)
+    # the notebooks declare the kernel `mvg-dask` (`make kernel` registers this venv's under
+    # that name); here they run in the interpreter that runs the tests, registered or not
     client = NotebookClient(
         nb,
         timeout=TIMEOUT,

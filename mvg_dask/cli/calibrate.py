@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from mvg_dask.privacy.calibration import ALGORITHMS
@@ -100,7 +102,12 @@ def calibrate(
     neighbours: str,
     as_json: bool,
 ) -> None:
-    """Calibrate an MVG noise plan from metadata only (no data is read)."""
+    """Calibrate an MVG noise plan from metadata only (no data is read).
+
+    Prints two stds: along the directions (the square root of each row variance of Sigma) and
+    of each released entry, as the dry run's noise line (for equi-modal noise the entry's std
+    is the row variance itself on the diagonal).
+    """
     from mvg_dask.plan import (
         AllocationSpec,
         BoxDomain,
@@ -148,4 +155,15 @@ def calibrate(
         raise click.UsageError(f"--{str(exc).removeprefix('mechanism.')}") from None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(plan.to_json() if as_json else plan.summary())
+    click.echo(plan.to_json() if as_json else f"{plan.summary()}\n{_entry_std_line(plan)}")
+
+
+def _entry_std_line(plan: Any) -> str:
+    """The std of each released entry (the dry run's noise line), beside the summary's std along
+    the directions: ``sqrt(v_i)`` per direction, against ``sqrt(v_i)`` per entry for unimodal
+    noise, ``v_i`` on the diagonal of equi-modal noise and ``sqrt(r v_i v_j)`` off it."""
+    diag, off = plan.released_std_ranges()
+    text = f"{diag[0]:.4g} .. {diag[1]:.4g}"
+    if off is not None and (off[0], off[1]) != (diag[0], diag[1]):
+        text += f" on the diagonal, {off[0]:.4g} .. {off[1]:.4g} off it"
+    return f"  noise std of each released entry: {text}"

@@ -48,12 +48,46 @@ def _open_existing(location: str, password_file: str | None) -> Any:
 @_ledger_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ledger_show(location: str, password_file: str | None, as_json: bool) -> None:
-    """List releases (id, status, epsilon, delta, time) and the budget spent and left."""
+    """List releases (id, status, epsilon, delta, time) and the budget spent and left.
+
+    Pending and aborted releases count as spent. The spent epsilon is that of the releases
+    composed, which is not their sum: when every release is `exact` they compose as Gaussian
+    DP (mu = sqrt of the sum of their mu^2), and the composed mu is stated as the epsilon at the
+    budget's delta. That is why one release at epsilon=1, delta=1e-6 shows as spent epsilon
+    0.8725 in a budget with delta=1e-5, and why releases of nominal total epsilon 5 fit a budget
+    of 3. Delta is then not spent separately: "delta=shared" means the whole budget delta goes
+    with the epsilon left. A last line per dataset says which composition was used.
+    """
     from mvg_dask.engine.ledger import summary_text
 
     with _open_existing(location, password_file) as book:
         summary = book.summary()
-    click.echo(json.dumps(summary, indent=2) if as_json else summary_text(summary))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(summary_text(summary))
+    for ds in summary:
+        if ds["releases"]:
+            click.echo(_composition_note(ds))
+
+
+def _composition_note(ds: dict[str, Any]) -> str:
+    """One line per dataset: how the spent epsilon was composed, and what "shared" means."""
+    budget, spent, n = ds["budget"], ds["spent"], len(ds["releases"])
+    head = f"dataset {ds['dataset']}: {n} release(s) composed by "
+    if ds["composition"] == "gaussian-dp":
+        return (
+            head + f"Gaussian DP (all exact): mu = sqrt(sum mu_i^2) = {spent['mu']:.4g}, stated "
+            f"as epsilon at the budget's delta={budget['delta']:.3g}; delta is not spent "
+            "separately (delta=shared: the whole budget delta goes with the epsilon left)"
+        )
+    if ds["composition"] == "pld":
+        return (
+            head + "privacy-loss distributions (dp-accounting), epsilon at the budget's "
+            f"delta={budget['delta']:.3g}, below the sum of their epsilons; delta=shared: the "
+            "whole budget delta goes with the epsilon left"
+        )
+    return head + "basic composition: the sums of their epsilons and of their deltas"
 
 
 @ledger.command("export")

@@ -903,7 +903,7 @@ def plan_release(
     mech = spec.mechanism
     privacy = spec.privacy
     # add-remove: the record count is private; divide by a public N0, or release the sum and
-    # a noisy count (the README's "Neighbours and the record count")
+    # a noisy count (docs/guide/privacy.md, "Neighbours and the record count")
     private_count = privacy.neighbours == "add-remove"
     count_share = privacy.count_share if private_count and privacy.records is None else 0.0
     try:

@@ -1,6 +1,7 @@
 """Calibrations of the MVG mechanism: one function per published theorem, plus ``exact``.
 
-Every function here is pure numpy/scipy: no dask, zarr or xarray (the README's layout).
+Every function here is pure numpy/scipy: no dask, zarr or xarray (the layout in
+docs/guide/architecture.md).
 
 Conventions
 -----------

@@ -7,7 +7,7 @@ how its budget is computed, the left-hand side of its inequality and whether its
 compose exactly as Gaussian DP. The plan, the spec validator and the command line ask the registry
 (:func:`get_calibration`, :func:`check_compatible`) instead of testing calibration names.
 
-numpy/scipy only (the math layer of the README's layout).
+numpy/scipy only (the math layer of the layout, docs/guide/architecture.md).
 
 ============  ==========================================  =======  ==============================
 name          theorem                                     budget   requirements
