@@ -387,8 +387,10 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     ds : xarray.Dataset
         A complete release.
     variable : str, optional
-        Default: :func:`gaussian_variable`. ``covariance`` of a release with a noisy count is
-        refused (its noise is not Gaussian with a known std).
+        Default: :func:`gaussian_variable`. ``covariance`` of a release with a noisy count
+        (``gram / record_count``, a ratio of two noisy values) gets the delta method's
+        approximate std, ``sqrt(s_ij^2 + C_ij^2 s_N^2) / N~`` with ``s`` the ``gram``'s std and
+        ``s_N`` the count's, marked ``approximate`` in its attributes.
 
     Returns
     -------
@@ -397,11 +399,12 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """
     _check_complete(ds)
     name = variable or gaussian_variable(ds)
+    if name == "covariance" and gaussian_variable(ds) == "gram":
+        return _ratio_std(ds)
     if name != gaussian_variable(ds):
         raise ValueError(
-            f"{name!r} is not the variable with the plan's Gaussian noise; use "
-            f"{gaussian_variable(ds)!r} (covariance = gram / record_count is a ratio of noisy "
-            "values)"
+            f"{name!r} is not a variable with the plan's Gaussian noise; use "
+            f"{gaussian_variable(ds)!r}"
         )
     var = ds[name]
     if ds.attrs.get(f"{PREFIX}query") == "covariance":
@@ -414,6 +417,29 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     if feature_dim in var.coords:
         out = out.assign_coords({feature_dim: var.coords[feature_dim].values})
     return out.broadcast_like(var)
+
+
+def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
+    """The delta method's std of ``covariance = gram / record_count`` (add-remove releases).
+
+    With ``gram = G + W`` (std ``s_ij``) and ``record_count = N + e`` (std ``s_N = 1 /
+    count_mu``, independent of ``W``), to first order ``C - G / N ~ W / N - (G / N^2) e``, so
+    ``Var C_ij ~ (s_ij^2 + C_ij^2 s_N^2) / N^2``, evaluated at the released values. Good when
+    the count's noise is small against the count (always, for the record counts a covariance
+    release needs); its coverage is measured in the tests.
+    """
+    plan = release_noise_plan(ds)
+    count_mu = plan.split.count_mu
+    if count_mu is None:
+        raise ValueError("this release has no noisy record count to take a ratio with")
+    cov = ds["covariance"]
+    count = max(float(ds["record_count"].values), 1.0)
+    s = np.broadcast_to(plan.released_entry_std(), cov.shape)
+    c = cov.values
+    std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
+    out = xr.DataArray(np.array(std), dims=cov.dims, coords=cov.coords, name="noise_std")
+    out.attrs["approximate"] = "delta method: covariance = gram / record_count"
+    return out
 
 
 def _normal_quantile(p: float) -> float:
@@ -476,6 +502,8 @@ def confidence_intervals(
     std = noise_std(ds, variable)
     name = variable or gaussian_variable(ds)
     attrs: dict[str, Any] = {"level": level, "variable": name, "simultaneous": simultaneous}
+    if "approximate" in std.attrs:
+        attrs["approximate"] = std.attrs["approximate"]
     if simultaneous:
         n = distinct_noisy_entries(ds, name)
         # level^(1/n) = exp(log(level) / n), with 1 - level^(1/n) = -expm1(log(level) / n)
