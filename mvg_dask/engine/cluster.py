@@ -37,7 +37,7 @@ def local_cluster(
     threads_per_worker : int, default 1
         Threads per worker (the tasks are numpy-bound: one thread per core).
     processes : bool, default True
-        Worker processes (``False``: threads in this process).
+        Worker processes (``False``: threads in this process, without a dashboard).
 
     Returns
     -------
@@ -65,6 +65,10 @@ def local_cluster(
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
+            # threads in this process serve small releases, over in about a second: no
+            # dashboard (bokeh takes longer to import than the release takes); the scheduler's
+            # HTTP server stays on a free port
+            scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
             **kwargs,
         )
