@@ -173,3 +173,17 @@ def test_the_same_release_id_is_resumed_or_found_complete_not_refused(released: 
             ("r1", "committed"),
             ("p1", "committed"),
         ]
+
+
+def test_a_database_without_the_ledgers_tables_is_not_refused(tmp_path: Path) -> None:
+    """As the release itself, which creates the ledger's tables in it (a new PostgreSQL
+    database, or an SQLite file without them)."""
+    import sqlite3
+
+    from mvg_dask import api
+
+    make_input(tmp_path / "in.zarr", data(3, 300, seed=3), chunk=100)
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        db.execute("CREATE TABLE other (a INTEGER)")
+    spec = _spec(tmp_path, "spec.yaml")
+    assert api.preflight(spec).release_id == "r1"

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mvg_dask.engine.ledger import LedgerEntry, open_ledger
-from mvg_dask.engine.ledger.base import check_registered_budget
+from mvg_dask.engine.ledger.base import NoSchemaError, check_registered_budget
 from mvg_dask.engine.ledger.location import parse_location
 from mvg_dask.engine.metadata import local_path
 from mvg_dask.engine.preview import budget_after, empty_or_missing
@@ -123,8 +123,11 @@ def _read_ledger(
     """The ledger's summary and this release's entry (``None, None``: no ledger yet)."""
     if empty_or_missing(charge.location):
         return None, None  # the release creates it
-    with open_ledger(charge.location, password_file=charge.password_file, create=False) as book:
-        return book.summary(), book.lookup(release_id)
+    try:
+        with open_ledger(charge.location, password_file=charge.password_file, create=False) as book:
+            return book.summary(), book.lookup(release_id)
+    except NoSchemaError:
+        return None, None  # a database without the ledger's tables: the release creates them
 
 
 def _check_entry(rplan: ReleasePlan, entry: LedgerEntry) -> None:

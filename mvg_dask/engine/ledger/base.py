@@ -43,6 +43,11 @@ T = TypeVar("T")
 SCHEMA_LOCK_ID = 0x6D76675F6C6467
 
 
+class NoSchemaError(LedgerError):
+    """The database holds no mvg_dask ledger yet (opened without ``create``): a release would
+    create the ledger's tables in it."""
+
+
 def check_registered_budget(
     dataset: str,
     registered: tuple[float, float, str],
@@ -251,7 +256,7 @@ class Ledger(ABC):
             found = self._version(ex)
             if found == 0:
                 if not create:
-                    raise LedgerError(f"ledger {self.display()} holds no mvg_dask ledger")
+                    raise NoSchemaError(f"ledger {self.display()} holds no mvg_dask ledger")
                 for statement in schema.CREATE[self.backend]:
                     ex.execute(statement)
                 ex.execute(
