@@ -1,11 +1,13 @@
 """The Python front end: plan and run releases, open their outputs.
 
 A dry run is metadata plus planning and imports neither dask nor distributed; a release
-composes the dry run with :func:`mvg_dask.engine.release.execute_release`.
+composes the dry run, the refusals decided from metadata (:func:`preflight`, before any cluster
+starts) and :func:`mvg_dask.engine.release.execute_release`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,7 @@ __all__ = [
     "load",
     "open_release",
     "performance_report_path",
+    "preflight",
     "preview",
     "release",
     "release_spec",
@@ -33,6 +36,11 @@ __all__ = [
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
 
 _SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger")
+
+#: Inputs up to this many bytes are released on an embedded cluster of threads in this process
+#: (no worker processes to start: a small release takes about as long as its data work); larger
+#: ones on a LocalCluster of worker processes. The published bytes are the same either way.
+IN_PROCESS_MAX_BYTES = 256 * 2**20
 
 
 def release_spec(
@@ -231,19 +239,30 @@ def release(
     ReleaseResult
         The finished release.
 
+    Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
+    an input of at most :data:`IN_PROCESS_MAX_BYTES` is released on an embedded cluster of
+    threads in this process, a larger one on a LocalCluster of worker processes (the same
+    bytes either way).
+
     Raises
     ------
     SpecError
         An invalid spec, a declared bound below the proved one, or a ``seed`` with a ledger
         (all before anything is read, written or charged).
+    ReleaseError, BudgetError, LedgerError
+        A refusal :func:`preflight` decides from metadata, before any cluster starts and before
+        anything is charged; or a failure of the release itself (its ``charged`` attribute says
+        whether the ledger holds a charge for it).
     """
-    from mvg_dask.engine.cluster import connect
-
     rplan = dry_run(spec, release_id=release_id, output=output)
     rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
+    local = client is None and cluster == "local"
+    preflight(rplan, scheduler=scheduler, probe=local)
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)
+    from mvg_dask.engine.cluster import connect
+
     with connect(
         scheduler,
         cluster=cluster,
@@ -251,8 +270,68 @@ def release(
         security=security,
         seeded=seed is not None,
         insecure_transport=insecure_transport,
+        processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def preflight(
+    spec: SpecLike | ReleasePlan,
+    *,
+    scheduler: str | None = None,
+    probe: bool = True,
+    release_id: str | None = None,
+    output: str | None = None,
+) -> ReleasePlan:
+    """Refuse, from metadata alone, a release that would be refused later; nothing is read,
+    written or charged, no cluster starts and neither dask nor xarray is imported.
+
+    :func:`release` runs it before it starts a cluster; ``mvg-dask release --dry-run`` runs it
+    after printing the plan (:func:`mvg_dask.engine.preflight.preflight` lists the checks).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict, path or ReleasePlan
+        The spec (planned with :func:`dry_run`), or a plan.
+    scheduler : str, optional
+        A scheduler address to probe (default: ``DASK_SCHEDULER_ADDRESS`` if set).
+    probe : bool, default True
+        Probe the scheduler (``False`` when the release brings its own client or cluster).
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    ReleasePlan
+        The plan, when nothing refuses it.
+
+    Raises
+    ------
+    ReleaseError
+        The output store holds another release or other data; the release id is in the ledger
+        with another spec, committed without its output, or aborted; the scheduler does not
+        answer within 5 s.
+    BudgetError
+        The spec's budget differs from the registered one, or the release would exceed it.
+    LedgerError
+        The ledger cannot be read.
+    """
+    from mvg_dask.engine.preflight import preflight as _preflight
+    from mvg_dask.engine.preflight import probe_scheduler
+
+    rplan = (
+        spec
+        if isinstance(spec, ReleasePlan)
+        else dry_run(spec, release_id=release_id, output=output)
+    )
+    _preflight(rplan)
+    if probe:
+        env = os.environ.get("DASK_SCHEDULER_ADDRESS")
+        if scheduler:
+            probe_scheduler(scheduler, "--scheduler")
+        elif env:
+            probe_scheduler(env, "DASK_SCHEDULER_ADDRESS")
+    return rplan
 
 
 def performance_report_path(output_store: str, option: str | Path | bool | None) -> Path | None:

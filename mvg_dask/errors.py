@@ -14,9 +14,16 @@ class MvgDaskError(Exception):
         before any data was read, ``True`` for a failure after the budget was reserved (the
         release stays pending; re-running the same release id resumes it and charges nothing
         more). The CLI states it and picks its exit code from it.
+    release_id : str or None
+        The charged release, when known (set with ``charged``).
+    pending : bool
+        With ``charged``: whether the release stays pending (re-running its id resumes it) or
+        was aborted after reading data (it stays charged and cannot be resumed).
     """
 
     charged: bool = False
+    release_id: str | None = None
+    pending: bool = True
 
 
 class DataError(MvgDaskError, ValueError):

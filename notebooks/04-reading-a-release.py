@@ -43,6 +43,11 @@ spec = api.release_spec(
     query="identity",
     privacy={"epsilon": 2.0, "delta": 1.0 / liver.n_records},
     output={"store": str(WORK / "liver-identity.zarr")},
+    ledger={
+        "path": str(WORK / "ledger.sqlite"),
+        "dataset": "liver",
+        "budget": {"epsilon": 4.0, "delta": 4.0 / liver.n_records},
+    },
 )
 with local_cluster(2) as cluster, Client(cluster) as client:
     result = api.release(spec, client=client, progress=False)

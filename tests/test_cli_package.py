@@ -8,11 +8,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
 import mvg_dask.cli
-from mvg_dask.cli import app, main
+from mvg_dask.cli import COMMANDS, app, main
 from mvg_dask.cli.demo import demo_spec_text
 from mvg_dask.spec import parse_spec
 
@@ -39,7 +40,7 @@ def test_command_families_are_the_modules():
         "mvg_dask.cli.ledger",
         "mvg_dask.cli.release",
     ]
-    assert sorted(app.commands) == [
+    assert app.list_commands(click.Context(app)) == [
         "calibrate",
         "dataset",
         "demo",
@@ -106,6 +107,29 @@ def test_metadata_commands_import_no_dask(args):
     assert result == {"rc": 0, "heavy": []}
 
 
+@pytest.mark.parametrize("args", [["--help"], ["release", "--help"]])
+def test_help_imports_no_library_but_click(args):
+    code = (
+        "import json, sys\n"
+        "from mvg_dask.cli import main\n"
+        f"rc = main({args!r})\n"
+        "top = {m.split('.')[0] for m in sys.modules if not m.startswith('_')}\n"
+        "third = top - set(sys.stdlib_module_names) - {'mvg_dask', 'click'}\n"
+        "print(json.dumps({'rc': rc, 'third': sorted(third)}))\n"
+    )
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"rc": 0, "third": []}
+
+
+def test_listed_help_is_each_commands_own_first_sentence():
+    ctx = click.Context(app)
+    for name, (_, short) in COMMANDS.items():
+        command = app.get_command(ctx, name)
+        assert command is not None and command.get_short_help_str(limit=1000) == short, name
+
+
 def test_unknown_command_is_one_line_exit_2(capsys):
     assert main(["bogus"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -115,7 +139,9 @@ def test_unknown_command_is_one_line_exit_2(capsys):
 def test_calibration_choices_come_from_the_registry():
     from mvg_dask.privacy import CALIBRATIONS
 
-    option = next(p for p in app.commands["calibrate"].params if p.name == "calibration")
+    command = app.get_command(click.Context(app), "calibrate")
+    assert command is not None
+    option = next(p for p in command.params if p.name == "calibration")
     assert tuple(option.type.choices) == CALIBRATIONS  # type: ignore[attr-defined]
 
 

@@ -358,6 +358,17 @@ def test_command_runs_lattice_noise(tmp_path: Path) -> None:
     assert "MVG noise: lattice" in (out / "first-pc.md").read_text(encoding="utf-8")
 
 
+def test_default_output_is_a_scratch_directory(tmp_path: Path, monkeypatch) -> None:
+    """Without ``--out`` the files go to ``out/experiments`` under the working directory, never
+    into the committed ``notebooks/paper``."""
+    monkeypatch.chdir(tmp_path)
+    result = _invoke(["first-pc", "--trials", "2"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "experiments" / "first-pc.csv").is_file()
+    assert not (tmp_path / "notebooks").exists()
+    assert "[default: out/experiments]" in " ".join(_invoke(["--help"]).output.split())
+
+
 # -- command-line errors ----------------------------------------------------------------------
 
 

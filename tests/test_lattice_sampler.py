@@ -233,3 +233,26 @@ def test_reproducible_exp_is_within_its_error_bound():
             abs(mpmath.mpf(_exp_neg_py(float(x))) / mpmath.exp(-mpmath.mpf(x)) - 1) for x in xs
         )
     assert worst < 2.0**-50
+
+
+@pytest.mark.parametrize("scale", [MIN_SCALE, 0.8, 3.7, 41.0, 2.0**10, 2.0**20, MAX_SCALE])
+@pytest.mark.parametrize("forced", [False, True])
+def test_uncompiled_kernel_draws_the_compiled_bits(scale, forced, monkeypatch):
+    """A process's first elements are drawn by the kernel's Python source, uncompiled: the same
+    bits as the numba-compiled kernel, on the fast path and with a quarter of the elements
+    forced onto the exact path (seed 17)."""
+    from mvg_dask.noise import lattice
+
+    options = FORCE if forced else {}
+    key = NoiseKey.from_seed(17)
+    sizes = ((0, 1), (1, 441), (2, 4096), (3, 5000))
+    monkeypatch.setattr(lattice, "_uncompiled_left", [0])
+    compiled = [_draw(key, t, (n,), scale, **options)[0] for t, n in sizes]
+    assert lattice._compiled
+    monkeypatch.setattr(lattice, "_uncompiled_left", [10**9])
+    monkeypatch.setattr(lattice, "_compiled", [])
+    monkeypatch.setattr(lattice, "_exp_neg", lattice._exp_neg_py)
+    uncompiled = [_draw(key, t, (n,), scale, **options)[0] for t, n in sizes]
+    assert not lattice._compiled  # the Python source ran
+    for a, b in zip(compiled, uncompiled, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

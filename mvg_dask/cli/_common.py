@@ -1,4 +1,5 @@
-"""What the commands share: failures as one-line errors, logging set-up."""
+"""What the commands share: failures as one-line errors with exit codes that say whether budget
+was spent, logging set-up."""
 
 from __future__ import annotations
 
@@ -10,11 +11,29 @@ import click
 
 from mvg_dask.errors import DataError, MvgDaskError
 
+#: The exit codes of a release (``mvg-dask release --help`` shows this text).
+EXIT_CODES = """\b
+Exit codes:
+  0  released, or already complete (a retried release id)
+  1  refused, nothing read or charged (output exists, budget exhausted
+     or not the registered one, ledger unreadable, scheduler unreachable)
+  2  invalid arguments, spec or input metadata; nothing charged
+  3  failed after the budget was charged; the message says whether the
+     release is pending (re-run the same release id to resume it) or was
+     aborted after reading data (it stays charged)
+"""
+
 
 class RunFailed(click.ClickException):
-    """A run failed for a reason other than bad input (exit code 1)."""
+    """A run was refused or failed before anything was charged (exit code 1)."""
 
     exit_code = 1
+
+
+class ChargedRunFailed(click.ClickException):
+    """A run failed after its budget was charged (exit code 3)."""
+
+    exit_code = 3
 
 
 def setup_logging() -> None:
@@ -26,18 +45,30 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def fail(exc: BaseException) -> None:
-    """Turn an expected failure into a one-line click error (exit 2 for bad input, 1 else).
+def charged_clause(exc: MvgDaskError) -> str:
+    """What a charged failure leaves in the ledger, and what to do about it."""
+    release = "release" if exc.release_id is None else f"release {exc.release_id}"
+    if exc.pending:
+        return f"(budget charged; {release} pending: re-run the same release id to resume)"
+    return f"(budget charged; {release} aborted after reading data: choose a new release id)"
 
-    Set ``MVG_DASK_DEBUG=1`` to get the traceback instead.
+
+def fail(exc: BaseException) -> None:
+    """Turn an expected failure into a one-line click error.
+
+    Exit 3 for a failure after the budget was charged (``exc.charged``), 2 for bad input
+    (spec, arguments, input metadata) and 1 for any other refusal or failure; see
+    :data:`EXIT_CODES`. Set ``MVG_DASK_DEBUG=1`` to get the traceback instead.
     """
     from mvg_dask.spec import SpecError
 
     if os.environ.get("MVG_DASK_DEBUG"):
         raise exc
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, MvgDaskError) and exc.charged:
+        raise ChargedRunFailed(f"{message} {charged_clause(exc)}") from None
     if isinstance(exc, (SpecError, DataError)):
         raise click.UsageError(str(exc)) from None
-    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if not isinstance(exc, MvgDaskError):
         message = f"{type(exc).__name__}: {message}"
     raise RunFailed(message) from None

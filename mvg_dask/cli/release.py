@@ -6,11 +6,11 @@ import json
 
 import click
 
-from mvg_dask.cli._common import fail, setup_logging
+from mvg_dask.cli._common import EXIT_CODES, fail, setup_logging
 from mvg_dask.errors import MvgDaskError
 
 
-@click.command()
+@click.command(epilog=EXIT_CODES)
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option(
     "--scheduler",
@@ -33,7 +33,8 @@ from mvg_dask.errors import MvgDaskError
     is_flag=True,
     help=(
         "Validate, read metadata only and print the plan (and the budget the ledger would have "
-        "left); compute, write and charge nothing."
+        "left); compute, write and charge nothing. Exits 1, as the release would, when it "
+        "would be refused."
     ),
 )
 @click.option(
@@ -108,10 +109,16 @@ def release(
                 click.echo(json.dumps(plan.public_dict(), indent=2))
             else:
                 click.echo(api.preview(plan).text())
+            # what the release would refuse before starting a cluster (exit 1)
+            api.preflight(plan, scheduler=scheduler, probe=cluster == "local")
             return
-        from mvg_dask.engine.security import make_security
+        security = None
+        if any(f is not None for f in (tls_ca_file, tls_cert, tls_key, tls_dir)):
+            from mvg_dask.engine.security import make_security  # imports distributed
 
-        security = make_security(ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir)
+            security = make_security(
+                ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir
+            )
         if not quiet:
             setup_logging()
         result = api.release(

@@ -37,7 +37,7 @@ def local_cluster(
     threads_per_worker : int, default 1
         Threads per worker (the tasks are numpy-bound: one thread per core).
     processes : bool, default True
-        Worker processes (``False``: threads in this process).
+        Worker processes (``False``: threads in this process, without a dashboard).
 
     Returns
     -------
@@ -65,6 +65,10 @@ def local_cluster(
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
+            # threads in this process serve small releases, over in about a second: no
+            # dashboard (bokeh takes longer to import than the release takes); the scheduler's
+            # HTTP server stays on a free port
+            scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
             **kwargs,
         )
@@ -103,6 +107,7 @@ def connect(
     memory_limit: str | None = None,
     timeout: str = "30s",
     cluster_class: Any = None,
+    processes: bool = True,
 ) -> Iterator[Client]:
     """Yield a client: an ephemeral Kubernetes cluster, a given scheduler (or
     ``DASK_SCHEDULER_ADDRESS``), else a new LocalCluster on loopback.
@@ -130,6 +135,9 @@ def connect(
         How long to try to reach an existing scheduler.
     cluster_class : type, optional
         The ``KubeCluster`` class (tests inject one that runs on loopback).
+    processes : bool, default True
+        The LocalCluster's workers are processes (``False``: threads in this process, which
+        start in milliseconds; for small inputs).
 
     Yields
     ------
@@ -168,13 +176,21 @@ def connect(
         raise ReleaseError("--cluster-spec needs --cluster kubernetes")
     address, source = scheduler_address(scheduler)
     if address is not None:
+        from mvg_dask.engine.preflight import probe_scheduler
+
         check_transport(address, seeded, insecure_transport)
+        probe_scheduler(address, source)  # distributed would retry for the whole timeout
         try:
             client = Client(address, timeout=timeout, security=security)
         except (OSError, TimeoutError) as exc:
             raise ReleaseError(
                 f"cannot reach the Dask scheduler at {address} (from {source}): "
                 f"{type(exc).__name__}; start it, fix the address, or unset it to run locally"
+            ) from None
+        except Exception as exc:  # something answers on the port, but not a Dask scheduler
+            raise ReleaseError(
+                f"the server at {address} (from {source}) does not speak Dask's protocol "
+                f"({type(exc).__name__}); is it a Dask scheduler's address?"
             ) from None
         try:
             yield client
@@ -183,7 +199,7 @@ def connect(
         return
     if security is not None:
         raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
-    cluster_ = local_cluster(n_workers, memory_limit=memory_limit)
+    cluster_ = local_cluster(n_workers, memory_limit=memory_limit, processes=processes)
     client = Client(cluster_)
     try:
         yield client

@@ -77,7 +77,8 @@ MAX_EAGER_COORD = 10_000_000
 
 
 def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
-    """The provenance attributes of a release: functions of its plan only.
+    """The provenance attributes of a release: functions of its plan only (the input store by
+    its name alone, never the curator's path to it).
 
     For DP-PCA releases the direction-dependent quantities (``Delta_M`` of a paper calibration,
     the noise variances) are not attributes: they are in the noisy data variables.
@@ -110,11 +111,25 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         if seeded
         else "",
         "tile_records": rplan.tile_records,
-        "input_store": rplan.input.store,
+        # the store's name, never where it is: the curator's paths are not published (the
+        # ledger and the dry run, curator-side, name the full location)
+        "input_store": store_name(rplan.input.store),
         "input_variable": rplan.input.variable,
         "plan": json.dumps(public),
     }
     return {f"{PREFIX}{name}": values[name] for name in ATTRS if values[name] is not None}
+
+
+def store_name(store: str) -> str:
+    """The last path component of a store's path or URL (``s3://bucket/data/x.zarr``:
+    ``x.zarr``), the input's name in a release's provenance.
+
+    Examples
+    --------
+    >>> store_name("s3://bucket/data/x.zarr/")
+    'x.zarr'
+    """
+    return store.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:

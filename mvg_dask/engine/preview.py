@@ -93,22 +93,45 @@ class BudgetPreview:
 _AT_BUDGET_DELTA = {"gaussian-dp": "Gaussian-DP", "pld": "privacy-loss-distribution"}
 
 
-def _empty_or_missing(location: str) -> bool:
+def empty_or_missing(location: str) -> bool:
+    """True for a SQLite ledger that does not exist yet, or an empty file (a release creates
+    the ledger in it).
+
+    Raises
+    ------
+    LedgerError
+        When the path is a directory.
+    """
     loc = parse_location(location)
     if loc.backend != "sqlite":
         return False
     from pathlib import Path
 
-    return not Path(loc.target).is_file()
+    path = Path(loc.target)
+    if path.is_dir():
+        raise LedgerError(f"ledger {loc.display()} is a directory, not a SQLite file")
+    return not path.is_file() or path.stat().st_size == 0
 
 
-def budget_after(rplan: ReleasePlan) -> BudgetPreview | None:
+def _read_summary(location: str, password_file: str | None) -> list[dict[str, Any]]:
+    if empty_or_missing(location):
+        return []
+    with open_ledger(location, password_file=password_file, create=False) as book:
+        return book.summary()
+
+
+def budget_after(
+    rplan: ReleasePlan, *, summary: list[dict[str, Any]] | None = None
+) -> BudgetPreview | None:
     """What the ledger would have spent and left after this release, without reserving.
 
     Parameters
     ----------
     rplan : ReleasePlan
         The plan (``None`` is returned when it charges no ledger).
+    summary : list of dict, optional
+        The ledger's :meth:`~mvg_dask.engine.ledger.Ledger.summary`, when already read (else
+        the ledger is read here).
 
     Returns
     -------
@@ -123,10 +146,8 @@ def budget_after(rplan: ReleasePlan) -> BudgetPreview | None:
     charge = rplan.ledger
     if charge is None:
         return None
-    summary: list[dict[str, Any]] = []
-    if not _empty_or_missing(charge.location):
-        with open_ledger(charge.location, password_file=charge.password_file, create=False) as book:
-            summary = book.summary()
+    if summary is None:
+        summary = _read_summary(charge.location, charge.password_file)
     mine = next((d for d in summary if d["dataset"] == charge.dataset), None)
     if mine is None:  # reserve() creates it with the spec's budget
         b_eps, b_delta, b_nb = charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours

@@ -743,6 +743,8 @@ def execute_release(
             if ledger is not None:
                 if stages.read_started or resumed:
                     ledger.abort(rplan.release_id, str(exc))
+                    # the CLI's exit code 3: charged, and not resumable
+                    exc.charged, exc.release_id, exc.pending = True, rplan.release_id, False
                 else:
                     ledger.cancel(rplan.release_id)
             raise

@@ -31,9 +31,13 @@ _METAVAR = "{" + ",".join(_CHOICES) + "}"
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("notebooks/paper"),
+    default=Path("out/experiments"),
     show_default=True,
-    help="Directory for the CSV, Markdown and PNG files of each experiment.",
+    help=(
+        "Directory for the CSV, Markdown and PNG files of each experiment (created; relative "
+        "to the working directory). The committed outputs are in notebooks/paper: pass "
+        "--out notebooks/paper to regenerate them."
+    ),
 )
 @click.option(
     "--seed",

@@ -155,6 +155,11 @@ class InputMetadata:
         """``N``."""
         return self.shape[self.dims.index(self.record_dim)]
 
+    @property
+    def nbytes(self) -> int:
+        """The stored array's size in bytes (uncompressed)."""
+        return self.shape[0] * self.shape[1] * np.dtype(self.dtype).itemsize
+
     def record_ranges(self) -> list[tuple[int, int]]:
         """One ``[start, stop)`` record range per stored chunk: the release's task grid."""
         c, n = self.record_chunk, self.records

@@ -43,6 +43,51 @@ T = TypeVar("T")
 SCHEMA_LOCK_ID = 0x6D76675F6C6467
 
 
+class NoSchemaError(LedgerError):
+    """The database holds no mvg_dask ledger yet (opened without ``create``): a release would
+    create the ledger's tables in it."""
+
+
+def check_registered_budget(
+    dataset: str,
+    registered: tuple[float, float, str],
+    spec: tuple[float, float, str],
+    *,
+    where: str,
+) -> None:
+    """Refuse a spec whose budget differs from the one its dataset is registered with.
+
+    Parameters
+    ----------
+    dataset : str
+        The dataset.
+    registered, spec : tuple of (float, float, str)
+        ``(epsilon, delta, neighbours)`` in the ledger and in the spec.
+    where : str
+        The ledger, for the message (redacted).
+
+    Raises
+    ------
+    BudgetError
+        Naming both budgets.
+    """
+    eps0, delta0, nb0 = registered
+    epsilon, delta, neighbours = spec
+    if not (math.isclose(eps0, epsilon) and math.isclose(delta0, delta)):
+        raise BudgetError(
+            f"ledger.budget: dataset {dataset!r} is registered with epsilon={eps0:g}, "
+            f"delta={delta0:g} in {where}; the spec says epsilon={epsilon:g}, "
+            f"delta={delta:g}: use the registered budget"
+        )
+    if nb0 != neighbours:
+        raise BudgetError(
+            f"ledger.budget.neighbours: dataset {dataset!r} keeps its budget in "
+            f"{nb0} neighbours in {where}; the spec says {neighbours}: use "
+            f"{nb0} (a release of the other relation converts with "
+            "ledger.convert_neighbours)"
+        )
+
+
 class Executor(Protocol):
     """What the protocol needs of a transaction: ``execute`` with ``?`` placeholders."""
 
@@ -211,7 +256,7 @@ class Ledger(ABC):
             found = self._version(ex)
             if found == 0:
                 if not create:
-                    raise LedgerError(f"ledger {self.display()} holds no mvg_dask ledger")
+                    raise NoSchemaError(f"ledger {self.display()} holds no mvg_dask ledger")
                 for statement in schema.CREATE[self.backend]:
                     ex.execute(statement)
                 ex.execute(
@@ -277,22 +322,12 @@ class Ledger(ABC):
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (dataset) DO NOTHING",
                 (dataset, epsilon, delta, neighbours, time.time()),
             )
-            eps0, delta0, nb0 = ex.execute(
+            registered = ex.execute(
                 "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?", (dataset,)
             ).fetchone()
-            if not (math.isclose(eps0, epsilon) and math.isclose(delta0, delta)):
-                raise BudgetError(
-                    f"ledger.budget: dataset {dataset!r} is registered with epsilon={eps0:g}, "
-                    f"delta={delta0:g} in {self.display()}; the spec says epsilon={epsilon:g}, "
-                    f"delta={delta:g}: use the registered budget"
-                )
-            if nb0 != neighbours:
-                raise BudgetError(
-                    f"ledger.budget.neighbours: dataset {dataset!r} keeps its budget in "
-                    f"{nb0} neighbours in {self.display()}; the spec says {neighbours}: use "
-                    f"{nb0} (a release of the other relation converts with "
-                    "ledger.convert_neighbours)"
-                )
+            check_registered_budget(
+                dataset, tuple(registered), (epsilon, delta, neighbours), where=self.display()
+            )
 
         self._run(fn)
 

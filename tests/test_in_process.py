@@ -1,0 +1,80 @@
+"""Small releases run on threads in the releasing process; the published bytes are the same as on
+a cluster of worker processes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mvg_dask import api
+from mvg_dask.engine import cluster as cluster_module
+from mvg_dask.engine.cluster import connect
+from tests.pipeline_helpers import data, make_input, spec_dict
+
+QUERIES = {
+    "identity": {"algorithm": "unimodal"},
+    "covariance": {"algorithm": "equi-modal"},
+    "covariance-dp-pca": {
+        "algorithm": "equi-modal",
+        "directions": {"method": "dp-pca", "k": 2, "budget_share": 0.2},
+    },
+}
+
+
+def _files(store: Path) -> dict[str, Any]:
+    """Every file of a release; the root metadata without its plan time (``created``)."""
+    out: dict[str, Any] = {}
+    for path in sorted(store.rglob("*")):
+        if not path.is_file():
+            continue
+        key = str(path.relative_to(store))
+        if key == "zarr.json":
+            doc = json.loads(path.read_bytes())
+            doc["attributes"].pop("mvg_dask_created")
+            out[key] = doc
+        else:
+            out[key] = path.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(QUERIES))
+def test_in_process_and_worker_processes_publish_the_same_bytes(
+    case: str, tmp_path: Path, client
+) -> None:
+    store = make_input(tmp_path / "in.zarr", data(5, 700, seed=11), chunk=100)
+    query = case.split("-")[0]
+    outputs = {}
+    with connect(processes=False) as threads:
+        assert threads.cluster is not None and not threads.cluster.processes  # type: ignore[attr-defined]
+        for name, c in (("threads", threads), ("processes", client)):
+            out = tmp_path / name / "out.zarr"
+            spec = spec_dict(
+                store, str(out), query=query, release_id="same", mechanism=QUERIES[case]
+            )
+            api.release(spec, client=c, seed=5, progress=False)
+            outputs[name] = _files(out)
+    assert outputs["threads"] == outputs["processes"]
+
+
+def test_the_input_size_picks_threads_or_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
+    picked: list[bool] = []
+
+    @contextmanager
+    def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
+        picked.append(processes)
+        with connect(*args, processes=False, **kwargs) as c:
+            yield c
+
+    monkeypatch.setattr(cluster_module, "connect", spy)
+    for limit, out in ((7_200, "a.zarr"), (7_199, "b.zarr")):
+        monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", limit)
+        api.release(spec_dict(store, str(tmp_path / out)), seed=1, progress=False)
+    assert picked == [False, True]
