@@ -17,8 +17,8 @@ from mvg_dask.errors import MvgDaskError
     default=None,
     metavar="ADDRESS",
     help=(
-        "Dask scheduler address (default: DASK_SCHEDULER_ADDRESS if set, else a LocalCluster "
-        "sized to this machine)."
+        "Dask scheduler address (default: DASK_SCHEDULER_ADDRESS if set, else threads in this "
+        "process for an input of at most 256 MiB and a LocalCluster sized to this machine above)."
     ),
 )
 @click.option(
