@@ -240,7 +240,7 @@ def release(
         The finished release.
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
-    an input of at most :data:`IN_PROCESS_MAX_BYTES` is released on an embedded cluster of
+    an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
     threads in this process, a larger one on a LocalCluster of worker processes (the same
     bytes either way).
 

@@ -300,10 +300,10 @@ def run_covariance_bench(
                 S = data.gram() / n
                 for eps in epsilons:
                     tick = time.perf_counter()
-                    rows.extend(_run_setting(data, S, eps, delta, trials, root))
+                    mine = _run_setting(data, S, eps, delta, trials, root)
+                    rows.extend(mine)
                     if progress is not None:
                         best = DESIGN[bench]
-                        mine = rows[-len(METHODS) :]
                         errs = {r.method: r.frobenius for r in mine}
                         base = min(errs[m] for m in BASELINES if m in errs)
                         progress(
