@@ -17,6 +17,12 @@ class RunFailed(click.ClickException):
     exit_code = 1
 
 
+class ChargedRunFailed(RunFailed):
+    """A release failed after its budget was charged: it is pending (exit code 3)."""
+
+    exit_code = 3
+
+
 def setup_logging() -> None:
     """Progress lines on stderr; dask's own chatter only from warnings up."""
     logging.basicConfig(
@@ -27,7 +33,9 @@ def setup_logging() -> None:
 
 
 def fail(exc: BaseException) -> None:
-    """Turn an expected failure into a one-line click error (exit 2 for bad input, 1 else).
+    """Turn an expected failure into a one-line click error: exit 2 for bad input, 3 for a
+    failure after the budget was charged (the release is pending; the message says so and how to
+    resume), 1 else.
 
     Set ``MVG_DASK_DEBUG=1`` to get the traceback instead.
     """
@@ -40,4 +48,9 @@ def fail(exc: BaseException) -> None:
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if not isinstance(exc, MvgDaskError):
         message = f"{type(exc).__name__}: {message}"
+    if getattr(exc, "charged", False):
+        rid = getattr(exc, "release_id", None)
+        release = f"release {rid} pending" if rid else "release pending"
+        message += f" (budget charged; {release}: re-run the same release id to resume)"
+        raise ChargedRunFailed(message) from None
     raise RunFailed(message) from None
