@@ -78,6 +78,12 @@ class Scheduler:
         self.scheduler.wait()
 
     def close(self) -> None:
+        """Stop the processes; the workers of a killed scheduler are killed (they have nothing
+        left to finish and would wait for it to come back)."""
         from tests.cluster_helpers import stop
 
+        if self.scheduler.poll() is not None:
+            for w in self.workers:
+                w.kill()
+                w.wait()
         stop([self.scheduler, *self.workers])

@@ -219,8 +219,9 @@ def _classify(exc: BaseException, store: str, remote: bool, scheduler_lost: bool
             or (remote and (remote_errno or isinstance(e, ConnectionError | TimeoutError)))
         ):
             codes = [c for c in map(_s3_code, chain) if c is not None]
-            if isinstance(e, OSError) and e.errno in errno.errorcode:
-                codes.append(errno.errorcode[e.errno])
+            number = e.errno if isinstance(e, OSError) else None
+            if number is not None and number in errno.errorcode:
+                codes.append(errno.errorcode[number])
             detail = next(
                 iter(codes),
                 next((n for n in UNREACHABLE_NAMES if n in text or n in names), type(e).__name__),
