@@ -225,3 +225,84 @@ def test_the_api_states_the_charge(tmp_path, loopback, reference):
         with open_ledger(tmp_path / "api.sqlite") as book:
             (entry,) = book.releases()
             assert entry.status == "committed"
+
+
+# -- the classification itself (no cluster) ---------------------------------------------------
+
+
+def _classify(exc, *, remote=False, lost=False, charged=True):
+    from mvg_dask.engine.faults import classify
+
+    return classify(
+        exc,
+        release_id="rel-x",
+        store="s3://bucket/out.zarr" if remote else "/data/out.zarr",
+        charged=charged,
+        remote=remote,
+        scheduler_lost=lost,
+    )
+
+
+def test_each_fault_is_classified_with_what_to_do():
+    import errno
+
+    from distributed.comm.core import CommClosedError
+
+    from mvg_dask.engine import faults
+
+    full = _classify(OSError(errno.ENOSPC, "No space left on device"))
+    assert isinstance(full, faults.DiskFull) and full.charged and full.release_id == "rel-x"
+    assert "free space, then re-run the same release id to resume" in str(full)
+    wrapped = RuntimeError("write failed")
+    wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert isinstance(_classify(wrapped), faults.DiskFull)
+    assert isinstance(
+        _classify(CommClosedError("in <TCP>: Stream is closed")), faults.SchedulerLost
+    )
+    assert isinstance(_classify(ValueError("anything"), lost=True), faults.SchedulerLost)
+    refused = _classify(
+        PermissionError("The AWS Access Key Id you provided does not exist"), remote=True
+    )
+    assert isinstance(refused, faults.CredentialsRefused)
+    assert _classify(PermissionError("/data/out.zarr: read-only"), remote=False) is None
+    failing = _classify(OSError(errno.EREMOTEIO, "We encountered an internal error"), remote=True)
+    assert isinstance(failing, faults.ObjectStoreUnreachable) and "(EREMOTEIO)" in str(failing)
+    from botocore.exceptions import EndpointConnectionError
+
+    gone = _classify(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), remote=True)
+    assert isinstance(gone, faults.ObjectStoreUnreachable) and "EndpointConnectionError" in str(
+        gone
+    )
+    assert _classify(ValueError("a bug")) is None  # not a fault: raised as it is
+    assert not _classify(OSError(errno.ENOSPC, "full"), charged=False).charged
+
+
+def test_a_fault_message_never_quotes_the_original_text():
+    """The original text may hold a signed URL or a key: the message names the fault only."""
+    import errno
+
+    secret = "AKIASECRETSECRET1234"
+    exc = OSError(errno.EREMOTEIO, f"PUT https://s3/x?X-Amz-Credential={secret}/..: 500")
+    assert secret not in str(_classify(exc, remote=True))
+    exc = PermissionError(f"Credential={secret} refused")
+    assert secret not in str(_classify(exc, remote=True))
+
+
+def test_the_cli_exit_code_and_line_state_the_charge():
+    import click
+
+    from mvg_dask.cli._common import fail
+    from mvg_dask.engine.faults import SchedulerLost
+    from mvg_dask.errors import ReleaseError
+
+    charged = SchedulerLost("the Dask scheduler was lost during the release: check the cluster")
+    charged.release_id = "rel-7"
+    with pytest.raises(click.ClickException) as info:
+        fail(charged)
+    assert info.value.exit_code == 3
+    assert info.value.message.endswith(
+        "(budget charged; release rel-7 pending: re-run the same release id to resume)"
+    )
+    with pytest.raises(click.ClickException) as info:
+        fail(ReleaseError("output.store: taken; choose another"))
+    assert info.value.exit_code == 1 and "budget charged" not in info.value.message

@@ -287,6 +287,7 @@ def test_s3_crash_then_resume(s3, s3_loopback, s3_reference, tmp_path):
         ("drop", "the object store of s3://mvg-releases/mid-drop.zarr is unreachable or failing"),
         ("403", "the object store refused the credentials"),
     ],
+    ids=["500", "drop", "403"],
 )
 def test_s3_error_mid_write_then_resume(s3, s3_loopback, s3_reference, tmp_path, action, what):
     """The store fails every chunk PUT after the 6th (or drops the connections, or refuses
@@ -477,3 +478,32 @@ def test_s3_credentials_never_published(s3, tmp_path, source):
         ).attrs["mvg_dask_status"]
         == "complete"
     )
+
+
+def test_s3_refused_credentials_before_anything_is_charged(s3, s3_loopback, tmp_path):
+    """Wrong credentials from the start: refused (exit 1) before the reservation, nothing
+    charged and nothing written."""
+    from tests.pipeline_helpers import write_spec
+    from tests.s3_helpers import storage_options
+
+    endpoint, _, fs = s3
+    spec = spec_dict(
+        "s3://mvg-data/in.zarr",
+        "s3://mvg-releases/refused.zarr",
+        release_id="rel-refused",
+        ledger={
+            "path": str(tmp_path / "refused.sqlite"),
+            "dataset": "s3",
+            "budget": {"epsilon": 10.0, "delta": 1e-4},
+        },
+    )
+    wrong = storage_options(endpoint, key="AKIAWRONGWRONGWRONG0")
+    spec["input"]["storage_options"] = wrong
+    spec["output"]["storage_options"] = wrong
+    run = _cli(["release", str(write_spec(tmp_path / "s.yaml", spec)), "--scheduler", s3_loopback])
+    assert run.returncode == 1, run.stderr
+    assert "the object store refused the credentials" in run.stderr
+    assert "budget charged" not in run.stderr and "Traceback" not in run.stderr
+    assert _entries(tmp_path, "refused") == []
+    fs.invalidate_cache()
+    assert fs.find("mvg-releases/refused.zarr") == []

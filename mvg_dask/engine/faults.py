@@ -159,7 +159,9 @@ def classify(
     fault = _classify(exc, store, remote, scheduler_lost)
     if fault is not None:
         fault.charged = charged
-        fault.release_id = release_id
+        fault.release_id = release_id or None
+        if not charged:  # nothing to resume: a re-run starts afresh
+            fault.args = (str(fault).replace("re-run the same release id to resume", "re-run"),)
     return fault
 
 
