@@ -24,7 +24,7 @@ COPY mvg_dask ./mvg_dask
 COPY pipelines/demo ./pipelines/demo
 RUN pip install --no-cache-dir \
         "dask[array]==${DASK_VERSION}" "distributed==${DASK_VERSION}" \
-        "/opt/mvg-dask[kubernetes]"
+        "/opt/mvg-dask[kubernetes,s3]"
 
 # Worker malloc environment (see cluster/dask.yaml), read by every dask process in the image.
 COPY cluster/dask.yaml /etc/dask/mvg-dask.yaml

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,docs,s3]'
 	touch $(STAMP)
 
 ## Set up and run the main job on the embedded default (LocalCluster + local Zarr store).

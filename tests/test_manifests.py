@@ -3,8 +3,9 @@
 Tools come from the ``[dev]`` extra (PyPI wheels that ship the binaries): ``kubectl`` (its
 built-in kustomize renders each overlay), ``kubernetes-validate`` (the core objects against the
 Kubernetes OpenAPI schemas, strict), ``hadolint`` (the Dockerfile); the dask-kubernetes package
-ships the CRDs the custom resources are checked against. Each check has a test that breaks the
-input on purpose and sees it fail.
+ships the CRDs the custom resources are checked against, and ``cluster/crds/`` the cert-manager
+ones (their ``cert-manager.io/v1`` schemas, descriptions removed). Each check has a test that
+breaks the input on purpose and sees it fail.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ CLUSTER = ROOT / "cluster"
 OVERLAYS = sorted(p.name for p in (CLUSTER / "overlays").iterdir() if p.is_dir())
 K8S_VERSION = "1.33.0"  # the oldest Kubernetes the manifests target (CronJob timeZone is GA)
 DASK_GROUP = "kubernetes.dask.org/v1"
+CERT_MANAGER = "cert-manager.io/v1"
+CUSTOM = (DASK_GROUP, CERT_MANAGER)
 
 
 def _tool(name: str) -> str:
@@ -94,10 +97,12 @@ def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_overlay_renders_with_kubectl_kustomize():
     assert OVERLAYS == ["long-lived", "one-off", "scheduled"]
     kinds = {o: sorted(d["kind"] for d in render(o)) for o in OVERLAYS}
-    base = ["ConfigMap", "Role", "RoleBinding", "Secret", "Secret", "Secret", "ServiceAccount"]
+    base = ["ConfigMap", "Role", "RoleBinding", "Secret", "Secret", "ServiceAccount"]
+    base += ["Service", "StatefulSet"]  # the ledger's PostgreSQL
+    tls = ["Certificate", "Certificate", "Issuer", "Issuer"]  # cert-manager: mvg-dask-tls
     assert kinds["scheduled"] == sorted([*base, "CronJob", "NetworkPolicy"])
-    assert kinds["one-off"] == sorted([*base, "DaskJob"])
-    assert kinds["long-lived"] == sorted([*base, "DaskCluster", "Job"])
+    assert kinds["one-off"] == sorted([*base, *tls, "DaskJob"])
+    assert kinds["long-lived"] == sorted([*base, *tls, "DaskCluster", "Job"])
     for o in OVERLAYS:
         assert {d["metadata"].get("namespace") for d in render(o)} == {"mvg-dask"}
 
@@ -119,14 +124,14 @@ def _validate_core(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_core_objects_pass_kubernetes_validate_strict(overlay):
-    core = [d for d in render(overlay) if d["apiVersion"] != DASK_GROUP]
+    core = [d for d in render(overlay) if d["apiVersion"] not in CUSTOM]
     assert core
     for doc in core:
         _validate_core(doc)
 
 
 def test_the_cli_of_kubernetes_validate_agrees(tmp_path):
-    docs = [d for d in render("scheduled") if d["apiVersion"] != DASK_GROUP]
+    docs = [d for d in render("scheduled") if d["apiVersion"] not in CUSTOM]
     f = tmp_path / "core.yaml"
     f.write_text(yaml.safe_dump_all(docs))
     cmd = [_tool("kubernetes-validate"), "--strict", "--quiet", "-k", K8S_VERSION, str(f)]
@@ -143,6 +148,7 @@ def test_the_cli_of_kubernetes_validate_agrees(tmp_path):
         ("CronJob", ("spec", "jobTemplate", "spec", "backoffLimit")),
         ("Role", ("rules",)),
         ("NetworkPolicy", ("spec", "podSelector")),
+        ("StatefulSet", ("spec", "volumeClaimTemplates")),
     ],
 )
 def test_kubernetes_validate_fails_on_a_renamed_field(kind, path):
@@ -225,7 +231,163 @@ def test_the_configmap_cluster_options_are_valid(tmp_path):
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_image_tag_is_the_package_version(overlay):
     images = {c["image"] for d in render(overlay) for c in containers(d)}
+    images.discard(
+        one(render(overlay), "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["image"]
+    )
     assert images == {f"mvg-dask:{__version__}"}
+
+
+def test_the_image_is_set_in_one_place(tmp_path):
+    """Only cluster/image/kustomization.yaml names the image's tag; changing its one line
+    changes every mvg-dask container of every overlay, and the ephemeral cluster's image."""
+    named = [
+        p.relative_to(CLUSTER).as_posix()
+        for p in CLUSTER.rglob("*.yaml")
+        if __version__ in p.read_text() or "newTag" in p.read_text()
+    ]
+    assert named == ["image/kustomization.yaml"]
+    assert "image" not in yaml.safe_load((CLUSTER / "base" / "cluster.yaml").read_text())
+    shutil.copytree(CLUSTER, tmp_path / "cluster")
+    component = tmp_path / "cluster" / "image" / "kustomization.yaml"
+    text = component.read_text()
+    assert text.count("newName: mvg-dask\n") == 1
+    component.write_text(
+        text.replace("newName: mvg-dask\n", "newName: registry.example.org/team/mvg-dask\n")
+    )
+    want = f"registry.example.org/team/mvg-dask:{__version__}"
+    for overlay in OVERLAYS:
+        docs = _render_dir(tmp_path / "cluster" / "overlays" / overlay)
+        images = {c["image"] for d in docs for c in containers(d)} - {_postgres_image(docs)}
+        assert images == {want}, overlay
+    (c,) = containers(one(_render_dir(tmp_path / "cluster" / "overlays" / "scheduled"), "CronJob"))
+    assert {e["name"]: e.get("value") for e in c["env"]}["MVG_DASK_IMAGE"] == want
+
+
+def _postgres_image(docs: list[dict[str, Any]]) -> str:
+    (c,) = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    return str(c["image"])
+
+
+def test_the_ephemeral_cluster_runs_the_job_pods_image(monkeypatch, tmp_path):
+    from mvg_dask.engine.kube import IMAGE_ENV
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text(one(render("scheduled"), "ConfigMap")["data"]["cluster.yaml"])
+    monkeypatch.setenv(IMAGE_ENV, "registry.example.org/mvg-dask:9.9")
+    assert load_cluster_options(f).image == "registry.example.org/mvg-dask:9.9"
+    monkeypatch.delenv(IMAGE_ENV)
+    assert load_cluster_options(f).image == DEFAULT_IMAGE
+
+
+# --- the ledger's PostgreSQL and its migration ------------------------------------------------
+
+
+def _release_pods(overlay: str) -> list[dict[str, Any]]:
+    docs = render(overlay)
+    kind = {"scheduled": "CronJob", "one-off": "DaskJob", "long-lived": "Job"}[overlay]
+    doc = one(docs, kind)
+    if kind == "CronJob":
+        return [doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]]
+    if kind == "DaskJob":
+        return [doc["spec"]["job"]["spec"]]
+    return [doc["spec"]["template"]["spec"]]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_release_pod_migrates_the_ledger_first(overlay):
+    url = _configmap_spec(render(overlay))["ledger"]["url"]
+    for pod in _release_pods(overlay):
+        (init,) = pod["initContainers"]
+        assert init["args"] == ["mvg-dask", "ledger", "migrate", "--ledger", url]
+        env = {e["name"]: e for e in init["env"]}
+        assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "mvg-dask-ledger"
+
+
+def test_the_ledger_database_matches_the_ledger_url():
+    docs = render("scheduled")
+    url = urlsplit(_configmap_spec(docs)["ledger"]["url"])
+    service = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == url.hostname]
+    (svc,) = service
+    assert [p["port"] for p in svc["spec"]["ports"]] == [url.port]
+    sts = one(docs, "StatefulSet")
+    pod = sts["spec"]["template"]
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (c,) = pod["spec"]["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POSTGRES_USER"]["value"] == url.username  # the role
+    assert env["POSTGRES_DB"]["value"] == url.path.lstrip("/")  # the database
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "mvg-dask-ledger",
+        "key": "PGPASSWORD",
+    }
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] in {m["name"] for m in c["volumeMounts"]}
+    assert claim["spec"]["resources"]["requests"]["storage"]
+
+
+# --- certificates: cert-manager ---------------------------------------------------------------
+
+CERT_MANAGER_CRDS = {"Certificate": "certificates", "Issuer": "issuers"}
+
+
+def _cert_manager_schema(kind: str) -> dict[str, Any]:
+    import json
+
+    from mvg_dask.engine.kube import _strict
+
+    crd = json.loads(
+        (CLUSTER / "crds" / f"cert-manager-{CERT_MANAGER_CRDS[kind]}.json").read_text()
+    )
+    schema = copy.deepcopy(crd["openAPIV3Schema"])
+    schema["properties"].update(
+        {
+            "apiVersion": {"type": "string", "enum": [f"{crd['group']}/{crd['version']}"]},
+            "kind": {"type": "string", "enum": [kind]},
+            "metadata": {"type": "object"},
+        }
+    )
+    schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
+    return dict(_strict(schema))
+
+
+def _validate_cert_manager(doc: dict[str, Any]) -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(_cert_manager_schema(doc["kind"]))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    if error is not None:
+        raise ValueError(f"{doc['kind']} {doc['metadata']['name']}: {error.message}")
+
+
+@pytest.mark.parametrize("overlay", ["one-off", "long-lived"])
+def test_certificates_pass_the_cert_manager_crd_schemas(overlay):
+    docs = [d for d in render(overlay) if d["apiVersion"] == CERT_MANAGER]
+    assert len(docs) == 4
+    for doc in docs:
+        _validate_cert_manager(doc)
+    certs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Certificate"}
+    issuers = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Issuer"}
+    tls = certs["mvg-dask-tls"]["spec"]
+    assert tls["secretName"] == "mvg-dask-tls"
+    assert {"server auth", "client auth"} <= set(tls["usages"])
+    ca_issuer = issuers[tls["issuerRef"]["name"]]["spec"]["ca"]
+    ca = [c for c in certs.values() if c["spec"]["secretName"] == ca_issuer["secretName"]]
+    assert [c["spec"]["isCA"] for c in ca] == [True]
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [("Certificate", ("spec", "secretName")), ("Issuer", ("spec", "ca", "secretName"))],
+)
+def test_the_cert_manager_check_fails_on_a_renamed_field(kind, path):
+    name = {"Certificate": "mvg-dask-tls", "Issuer": "mvg-dask-ca"}[kind]
+    (doc,) = [d for d in render("one-off") if (d["kind"], d["metadata"]["name"]) == (kind, name)]
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1] + "x"] = parent.pop(path[-1])
+    with pytest.raises(ValueError, match=kind):
+        _validate_cert_manager(doc)
 
 
 def test_the_cronjob_runs_once_per_scheduled_time_and_resumes_on_retry():
@@ -283,6 +445,8 @@ def test_every_referenced_configmap_secret_and_account_exists(overlay):
                 wanted.add(("Secret", node[key]["name"]))
         if "serviceAccountName" in node:
             wanted.add(("ServiceAccount", node["serviceAccountName"]))
+    # cert-manager makes the Secrets of its Certificates
+    have |= {("Secret", d["spec"]["secretName"]) for d in docs if d["kind"] == "Certificate"}
     assert wanted and wanted <= have, wanted - have
 
 
@@ -345,9 +509,7 @@ def test_the_dockerfile_pins_dask_runs_as_non_root_under_tini_and_installs_the_e
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base)
     assert re.findall(r"^USER (\S+)$", text, re.M)[-1].split(":")[0] not in ("root", "0")
     assert re.search(r'^ENTRYPOINT \["/usr/bin/tini"', text, re.M)
-    assert "[kubernetes]" in text  # the PostgreSQL ledger driver (psycopg) is a core dependency
-    assert any(r.startswith("psycopg") for r in project["dependencies"])
-    assert "kubernetes" in project["optional-dependencies"]
+    assert _image_requirements() >= {"s3fs", "psycopg", "dask-kubernetes"}
     # the build context holds what the image copies, nothing else
     ignore = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
     assert ignore[ignore.index("*") - 1].startswith("#") or ignore[0] == "*"
@@ -355,6 +517,26 @@ def test_the_dockerfile_pins_dask_runs_as_non_root_under_tini_and_installs_the_e
     for copied in re.findall(r"^COPY (.+) \S+$", text, re.M):
         for src in copied.split():
             assert src.rstrip("/") in kept, src
+
+
+def _image_requirements(text: str | None = None) -> set[str]:
+    """The names of what the Dockerfile's ``pip install`` of the package brings in directly:
+    the core dependencies and those of the extras named in its install line."""
+    text = DOCKERFILE.read_text() if text is None else text
+    (extras,) = re.findall(r'"/opt/mvg-dask\[([a-z0-9,-]+)\]"', text)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    names = {Requirement(r).name for r in project["dependencies"]}
+    for extra in extras.split(","):
+        assert extra in optional, f"the Dockerfile installs an unknown extra [{extra}]"
+        names |= {Requirement(r).name for r in optional[extra]}
+    return names
+
+
+def test_the_image_dependency_check_fails_without_the_s3_extra():
+    text = DOCKERFILE.read_text().replace("[kubernetes,s3]", "[kubernetes]")
+    assert "s3fs" not in _image_requirements(text)
+    assert {"psycopg", "dask-kubernetes"} <= _image_requirements(text)
 
 
 def test_the_image_dask_config_raises_the_malloc_thresholds_in_nanny_workers(tmp_path):

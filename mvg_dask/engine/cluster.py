@@ -195,7 +195,7 @@ def connect(
         try:
             yield client
         finally:
-            client.close()
+            close_client(client)
         return
     if security is not None:
         raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
@@ -280,6 +280,22 @@ class Progress:
             self._bar.close()
 
 
+def close_client(client: Client) -> None:
+    """Close ``client``. One that has lost its scheduler is still trying to reconnect, and
+    closing it cancels that attempt, which distributed logs as an error with a traceback: the
+    release has already reported the lost scheduler in one line, so that log is left out."""
+    if client.status == "running":
+        client.close()
+        return
+    logger = logging.getLogger("distributed.client")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+    finally:
+        logger.setLevel(level)
+
+
 def gather_with_progress(
     client: Client,
     futures: list[Any],
@@ -336,10 +352,31 @@ def gather_with_progress(
             if on_result is not None:
                 on_result(done)
     except BaseException:
-        if on_failure is not None:
-            on_failure()
-        wait(futures)
+        stop_tasks(client, futures, on_failure)
         raise
     finally:
         progress.close()
     return results
+
+
+def stop_tasks(
+    client: Client, futures: list[Any], on_failure: Callable[[], None] | None = None
+) -> None:
+    """After a failure: run ``on_failure`` (it tells the remaining tasks to do nothing), then
+    wait until every task has finished, so that none is still writing when the caller cleans up.
+
+    Both are best effort and never hide the failure being handled: ``on_failure`` may meet the
+    same fault (a full disk, a failing object store), and with the scheduler lost there is
+    nothing to wait for (the tasks of a resumed run rewrite any chunk that was being written).
+    """
+    if on_failure is not None:
+        try:
+            on_failure()
+        except Exception as exc:
+            log.debug("could not mark the release as failed: %r", exc)
+    if client.status != "running":
+        return
+    try:
+        wait(futures)
+    except Exception as exc:
+        log.debug("could not wait for the release's tasks: %r", exc)

@@ -19,6 +19,7 @@ the pod network: a private release on it needs ``--insecure-transport`` (see
 from __future__ import annotations
 
 import copy
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -51,6 +52,9 @@ __all__ = [
 
 #: The image built from this repository's Dockerfile; its tag is the package version.
 DEFAULT_IMAGE = f"mvg-dask:{__version__}"
+#: The environment variable that names the image of the ephemeral cluster when ``--cluster-spec``
+#: sets none (the CronJob of cluster/overlays/scheduled sets it to the job pod's own image).
+IMAGE_ENV = "MVG_DASK_IMAGE"
 
 #: The worker environment (cluster/dask.yaml): glibc's dynamic mmap threshold back on, so that
 #: chunk-sized buffers are reused instead of mmapped afresh. The nanny overrides the trim
@@ -84,7 +88,9 @@ class ClusterOptions(BaseModel):
 
     name: Annotated[str, Field(pattern=_NAME_RE.pattern)] | None = None
     namespace: str | None = None
-    image: str = DEFAULT_IMAGE
+    #: default: ``MVG_DASK_IMAGE`` (the job pod's own image, set by cluster/), else
+    #: :data:`DEFAULT_IMAGE`
+    image: str = Field(default_factory=lambda: os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE)
     workers: Annotated[int, Field(ge=1, le=1000)] = 2
     worker_cpu: str = "1"
     worker_memory: str = "4Gi"

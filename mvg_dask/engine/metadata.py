@@ -60,6 +60,8 @@ def read_input_metadata(inp: InputSpec) -> InputMetadata:
     store = inp.store
     if is_local(store) and not local_path(store).exists():
         raise DataError(f"input.store: {store} does not exist")
+    if not is_local(store):
+        _probe(store, inp.storage_options)
     try:
         group = zarr.open_group(store, mode="r", storage_options=inp.storage_options)
         arrays = dict(group.arrays())
@@ -132,3 +134,29 @@ def check_chunks_present(
             f"input.store: {want - have} of {want} chunks of {path!r} are missing in {store} "
             "(Zarr would read them as fill values); restore the input store"
         )
+
+
+def _probe(store: str, storage_options: dict[str, Any] | None) -> None:
+    """Read an object store's root ``zarr.json`` once, so that an unreachable store or refused
+    credentials are one clear error before anything is charged (:mod:`mvg_dask.engine.faults`),
+    not the failure of Zarr's concurrent reads.
+
+    Raises
+    ------
+    ReleaseError
+        A :class:`~mvg_dask.engine.faults.Fault` with ``charged = False``.
+    """
+    import fsspec
+
+    from mvg_dask.engine.faults import classify
+
+    try:
+        fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
+        fs.cat_file(f"{root.rstrip('/')}/zarr.json")
+    except FileNotFoundError:
+        return  # not Zarr v3 (or no such store): Zarr says which
+    except Exception as exc:
+        fault = classify(exc, release_id="", store=store, charged=False, remote=True)
+        if fault is None:
+            return
+        raise fault from None

@@ -73,6 +73,8 @@ ATTRS = (
     "plan",
 )
 PLAN_FILE = "plan.json"
+#: the object an object-store output is claimed with (in the progress directory)
+CLAIM_FILE = "claim"
 MAX_EAGER_COORD = 10_000_000
 
 
@@ -329,9 +331,62 @@ class OutputTarget:
         )
 
     def has_skeleton(self) -> bool:
-        """True when an earlier run of this release created the output skeleton."""
+        """True when an earlier run of this release created the whole output skeleton: its
+        root ``zarr.json`` and the saved plan, the last file a skeleton writes (a run
+        interrupted before it, or one that left a half-written plan, starts over)."""
         fs, root = self._fs()
-        return bool(fs.exists(f"{root}/zarr.json") and fs.exists(f"{root}/{PROGRESS_DIR}"))
+        return bool(fs.exists(f"{root}/zarr.json") and self.load_plan() is not None)
+
+    def claim(self) -> None:
+        """Claim an object-store output for this release before anything is charged: a claim
+        object made only if none exists (a conditional PUT), so that of two jobs on one output
+        one wins and the other is refused. Local outputs need none (each job writes its own
+        staging directory; the final rename refuses a taken name). The commit or an abort
+        removes the claim with the progress directory.
+
+        Raises
+        ------
+        ReleaseError
+            When another release claimed the output.
+        """
+        if self.local:
+            return
+        fs, root = self._fs()
+        path = f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}"
+        try:
+            fs.pipe_file(path, self.release_id.encode(), mode="create")
+            return
+        except FileExistsError:
+            pass
+        try:
+            owner = fs.cat_file(path).decode()
+        except FileNotFoundError:  # removed meanwhile by the owner's commit or abort
+            owner = None
+        if owner != self.release_id:
+            raise ReleaseError(
+                f"output.store: {self.store} is being written by another release; choose "
+                "another output.store"
+            )
+
+    def unclaim(self) -> None:
+        """Remove this release's claim (its reservation was refused: nothing was written)."""
+        if self.local:
+            return
+        fs, root = self._fs()
+        path = f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}"
+        try:
+            if fs.cat_file(path).decode() == self.release_id:
+                fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def clear_abort(self) -> None:
+        """Remove the abort marker a failed run of this release left (a disk that filled up, a
+        lost scheduler): the resumed run's tasks must write their chunks, not skip them."""
+        fs, root = self._fs()
+        path = f"{root}/{PROGRESS_DIR}/ABORT"
+        if fs.exists(path):
+            fs.rm_file(path)
 
     def make_progress_dir(self) -> None:
         """Create the directory of per-chunk completion markers."""
@@ -343,15 +398,23 @@ class OutputTarget:
     def save_plan(self, rplan: ReleasePlan) -> None:
         """Keep the plan beside the progress markers (removed at commit), for a resume."""
         fs, root = self._fs()
-        fs.pipe_file(f"{root}/{PROGRESS_DIR}/{PLAN_FILE}", json.dumps(rplan.to_dict()).encode())
+        path, payload = f"{root}/{PROGRESS_DIR}/{PLAN_FILE}", json.dumps(rplan.to_dict()).encode()
+        if self.local:  # a temporary file renamed into place: never a half-written plan
+            tmp = Path(f"{path}.{os.getpid()}.tmp")
+            tmp.write_bytes(payload)
+            os.replace(tmp, path)
+        else:  # an object store's PUT is whole
+            fs.pipe_file(path, payload)
 
     def load_plan(self) -> dict[str, Any] | None:
         """The plan an interrupted run of this release saved, if any."""
         fs, root = self._fs()
         path = f"{root}/{PROGRESS_DIR}/{PLAN_FILE}"
-        if not fs.exists(path):
+        try:
+            saved = json.loads(fs.cat_file(path))
+        except (FileNotFoundError, ValueError):  # none, or unreadable (a disk that filled up)
             return None
-        return dict(json.loads(fs.cat_file(path)))
+        return dict(saved) if isinstance(saved, dict) else None
 
     def scratch_matrix(self, name: str, m: int, chunk: int) -> str:
         """Create (afresh) a scratch Zarr group ``name`` with an ``m x m`` float64 array ``gram``
@@ -380,9 +443,22 @@ class OutputTarget:
             fs.rm(path, recursive=True)
 
     def clear_staging(self) -> None:
-        """Remove a leftover staging directory of this release id."""
-        if self.local and Path(self.write_store).exists():
-            shutil.rmtree(self.write_store)
+        """Remove a leftover staging directory of this release id; in an object store, a
+        leftover incomplete output of this release id (a run that stopped before its skeleton
+        was whole), keeping the claim."""
+        if self.local:
+            if Path(self.write_store).exists():
+                shutil.rmtree(self.write_store)
+            return
+        fs, root = self._fs()
+        try:
+            attrs = json.loads(fs.cat_file(f"{root}/zarr.json")).get("attributes", {})
+        except (FileNotFoundError, ValueError):
+            attrs = None
+        ours = attrs is not None and attrs.get(RELEASE_ID_ATTR) == self.release_id
+        if ours and attrs.get(STATUS_ATTR) == "incomplete":
+            fs.rm(root, recursive=True)
+            fs.pipe_file(f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}", self.release_id.encode())
 
     def abort(self) -> None:
         """Remove everything this release wrote: the staging directory (local stores) or the

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
+from distributed import Client, Future
 
 from mvg_dask.engine.blocks import (
     Clipper,
@@ -38,7 +38,8 @@ from mvg_dask.engine.blocks import (
     panel_product_task,
     projection_task,
 )
-from mvg_dask.engine.cluster import Progress, gather_with_progress
+from mvg_dask.engine.cluster import Progress, gather_with_progress, stop_tasks
+from mvg_dask.engine.faults import classify, scheduler_lost
 from mvg_dask.engine.lattice import (
     LowRankSquareLattice,
     RecordLattice,
@@ -50,13 +51,14 @@ from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.ledger import Ledger, open_ledger
 from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.output import OutputTarget, open_release, provenance, stored_plan
-from mvg_dask.errors import BudgetError, DataError, ReleaseError
+from mvg_dask.errors import BudgetError, ChargedFailure, DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
 from mvg_dask.plan.lattice import panel_inner_groups
 from mvg_dask.plan.release_plan import PANEL_RECORDS, SPLIT_EVERY, ReleasePlan
+from mvg_dask.spec import is_local
 
 log = logging.getLogger("mvg_dask")
 
@@ -319,8 +321,7 @@ class _Stages:
         try:
             target.write_noise_matrices(plan)
         except BaseException:
-            _mark_aborted(target)
-            wait(futures)  # no task may still be writing when the caller cleans up
+            stop_tasks(self.client, futures, functools.partial(_mark_aborted, target))
             raise
         results = gather_with_progress(
             self.client,
@@ -329,6 +330,11 @@ class _Stages:
             on_result=functools.partial(crash_point, "chunk"),
             on_failure=functools.partial(_mark_aborted, target),
         )
+        if any(r.skipped for r in results):  # another run of this release marked it failed
+            raise ChargedFailure(
+                f"release {rplan.release_id!r}: tasks found the release marked as failed by "
+                "another run of it; let that run end, then re-run the same release id to resume"
+            )
         counts = np.sum([r.unwrap() for r in results], axis=0)
         if int(counts[1]) != info.records:  # pragma: no cover - a bookkeeping invariant
             raise ReleaseError(f"wrote {counts[1]} records, expected {info.records}")
@@ -718,8 +724,10 @@ def execute_release(
     target = OutputTarget.for_plan(rplan)
     ledger = _open_ledger(rplan)
     log.info("%s", rplan.summary().splitlines()[0])
+    reserved = False
     try:
         key, resumed = _reserve(rplan, ledger, target, seed)
+        reserved = ledger is not None
         if resumed and target.is_complete():
             # the previous run finished writing (and may have stopped before the ledger commit)
             assert ledger is not None
@@ -731,11 +739,16 @@ def execute_release(
         crash_point("reserved")
         if resumed:
             rplan = _saved_plan(rplan, target)
+        # an abort marker left by a failed run (disk full, scheduler lost) would make this
+        # run's tasks skip their chunks
+        target.clear_abort()
         stages = _Stages(rplan, client, key, target)
         try:
             rplan = stages.run(resume=resumed, progress=progress)
             crash_point("before-commit")
             target.commit(provenance(rplan, seeded=key.seeded))
+        except ChargedFailure:
+            raise  # the output stays as it is, for a resume
         except (DataError, ReleaseError, BudgetError) as exc:
             # a clean failure: nothing is published. Refunded only if no chunk was read; after
             # a read the error may depend on the data, so the release stays charged (aborted)
@@ -753,6 +766,23 @@ def execute_release(
         if ledger is not None:
             # the exact clipped count is a curator-side fact: the ledger keeps it, no output does
             ledger.commit(rplan.release_id, clipped=stages.clipped)
+    except MvgDaskError:
+        raise
+    except Exception as exc:
+        # a fault of the disk, the scheduler or the object store: the output is left as it is
+        # and a charged release stays pending, for a re-run with the same release id
+        fault = classify(
+            exc,
+            release_id=rplan.release_id,
+            store=rplan.output_store,
+            charged=reserved,
+            remote=not (is_local(rplan.output_store) and is_local(rplan.input.store)),
+            scheduler_lost=scheduler_lost(client),
+        )
+        if fault is None:
+            raise
+        log.debug("release %s failed: %r", rplan.release_id, exc)
+        raise fault from exc
     finally:
         if ledger is not None:
             ledger.close()
@@ -800,6 +830,7 @@ def _reserve(
             rplan.release_id,
         )
         target.check_free()
+        target.claim()
         target.clear_staging()
         return fresh, False
     charge = rplan.ledger
@@ -830,21 +861,26 @@ def _reserve(
         log.info("resuming pending release %s", rplan.release_id)
         return NoiseKey.from_hex(entry.noise_key, seeded=entry.seeded), True
     target.check_free()
+    target.claim()  # of two jobs on one object-store output, the second is refused here
     target.clear_staging()
-    ledger.reserve(
-        dataset=charge.dataset,
-        release_id=rplan.release_id,
-        epsilon=charge.epsilon,
-        delta=charge.delta,
-        calibration=charge.calibration,
-        mu=charge.mu,
-        spec_hash=rplan.spec_hash,
-        output=rplan.output_store,
-        noise_key=fresh.to_hex(),
-        seeded=fresh.seeded,
-        neighbours=charge.neighbours,
-        convert_neighbours=charge.convert_neighbours,
-    )
+    try:
+        ledger.reserve(
+            dataset=charge.dataset,
+            release_id=rplan.release_id,
+            epsilon=charge.epsilon,
+            delta=charge.delta,
+            calibration=charge.calibration,
+            mu=charge.mu,
+            spec_hash=rplan.spec_hash,
+            output=rplan.output_store,
+            noise_key=fresh.to_hex(),
+            seeded=fresh.seeded,
+            neighbours=charge.neighbours,
+            convert_neighbours=charge.convert_neighbours,
+        )
+    except BaseException:
+        target.unclaim()  # refused (budget, ledger): nothing was written or charged
+        raise
     return fresh, False
 
 
@@ -863,10 +899,20 @@ def _result_from_store(rplan: ReleasePlan) -> ReleaseResult:
 def crash_point(name: str, index: int | None = None) -> None:
     """Fault injection for the crash tests: ``MVG_DASK_CRASH_AT=name[:index]`` SIGKILLs this
     process when the release reaches that point (``chunk:k``: once ``k`` tasks of the record
-    pass have finished). Unset in production (does nothing)."""
+    pass have finished); with ``MVG_DASK_CRASH_SIGNAL=SIGSTOP`` it stops there instead (until a
+    SIGCONT: the fault tests break the scheduler meanwhile). Unset in production (does
+    nothing)."""
     target = os.environ.get("MVG_DASK_CRASH_AT")
     if not target:
         return
     want, _, at = target.partition(":")
     if want == name and (not at or (index is not None and index >= int(at))):
-        os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("MVG_DASK_CRASH_SIGNAL") != "SIGSTOP":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif target not in _STOPPED:  # once
+            _STOPPED.add(target)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
+#: the crash points this process has stopped at
+_STOPPED: set[str] = set()

@@ -148,6 +148,8 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
                 extra.append(f"{r['neighbours']}, charged eps={c['epsilon']:g}")
             if r["clipped"] is not None:
                 extra.append(f"clipped={r['clipped']}")
+            if r["status"] == "pending":
+                extra.append("charged; re-run the same release id to resume")
             if r["reason"]:
                 extra.append(f"reason: {r['reason']}")
             if r["seeded"]:
