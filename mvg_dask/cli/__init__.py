@@ -38,7 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "experiments": (
         "mvg_dask.cli.experiments",
-        "Reproduce the MVG paper's experiments (Tables 3-5) with every calibration and baseline.",
+        "Reproduce the MVG paper's experiments (Tables 3-5) with every calibration and baseline, "
+        "or run the covariance benchmark against the modern DP covariance estimators.",
     ),
     "ledger": (
         "mvg_dask.cli.ledger",

@@ -13,6 +13,7 @@ import numpy as np
 from distributed.protocol import dask_deserialize, dask_serialize, deserialize, serialize
 
 from mvg_dask.engine.chunks import layout, read_rows, write_rows
+from mvg_dask.engine.metadata import PROGRESS_DIR
 from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
@@ -21,7 +22,6 @@ from mvg_dask.plan.release_plan import PANEL_RECORDS
 if TYPE_CHECKING:
     from mvg_dask.engine.lattice import LowRankSquareLattice, RecordLattice, StandardSquareLattice
 
-PROGRESS_DIR = ".mvg_dask_progress"
 
 
 @dataclass(frozen=True, eq=False)

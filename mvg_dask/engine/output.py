@@ -30,8 +30,7 @@ import numpy as np
 import xarray as xr
 
 from mvg_dask._version import __version__
-from mvg_dask.engine.blocks import PROGRESS_DIR
-from mvg_dask.engine.metadata import local_path
+from mvg_dask.engine.metadata import CLAIM_FILE, PROGRESS_DIR, local_path
 from mvg_dask.engine.skeleton import consolidated_root, write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
@@ -73,8 +72,6 @@ ATTRS = (
     "plan",
 )
 PLAN_FILE = "plan.json"
-#: the object an object-store output is claimed with (in the progress directory)
-CLAIM_FILE = "claim"
 MAX_EAGER_COORD = 10_000_000
 
 

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from mvg_dask.engine.ledger import LedgerEntry, open_ledger
 from mvg_dask.engine.ledger.base import NoSchemaError, check_registered_budget
 from mvg_dask.engine.ledger.location import parse_location
-from mvg_dask.engine.metadata import local_path
+from mvg_dask.engine.metadata import CLAIM_FILE, PROGRESS_DIR, local_path
 from mvg_dask.engine.preview import budget_after, empty_or_missing
 from mvg_dask.errors import BudgetError, ReleaseError
 from mvg_dask.plan.release_plan import LedgerCharge, ReleasePlan
@@ -103,11 +103,28 @@ def _check_output_free(rplan: ReleasePlan) -> None:
             f"output.store: {store} already exists ({_describe(attrs)}); choose another "
             "output.store or remove it"
         )
-    if attrs.get(_RELEASE_ID_ATTR) != rplan.release_id:
+    owner = _claim_owner(store, rplan.output_storage_options)
+    if owner is not None and owner != rplan.release_id:
+        raise ReleaseError(
+            f"output.store: {store} is being written by another release; choose another "
+            "output.store"
+        )
+    if owner is None and attrs.get(_RELEASE_ID_ATTR) != rplan.release_id:
         raise ReleaseError(
             f"output.store: {store} already holds other data ({_describe(attrs)}); choose "
             "another store"
         )
+
+
+def _claim_owner(store: str, storage_options: dict[str, Any] | None) -> str | None:
+    """The release id that claimed an object-store output (its claim object), if any."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
+    try:
+        return bytes(fs.cat_file(f"{root.rstrip('/')}/{PROGRESS_DIR}/{CLAIM_FILE}")).decode()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
 def _is_complete(rplan: ReleasePlan) -> bool:
