@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from mvg_dask.engine.lattice import LowRankSquareLattice, RecordLattice, StandardSquareLattice
 
 
-
 @dataclass(frozen=True, eq=False)
 class Clipper:
     """Checks a block against the declared record domain and clips (or rejects) violations.
