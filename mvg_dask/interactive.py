@@ -477,7 +477,7 @@ def confidence_intervals(
     For clipped records the non-private value is that of the clipped data. Post-processing of
     the release: no privacy cost. ``half_width`` is what smartnoise-sdk (PR #386) and OpenDP's
     accuracy utilities (PR #275) call the accuracy at level ``alpha = 1 - level``; it depends on
-    ``level`` (smartnoise-sdk issue #399 reported a Gaussian accuracy that did not).
+    ``level`` (smartnoise-sdk once reported a Gaussian accuracy that did not).
 
     Parameters
     ----------
