@@ -65,9 +65,9 @@ def local_cluster(
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
-            # threads in this process serve small releases, over in about a second: no
-            # dashboard (bokeh takes longer to import than the release takes); the scheduler's
-            # HTTP server stays on a free port
+            # threads in this process serve small releases: no dashboard (importing bokeh
+            # would cost more than such a release); the scheduler's HTTP server stays on a
+            # free port
             scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
             **kwargs,

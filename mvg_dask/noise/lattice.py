@@ -348,9 +348,9 @@ def _kernel_py(
 _compiled: list[Callable[..., tuple[int, int, int]]] = []
 
 #: The first this many elements a process draws are drawn by :func:`_kernel_py` itself,
-#: uncompiled (about 7 us each): the same bits (IEEE ``+ - *`` and integer operations only, in
-#: the order written), and a small release spends neither numba's import nor the loading of its
-#: compiled code (about 0.5 s). Past it, the compiled kernel draws everything.
+#: uncompiled (slowly): the same bits (IEEE ``+ - *`` and integer operations only, in the
+#: order written), and a small release spends neither numba's import nor the loading of its
+#: compiled code. Past it, the compiled kernel draws everything.
 UNCOMPILED_ELEMENTS = 16_384
 _uncompiled_left = [UNCOMPILED_ELEMENTS]
 
