@@ -451,9 +451,8 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
     Returns
     -------
     xarray.Dataset
-        The release, with the ``.mvg`` accessor registered.
+        The release (its ``.mvg`` accessor is registered by ``import mvg_dask.xarray``).
     """
-    import mvg_dask.xarray  # noqa: F401  (registers the .mvg accessor)
     from mvg_dask.engine.output import open_release as _open
 
     return _open(store, **kwargs)

@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import xarray as xr
@@ -50,7 +50,7 @@ from mvg_dask.plan.noise_plan import (
     noise_plan_from_dict,
 )
 from mvg_dask.plan.query import QuerySpec
-from mvg_dask.plan.release_plan import InputMetadata, new_release_id, plan_release
+from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -170,6 +170,48 @@ def _spec(
     )
 
 
+class _PlannedCopy(NamedTuple):
+    """The spec and plan of an xarray object's release, and where its input copy goes."""
+
+    spec: Any
+    plan: ReleasePlan
+    input_store: str
+    output_store: str
+    record_chunk: int
+
+
+def _plan_copy(
+    arr: xr.DataArray,
+    directory: str | Path,
+    name: str,
+    release_id: str | None,
+    record_dim: str,
+    feature_dim: str,
+    record_chunk: int | None,
+    fields: Mapping[str, Any],
+) -> _PlannedCopy:
+    """Plan the release of ``arr`` from the metadata its input copy will have (nothing written)."""
+    from mvg_dask.engine.metadata import load_directions_matrix
+
+    _check_dims(arr, record_dim, feature_dim)
+    rid = release_id or new_release_id(name)
+    input_store, output_store = _paths(directory, rid)
+    spec = _spec(
+        arr,
+        input_store,
+        output_store,
+        rid,
+        name=name,
+        record_dim=record_dim,
+        feature_dim=feature_dim,
+        fields=fields,
+    )
+    chunk = _record_chunk(arr, record_dim, record_chunk)
+    meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
+    rplan = plan_release(spec, meta, directions_matrix=load_directions_matrix(spec))
+    return _PlannedCopy(spec, rplan, input_store, output_store, chunk)
+
+
 def dry_run_xarray(
     obj: xr.DataArray | xr.Dataset,
     directory: str | Path | None = None,
@@ -210,25 +252,17 @@ def dry_run_xarray(
     from mvg_dask.engine.preview import preview
 
     arr = select_variable(obj, variable)
-    _check_dims(arr, record_dim, feature_dim)
-    rid = release_id or new_release_id(name)
-    input_store, output_store = _paths(directory or Path.cwd(), rid)
-    spec = _spec(
+    planned = _plan_copy(
         arr,
-        input_store,
-        output_store,
-        rid,
-        name=name,
-        record_dim=record_dim,
-        feature_dim=feature_dim,
-        fields=fields,
+        directory or Path.cwd(),
+        name,
+        release_id,
+        record_dim,
+        feature_dim,
+        record_chunk,
+        fields,
     )
-    chunk = _record_chunk(arr, record_dim, record_chunk)
-    meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
-    from mvg_dask.engine.metadata import load_directions_matrix
-
-    rplan = plan_release(spec, meta, directions_matrix=load_directions_matrix(spec))
-    return preview(rplan)
+    return preview(planned.plan)
 
 
 def write_input(
@@ -314,36 +348,19 @@ def release_xarray(
         The opened release (:func:`mvg_dask.api.open_release`).
     """
     arr = select_variable(obj, variable)
-    _check_dims(arr, record_dim, feature_dim)
-    rid = release_id or new_release_id(name)
-    input_store, output_store = _paths(directory, rid)
-    spec = _spec(
-        arr,
-        input_store,
-        output_store,
-        rid,
-        name=name,
-        record_dim=record_dim,
-        feature_dim=feature_dim,
-        fields=fields,
-    )
-    chunk = _record_chunk(arr, record_dim, record_chunk)
     # the whole plan is checked before anything is written
-    from mvg_dask.engine.metadata import load_directions_matrix
-
-    plan_release(
-        spec,
-        _input_metadata(arr, input_store, record_dim, feature_dim, chunk),
-        directions_matrix=load_directions_matrix(spec),
-    ).check_seed(seed)
-    api.performance_report_path(output_store, performance_report)
+    planned = _plan_copy(
+        arr, directory, name, release_id, record_dim, feature_dim, record_chunk, fields
+    )
+    planned.plan.check_seed(seed)
+    api.performance_report_path(planned.output_store, performance_report)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    if Path(input_store).exists():  # a retry of the same release id reuses its first copy
-        _check_same_input(arr, input_store)
+    if Path(planned.input_store).exists():  # a retry of the same release id reuses its first copy
+        _check_same_input(arr, planned.input_store)
     else:
-        write_input(arr, input_store, record_dim, feature_dim, chunk)
+        write_input(arr, planned.input_store, record_dim, feature_dim, planned.record_chunk)
     result = api.release(
-        spec,
+        planned.spec,
         client=client,
         scheduler=scheduler,
         seed=seed,

@@ -1,6 +1,7 @@
 """The ``.mvg`` accessor on xarray DataArrays and Datasets: release, plan, budget and accuracy.
 
-Importing :mod:`mvg_dask.xarray` (or calling :func:`mvg_dask.api.open_release`) registers it.
+Importing :mod:`mvg_dask.xarray` registers it (:func:`mvg_dask.api.open_release` does not: the
+front ends import downward only, ``cli > xarray > interactive > api``).
 The accessor only normalises arguments; the work is done by the plain functions of
 :mod:`mvg_dask.interactive`::
 
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 _PREFIX = "mvg_dask_"
 
 
-class _Common:
-    """What both accessors offer: release, plan and the ledger's budget."""
+class _ReleaseAccessor:
+    """The methods that release an object, shared by both accessors: plan, release, budget."""
 
     _obj: xr.DataArray | xr.Dataset
 
@@ -109,7 +110,7 @@ class _Common:
 
 
 @xr.register_dataarray_accessor("mvg")
-class MvgDataArrayAccessor(_Common):
+class MvgDataArrayAccessor(_ReleaseAccessor):
     """``.mvg`` on a DataArray: release it, plan it, read the budget.
 
     Parameters
@@ -131,7 +132,7 @@ class MvgDataArrayAccessor(_Common):
 
 
 @xr.register_dataset_accessor("mvg")
-class MvgAccessor(_Common):
+class MvgAccessor(_ReleaseAccessor):
     """``.mvg`` on a Dataset: release a variable, or read a released Dataset's provenance,
     plan, noise and accuracy.
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from distributed import Client
 
+import mvg_dask.xarray  # noqa: F401  (registers the .mvg accessor)
 from mvg_dask import api
 from mvg_dask.data import write_matrix
 from mvg_dask.datasets import load_liver

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.plan.presentation import plan_rows
 from tests.audit_helpers import covariance_trial

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.errors import DataError
 from mvg_dask.noise.rng import NoiseKey

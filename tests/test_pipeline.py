@@ -14,6 +14,7 @@ import pytest
 import xarray as xr
 from scipy import stats
 
+import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.errors import DataError, IncompleteReleaseError, ReleaseError
 from tests.cluster_helpers import loopback_cluster

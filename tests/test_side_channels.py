@@ -1,4 +1,4 @@
-"""Engine side channels: add-remove covariance, retries, one-line data errors, the scheduler
+"""The engine at its edges: add-remove covariance, retries, one-line data errors, the scheduler
 address from the environment."""
 
 from __future__ import annotations

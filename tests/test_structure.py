@@ -57,7 +57,7 @@ def test_a_vector_precision_with_directions_is_refused():
 @pytest.mark.parametrize("algorithm", ["equi-modal", "symmetric", "unimodal"])
 def test_standard_directions_plan_without_eigendecompositions(monkeypatch, algorithm):
     """With standard directions the plan's math is diagonal: no eigendecomposition runs (the
-    dense path ran ``eigvalsh`` on m x m matrices hundreds of times: hours at m = 1,024)."""
+    dense path ran ``eigvalsh`` on m x m matrices hundreds of times)."""
     m = 2048
 
     def forbidden(*args, **kwargs):
@@ -116,3 +116,43 @@ def test_diagonal_noise_is_the_dense_noise(algorithm):
     np.testing.assert_allclose(
         plan.released_entry_std(), symmetric_entry_std(plan.row_factor, r), rtol=1e-13
     )
+
+
+def _import_cycles() -> list[list[str]]:
+    """Every import cycle between two modules of mvg_dask, as ``[a, ..., a]`` chains: for each
+    direct import ``a -> b``, the shortest chain back from ``b`` to ``a`` (grimp's graph holds
+    imports inside functions and under ``TYPE_CHECKING`` too)."""
+    grimp = pytest.importorskip("grimp", reason="extra [dev]")
+    graph = grimp.build_graph("mvg_dask")
+    cycles = []
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if not imported.startswith("mvg_dask"):
+                continue
+            back = graph.find_shortest_chain(importer=imported, imported=module)
+            if back is not None:
+                cycles.append([module, *back])
+    return cycles
+
+
+def test_no_import_cycle_in_the_package():
+    """No module of mvg_dask imports, directly or through others, a module that imports it back:
+    the front ends are layers (``cli > xarray > interactive > api``), the experiments' method rows
+    live below the runner and the literature (import-linter's ``acyclic_siblings`` contract
+    in pyproject.toml says the same per package)."""
+    cycles = _import_cycles()
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_accessor_registers_on_import_of_mvg_dask_xarray():
+    """``import mvg_dask.xarray`` registers ``.mvg`` on Datasets and DataArrays; the API module
+    below it imports neither it nor xarray."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mvg_dask.api; assert 'mvg_dask.xarray' not in sys.modules; "
+        "assert 'xarray' not in sys.modules; import mvg_dask.xarray, xarray as xr; "
+        "assert hasattr(xr.Dataset, 'mvg') and hasattr(xr.DataArray, 'mvg')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

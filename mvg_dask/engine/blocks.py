@@ -201,8 +201,8 @@ class Outcome:
 def _serialize_outcome(outcome: Outcome) -> tuple[dict[str, Any], list[Any]]:
     """Dask's serializer for an :class:`Outcome`: its value through dask's own serializers, so
     an ``M x M`` partial Gram matrix travels as raw array frames. Pickled whole, the array was a
-    two-dimensional pickle buffer that the receiver copies: 0.5-0.7 s instead of 0.1-0.3 s to
-    fetch 128 MiB to the client."""
+    two-dimensional pickle buffer that the receiver copies, several times slower to fetch to
+    the client."""
     header, frames = serialize(outcome.value, on_error="raise")
     fields = {"error": outcome.error, "error_type": outcome.error_type, "skipped": outcome.skipped}
     return {"value": header, **fields}, frames
@@ -358,8 +358,8 @@ def add_grams(acc: Outcome, part: Outcome) -> Outcome:
 
     The sum is formed in place, in whichever operand is writeable (a transferred one may be a
     read-only view of a network frame): in a fold each partial has exactly one consumer, this
-    step, and a fresh ``M x M`` array per step costs its page faults (0.17 s at 4,096 features
-    on a two-core machine, against 0.03 s for the addition).
+    step, and a fresh ``M x M`` array per step costs its page faults (several times the
+    addition's own cost at thousands of features).
     """
     for p in (acc, part):
         if p.error is not None:

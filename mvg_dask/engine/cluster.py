@@ -65,9 +65,9 @@ def local_cluster(
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
-            # threads in this process serve small releases, over in about a second: no
-            # dashboard (bokeh takes longer to import than the release takes); the scheduler's
-            # HTTP server stays on a free port
+            # threads in this process serve small releases: no dashboard (importing bokeh
+            # would cost more than such a release); the scheduler's HTTP server stays on a
+            # free port
             scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
             **kwargs,
@@ -136,8 +136,8 @@ def connect(
     cluster_class : type, optional
         The ``KubeCluster`` class (tests inject one that runs on loopback).
     processes : bool, default True
-        The LocalCluster's workers are processes (``False``: threads in this process, which
-        start in milliseconds; for small inputs).
+        The LocalCluster's workers are processes (``False``: threads in this process, for small
+        inputs).
 
     Yields
     ------
@@ -150,24 +150,10 @@ def connect(
         When a given scheduler cannot be reached (never a silent local run instead), or the
         transport would expose a private key (checked before connecting).
     """
-    from mvg_dask.engine.security import check_transport
-
     if cluster == "kubernetes":
-        from mvg_dask.engine.kube import KubernetesError, kube_cluster, load_cluster_options
-
-        if scheduler is not None:
-            raise KubernetesError(
-                "--cluster kubernetes creates its own scheduler: drop --scheduler"
-            )
-        if security is not None:
-            raise KubernetesError(
-                "--cluster kubernetes cannot use TLS (dask-kubernetes' KubeCluster connects over "
-                "tcp:// only): run a DaskJob or DaskCluster with TLS from cluster/ instead"
-            )
-        options = load_cluster_options(cluster_spec)
-        # the operator's scheduler service: plaintext, inside the pod network
-        check_transport(f"tcp://{options.name or 'mvg'}-scheduler:8786", seeded, insecure_transport)
-        with kube_cluster(options, cluster_class=cluster_class) as client:
+        with _kubernetes_client(
+            scheduler, cluster_spec, security, seeded, insecure_transport, cluster_class
+        ) as client:
             yield client
         return
     if cluster != "local":
@@ -176,36 +162,89 @@ def connect(
         raise ReleaseError("--cluster-spec needs --cluster kubernetes")
     address, source = scheduler_address(scheduler)
     if address is not None:
-        from mvg_dask.engine.preflight import probe_scheduler
-
-        check_transport(address, seeded, insecure_transport)
-        probe_scheduler(address, source)  # distributed would retry for the whole timeout
-        try:
-            client = Client(address, timeout=timeout, security=security)
-        except (OSError, TimeoutError) as exc:
-            raise ReleaseError(
-                f"cannot reach the Dask scheduler at {address} (from {source}): "
-                f"{type(exc).__name__}; start it, fix the address, or unset it to run locally"
-            ) from None
-        except Exception as exc:  # something answers on the port, but not a Dask scheduler
-            raise ReleaseError(
-                f"the server at {address} (from {source}) does not speak Dask's protocol "
-                f"({type(exc).__name__}); is it a Dask scheduler's address?"
-            ) from None
-        try:
+        with _remote_client(
+            address, source, security, seeded, insecure_transport, timeout
+        ) as client:
             yield client
-        finally:
-            close_client(client)
         return
     if security is not None:
         raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
-    cluster_ = local_cluster(n_workers, memory_limit=memory_limit, processes=processes)
-    client = Client(cluster_)
+    with _local_client(n_workers, memory_limit, processes) as client:
+        yield client
+
+
+@contextmanager
+def _local_client(
+    n_workers: int | None, memory_limit: str | None, processes: bool
+) -> Iterator[Client]:
+    """:func:`connect` without a scheduler: a new LocalCluster, closed on exit."""
+    cluster = local_cluster(n_workers, memory_limit=memory_limit, processes=processes)
+    client = Client(cluster)
     try:
         yield client
     finally:
         client.close()
-        cluster_.close()
+        cluster.close()
+
+
+@contextmanager
+def _kubernetes_client(
+    scheduler: str | None,
+    cluster_spec: str | Path | None,
+    security: Any,
+    seeded: bool,
+    insecure_transport: bool,
+    cluster_class: Any,
+) -> Iterator[Client]:
+    """:func:`connect` with ``cluster="kubernetes"``: an ephemeral cluster, deleted on exit."""
+    from mvg_dask.engine.kube import KubernetesError, kube_cluster, load_cluster_options
+    from mvg_dask.engine.security import check_transport
+
+    if scheduler is not None:
+        raise KubernetesError("--cluster kubernetes creates its own scheduler: drop --scheduler")
+    if security is not None:
+        raise KubernetesError(
+            "--cluster kubernetes cannot use TLS (dask-kubernetes' KubeCluster connects over "
+            "tcp:// only): run a DaskJob or DaskCluster with TLS from cluster/ instead"
+        )
+    options = load_cluster_options(cluster_spec)
+    # the operator's scheduler service: plaintext, inside the pod network
+    check_transport(f"tcp://{options.name or 'mvg'}-scheduler:8786", seeded, insecure_transport)
+    with kube_cluster(options, cluster_class=cluster_class) as client:
+        yield client
+
+
+@contextmanager
+def _remote_client(
+    address: str,
+    source: str,
+    security: Any,
+    seeded: bool,
+    insecure_transport: bool,
+    timeout: str,
+) -> Iterator[Client]:
+    """:func:`connect` to a running scheduler at ``address`` (named by ``source``)."""
+    from mvg_dask.engine.preflight import probe_scheduler
+    from mvg_dask.engine.security import check_transport
+
+    check_transport(address, seeded, insecure_transport)
+    probe_scheduler(address, source)  # distributed would retry for the whole timeout
+    try:
+        client = Client(address, timeout=timeout, security=security)
+    except (OSError, TimeoutError) as exc:
+        raise ReleaseError(
+            f"cannot reach the Dask scheduler at {address} (from {source}): "
+            f"{type(exc).__name__}; start it, fix the address, or unset it to run locally"
+        ) from None
+    except Exception as exc:  # something answers on the port, but not a Dask scheduler
+        raise ReleaseError(
+            f"the server at {address} (from {source}) does not speak Dask's protocol "
+            f"({type(exc).__name__}); is it a Dask scheduler's address?"
+        ) from None
+    try:
+        yield client
+    finally:
+        close_client(client)
 
 
 def _in_notebook() -> bool:

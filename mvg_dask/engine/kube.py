@@ -147,6 +147,73 @@ _SECURITY_CONTEXT = {
 }
 
 
+def _worker_container(options: ClusterOptions, env: list[dict[str, str]]) -> dict[str, Any]:
+    """The worker container: one single-threaded ``dask worker`` per pod."""
+    return {
+        "name": "worker",
+        "image": options.image,
+        "args": [
+            "dask",
+            "worker",
+            "--name",
+            "$(DASK_WORKER_NAME)",
+            "--nthreads",
+            "1",
+            "--memory-limit",
+            "auto",
+            "--dashboard-address",
+            "8788",
+        ],
+        "env": env,
+        "resources": _resources(options.worker_cpu, options.worker_memory),
+        "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
+        "securityContext": _SECURITY_CONTEXT,
+    }
+
+
+def _scheduler_container(options: ClusterOptions, env: list[dict[str, str]]) -> dict[str, Any]:
+    """The scheduler container, with health probes on its dashboard port."""
+    return {
+        "name": "scheduler",
+        "image": options.image,
+        "args": ["dask", "scheduler", "--host", "0.0.0.0", "--port", "8786"],
+        "env": env,
+        "resources": _resources(options.scheduler_cpu, options.scheduler_memory),
+        "ports": [
+            {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
+            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"port": "http-dashboard", "path": "/health"},
+            "periodSeconds": 2,
+            "timeoutSeconds": 10,
+        },
+        "livenessProbe": {
+            "httpGet": {"port": "http-dashboard", "path": "/health"},
+            "initialDelaySeconds": 15,
+            "periodSeconds": 20,
+        },
+        "securityContext": _SECURITY_CONTEXT,
+    }
+
+
+def _scheduler_service(name: str) -> dict[str, Any]:
+    """The scheduler's ``ClusterIP`` service: its comm and dashboard ports."""
+    return {
+        "type": "ClusterIP",
+        "selector": {
+            "dask.org/cluster-name": name,
+            "dask.org/component": "scheduler",
+        },
+        "ports": [
+            {"name": "tcp-comm", "protocol": "TCP", "port": 8786,
+             "targetPort": "tcp-comm"},
+            {"name": "http-dashboard", "protocol": "TCP", "port": 8787,
+             "targetPort": "http-dashboard"},
+        ],
+    }  # fmt: skip
+
+
 def cluster_spec(name: str, options: ClusterOptions) -> dict[str, Any]:
     """The ``DaskCluster`` resource of an ephemeral release cluster.
 
@@ -172,48 +239,8 @@ def cluster_spec(name: str, options: ClusterOptions) -> dict[str, Any]:
             f"cluster name {name!r}: use at most 40 lowercase letters, digits or '-'"
         )
     env = _env_list({**WORKER_MALLOC_ENV, **options.env})
-    worker = {
-        "name": "worker",
-        "image": options.image,
-        "args": [
-            "dask",
-            "worker",
-            "--name",
-            "$(DASK_WORKER_NAME)",
-            "--nthreads",
-            "1",
-            "--memory-limit",
-            "auto",
-            "--dashboard-address",
-            "8788",
-        ],
-        "env": env,
-        "resources": _resources(options.worker_cpu, options.worker_memory),
-        "ports": [{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
-        "securityContext": _SECURITY_CONTEXT,
-    }
-    scheduler = {
-        "name": "scheduler",
-        "image": options.image,
-        "args": ["dask", "scheduler", "--host", "0.0.0.0", "--port", "8786"],
-        "env": env,
-        "resources": _resources(options.scheduler_cpu, options.scheduler_memory),
-        "ports": [
-            {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
-            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
-        ],
-        "readinessProbe": {
-            "httpGet": {"port": "http-dashboard", "path": "/health"},
-            "periodSeconds": 2,
-            "timeoutSeconds": 10,
-        },
-        "livenessProbe": {
-            "httpGet": {"port": "http-dashboard", "path": "/health"},
-            "initialDelaySeconds": 15,
-            "periodSeconds": 20,
-        },
-        "securityContext": _SECURITY_CONTEXT,
-    }
+    worker = _worker_container(options, env)
+    scheduler = _scheduler_container(options, env)
     if options.env_from_secrets:
         env_from = [{"secretRef": {"name": n}} for n in options.env_from_secrets]
         worker["envFrom"] = scheduler["envFrom"] = env_from
@@ -232,19 +259,7 @@ def cluster_spec(name: str, options: ClusterOptions) -> dict[str, Any]:
             },
             "scheduler": {
                 "spec": {"containers": [scheduler], **pod_extra},
-                "service": {
-                    "type": "ClusterIP",
-                    "selector": {
-                        "dask.org/cluster-name": name,
-                        "dask.org/component": "scheduler",
-                    },
-                    "ports": [
-                        {"name": "tcp-comm", "protocol": "TCP", "port": 8786,
-                         "targetPort": "tcp-comm"},
-                        {"name": "http-dashboard", "protocol": "TCP", "port": 8787,
-                         "targetPort": "http-dashboard"},
-                    ],
-                },
+                "service": _scheduler_service(name),
             },
         },
     }  # fmt: skip

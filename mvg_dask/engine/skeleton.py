@@ -1,8 +1,8 @@
 """Writing an output's skeleton: the Zarr metadata of a dataset and its small variables.
 
 ``Dataset.to_zarr(compute=False)`` makes about three Zarr calls per variable, each a round trip
-to Zarr's event-loop thread and, for a local store, one more to a file-writing thread: 40-60 ms
-of client CPU for a covariance output's eight variables, on a machine whose cores the workers
+to Zarr's event-loop thread and, for a local store, one more to a file-writing thread: client
+CPU for each of a covariance output's eight variables, on a machine whose cores the workers
 are using (the skeleton is written while the Gram pass runs).
 
 :func:`write_skeleton` writes the same files in one batch:

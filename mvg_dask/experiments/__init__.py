@@ -31,14 +31,13 @@ from typing import Final, Protocol
 
 from mvg_dask.experiments.covariance import CovarianceExperiment
 from mvg_dask.experiments.first_pc import FirstPCExperiment
+from mvg_dask.experiments.methods import Evaluation, Method
 from mvg_dask.experiments.regression import RegressionExperiment
 from mvg_dask.experiments.runner import (
     EPSILONS,
     TAUS,
-    Evaluation,
     Experiment,
     ExperimentResult,
-    MethodSpec,
     Row,
     run_experiment,
 )
@@ -54,7 +53,7 @@ __all__ = [
     "ExperimentFactory",
     "ExperimentResult",
     "FirstPCExperiment",
-    "MethodSpec",
+    "Method",
     "RegressionExperiment",
     "Row",
     "run_experiment",

@@ -32,14 +32,14 @@ from mvg_dask.experiments.mechanisms import (
     plan_std_range,
     symmetric_plan,
 )
-from mvg_dask.experiments.runner import (
+from mvg_dask.experiments.methods import (
     Evaluation,
-    MethodSpec,
-    PaperExperiment,
+    Method,
     baseline_methods,
     binary_method,
     reference_methods,
 )
+from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec, covariance_from_identity
 from mvg_dask.plan.lattice import NoiseKind
@@ -50,7 +50,7 @@ _CHUNK: Final = 25
 _ID = "identity query, Alg. 1 (unimodal), s2 = ||w|| = sqrt(21)"
 _IMPORTANT = "LB, ASTV, ALTV"
 
-METHODS: Final[tuple[MethodSpec, ...]] = (
+METHODS: Final[tuple[Method, ...]] = (
     *reference_methods(
         non_private="eigenvectors of the true S",
         random_guess="a uniformly random (Haar) orthonormal basis",
@@ -59,7 +59,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
     binary_method("mgm-udn", _IMPORTANT, f"mgm-udn (MGM Thm. 2), {_ID}"),
     binary_method("mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), entries in [0, 1]"),
     binary_method("exact", _IMPORTANT, f"exact, {_ID}"),
-    MethodSpec(
+    Method(
         key="exact-unbiased",
         label=f"MVG, exact, unbiased S~ (binary: {_IMPORTANT})",
         kind="exact",
@@ -68,7 +68,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         description=f"the exact row's release ({_ID}); the analyst subtracts the known noise "
         "bias: S~ = X~ X~^T / N - Sigma (covariance_from_identity)",
     ),
-    MethodSpec(
+    Method(
         key="exact-covariance",
         label="MVG, exact, covariance query (the product's default)",
         kind="exact",
@@ -189,14 +189,14 @@ class CovarianceExperiment(PaperExperiment):
     def _query_value(self) -> np.ndarray:
         return self.dataset.X
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+    def _plan_errors(self, method: Method, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         if method.key != "exact-unbiased":
             return self._released_errors(released)
         est = np.stack([covariance_from_identity(x, plan) for x in released])
         return residual_sum_of_squares(self.S, principal_axes(est))
 
     def _evaluate_extra(
-        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
+        self, method: Method, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
         """The covariance query released with the product's default exact mechanism."""
         if method.key != "exact-covariance":

@@ -77,9 +77,9 @@ DEFAULT_EPSILONS: Final = (0.1, 0.3, 1.0, 3.0)
 DEFAULT_DELTA: Final = 1e-10
 #: Amin et al. draw one Bingham vector per feature, each after a null-space SVD: O(d^4) work.
 EM_MAX_FEATURES: Final = 100
-#: CoinPress re-reads every record twice per trial (whitened, clipped Gram matrices): 90 s per
-#: trial at d = 500, N = 10^6 on two cores, 10-60 s at d = 100. It runs up to this many
-#: elements (d = 20 at N = 10^6); where it runs it is never the best baseline.
+#: CoinPress re-reads every record twice per trial (whitened, clipped Gram matrices), so a
+#: trial costs O(N d^2) per step. It runs up to this many elements (d = 20 at N = 10^6); where
+#: it runs it is never the best baseline.
 COINPRESS_MAX_ELEMENTS: Final = 20_000_000
 TRACE: Final = 0.5
 SPIKES: Final = (5.0, 4.0, 3.0, 2.0, 1.0)
@@ -90,8 +90,8 @@ PRODUCT: Final = ("mvg", "mvg-psd", "mvg-shrink", "mvg-identity")
 BASELINES: Final = ("gauss", "separate", "adaptive", "coinpress", "amin")
 METHODS: Final = PRODUCT + BASELINES
 #: The product's design per benchmark, fixed in advance (see the module docstring).
-DESIGN: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
-#: The issue's targets: the design's error over the best baseline's.
+DESIGNED_METHOD: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
+#: The targets: the design's error over the best baseline's.
 TARGET: Final[dict[str, float]] = {"spiked": 0.8, "full-rank": 1.0}
 
 
@@ -303,7 +303,7 @@ def run_covariance_bench(
                     mine = _run_setting(data, S, eps, delta, trials, root)
                     rows.extend(mine)
                     if progress is not None:
-                        best = DESIGN[bench]
+                        best = DESIGNED_METHOD[bench]
                         errs = {r.method: r.frobenius for r in mine}
                         base = min(errs[m] for m in BASELINES if m in errs)
                         progress(
@@ -384,7 +384,7 @@ def summary_lines(result: BenchResult) -> list[str]:
         "|---|---:|---:|---:|---|---:|---|---:|---:|---|",
     ]
     for bench, d, n, eps in result.settings():
-        design = DESIGN[bench]
+        design = DESIGNED_METHOD[bench]
         mine = result.value(bench, d, n, eps, design)
         name, base = result.best_baseline(bench, d, n, eps)
         ratio = mine / base
@@ -485,7 +485,7 @@ def _plot(result: BenchResult, path: Path) -> None:
             if all(math.isnan(y) for y in ys):
                 continue
             style = "-" if method in PRODUCT else "--"
-            width = 2.0 if method == DESIGN[bench] else 1.0
+            width = 2.0 if method == DESIGNED_METHOD[bench] else 1.0
             ax.plot(eps, ys, style, marker="o", ms=3, lw=width, label=method)
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -460,55 +460,12 @@ def _why_values(results: Sequence[ExperimentResult]) -> dict[str, object]:
     return values
 
 
-def results_document(
+def _why_sections(
     results: Sequence[ExperimentResult],
-    plot_links: Mapping[str, str],
-    *,
-    command: str,
-    total_seconds: float,
-) -> str:
-    """The whole results document (Markdown), from the templates in ``templates/``.
-
-    Parameters
-    ----------
-    results : sequence of ExperimentResult
-        The three runs.
-    plot_links : mapping of str to str
-        Relative link to each experiment's plot, by experiment name.
-    command : str
-        The command line that produced the run.
-    total_seconds : float
-        Wall-clock time of the whole command.
-
-    Returns
-    -------
-    str
-        Markdown text.
-    """
+) -> list[tuple[str, str, dict[str, object]]]:
+    """The sections of "Why our numbers differ": title, template and the template's own values."""
     by_name = {r.name: r for r in results}
-    values = _why_values(results)
-    basic_table, basic_text = _basic_table(results)
-    sweep_table, sweep_text = _sweep_table(results)
-    parts = [
-        _template(
-            "doc_header",
-            command=command,
-            trials=", ".join(map(str, sorted({r.trials for r in results}))),
-            seeds=", ".join(map(str, sorted({r.seed for r in results}))),
-            seconds=f"{total_seconds:.1f}",
-            cores=os.cpu_count(),
-            epsilon=f"{REFERENCE_EPSILON:g}",
-            summary=_summary_table(results),
-            ratio=f"{PAPER_RATIO_TARGET:g}",
-            basic_table=basic_table,
-            basic_text=basic_text,
-            sweep_table=sweep_table,
-            sweep_text=sweep_text,
-        ),
-        "",
-    ]
-    parts += [experiment_markdown(res, plot_links[res.name], level=2) for res in results]
-    sections: list[tuple[str, str, dict[str, object]]] = [
+    return [
         ("", "why_intro", {}),
         ("1. What the paper's theorems really require", "why_calibration", {}),
         (
@@ -545,8 +502,57 @@ def results_document(
         ),
         ("6. What is not private in this protocol", "why_privacy", {}),
     ]
+
+
+def results_document(
+    results: Sequence[ExperimentResult],
+    plot_links: Mapping[str, str],
+    *,
+    command: str,
+    total_seconds: float,
+) -> str:
+    """The whole results document (Markdown), from the templates in ``templates/``.
+
+    Parameters
+    ----------
+    results : sequence of ExperimentResult
+        The three runs.
+    plot_links : mapping of str to str
+        Relative link to each experiment's plot, by experiment name.
+    command : str
+        The command line that produced the run.
+    total_seconds : float
+        Wall-clock time of the whole command.
+
+    Returns
+    -------
+    str
+        Markdown text.
+    """
+    values = _why_values(results)
+    basic_table, basic_text = _basic_table(results)
+    sweep_table, sweep_text = _sweep_table(results)
+    parts = [
+        _template(
+            "doc_header",
+            command=command,
+            trials=", ".join(map(str, sorted({r.trials for r in results}))),
+            seeds=", ".join(map(str, sorted({r.seed for r in results}))),
+            seconds=f"{total_seconds:.1f}",
+            cores=os.cpu_count(),
+            epsilon=f"{REFERENCE_EPSILON:g}",
+            summary=_summary_table(results),
+            ratio=f"{PAPER_RATIO_TARGET:g}",
+            basic_table=basic_table,
+            basic_text=basic_text,
+            sweep_table=sweep_table,
+            sweep_text=sweep_text,
+        ),
+        "",
+    ]
+    parts += [experiment_markdown(res, plot_links[res.name], level=2) for res in results]
     parts += ["## Why our numbers differ from the paper's", ""]
-    for title, name, extra in sections:
+    for title, name, extra in _why_sections(results):
         if title:
             parts += [f"### {title}", ""]
         parts += [_template(name, **(values | extra)), ""]

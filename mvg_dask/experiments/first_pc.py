@@ -30,14 +30,14 @@ from mvg_dask.experiments.mechanisms import (
     symmetric_plan,
     traceless_noise,
 )
-from mvg_dask.experiments.runner import (
+from mvg_dask.experiments.methods import (
     Evaluation,
-    MethodSpec,
-    PaperExperiment,
+    Method,
     baseline_methods,
     binary_method,
     reference_methods,
 )
+from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, QuerySpec, dp_pca, gram_sensitivity
 from mvg_dask.plan.lattice import NoiseKind
@@ -59,7 +59,7 @@ _IMPORTANT = "ANC0, ANC3"
 _EQUI = "Alg. 2 (equi-modal)"
 _IID = "iid on the 16 entries of S,"
 
-METHODS: Final[tuple[MethodSpec, ...]] = (
+METHODS: Final[tuple[Method, ...]] = (
     *reference_methods(
         non_private="top eigenvector of the true S",
         random_guess="a uniformly random unit vector",
@@ -71,7 +71,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         "mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), unimodal noise, entries of S in [-1, 1]"
     ),
     binary_method("exact", _IMPORTANT, f"exact, {_EQUI}, {_TIGHT_S2}"),
-    MethodSpec(
+    Method(
         key="exact-traceless",
         label="MVG, exact, symmetric on the traceless S (eigenvectors)",
         kind="exact",
@@ -80,7 +80,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         "of S; weighted sensitivity sup Q_r(P(D)) (docs/bounds.md Sec. 9), standard directions, "
         "uniform allocation, r minimising the expected squared error of the release",
     ),
-    MethodSpec(
+    Method(
         key="exact-symmetric",
         label="MVG, exact, symmetric (the product's default)",
         kind="exact",
@@ -95,7 +95,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         classic=f"{_IID} classic sigma, {_TIGHT_S2}",
         analytic=f"{_IID} analytic sigma, {_TIGHT_S2}",
     ),
-    MethodSpec(
+    Method(
         key="analyze-gauss",
         label="Analyze Gauss (Dwork et al. 2014)",
         kind="baseline",
@@ -229,13 +229,13 @@ class FirstPCExperiment(PaperExperiment):
     def _vector_errors(self, vectors: np.ndarray) -> np.ndarray:
         return captured_variance_gap(self.S, vectors)
 
-    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
         """The paper's rows use its own sensitivities; MGM's calibrations add unimodal noise."""
         query = self.paper_query if method.kind == "paper-mvg" else self.query
         return query, "unimodal" if method.kind == "mgm" else "equi-modal"
 
     def _evaluate_extra(
-        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
+        self, method: Method, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
         """Analyze Gauss, and the symmetric mechanisms (the product's default, traceless)."""
         if method.key == "exact-traceless":

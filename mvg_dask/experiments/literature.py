@@ -1,7 +1,7 @@
 """The paper's JL-transform and exponential-mechanism rows: method specs and their evaluation.
 
 Each experiment exposes its raw records (``(N, d)``, one record per row) and how its metric sees a
-batch of synthetic record sets (:meth:`PaperExperiment._synthetic_errors`); this module turns the
+batch of synthetic record sets (:meth:`RecordsExperiment._synthetic_errors`); this module turns the
 three mechanisms of :mod:`mvg_dask.baselines` into rows:
 
 * ``jl``: BBDS's JL transform; its free parameter ``r`` is swept over :data:`JL_PROJECTIONS` and
@@ -16,22 +16,27 @@ three mechanisms of :mod:`mvg_dask.baselines` into rows:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
 
 import numpy as np
 
 from mvg_dask.baselines import blr_candidates, blr_mechanism, jl_transform, ppca
-from mvg_dask.experiments.runner import Evaluation, MethodSpec
+from mvg_dask.experiments.methods import (
+    Evaluation,
+    LiteratureEvaluator,
+    Method,
+    RecordsExperiment,
+)
 from mvg_dask.noise import NoiseKey
-
-if TYPE_CHECKING:
-    from mvg_dask.experiments.runner import PaperExperiment
 
 __all__ = [
     "BLR_CANDIDATES",
     "BLR_GRID",
     "BLR_SIZE",
     "JL_PROJECTIONS",
+    "LITERATURE",
     "LITERATURE_KEYS",
     "blr_method",
     "evaluate_literature",
@@ -45,13 +50,11 @@ JL_PROJECTIONS: Final[tuple[int, ...]] = (8, 32, 128)
 BLR_CANDIDATES: Final = 4096
 BLR_SIZE: Final = 64
 BLR_GRID: Final = 11
-#: Row keys handled here.
-LITERATURE_KEYS: Final = frozenset({"jl", "blr", "ppca"})
 
 
-def jl_method(label: str) -> MethodSpec:
+def jl_method(label: str) -> Method:
     """The JL-transform row, with the paper reference in ``label``."""
-    return MethodSpec(
+    return Method(
         key="jl",
         label=label,
         kind="baseline",
@@ -61,9 +64,9 @@ def jl_method(label: str) -> MethodSpec:
     )
 
 
-def blr_method(label: str) -> MethodSpec:
+def blr_method(label: str) -> Method:
     """The Blum-Ligett-Roth row."""
-    return MethodSpec(
+    return Method(
         key="blr",
         label=label,
         kind="baseline",
@@ -74,9 +77,9 @@ def blr_method(label: str) -> MethodSpec:
     )
 
 
-def ppca_method() -> MethodSpec:
+def ppca_method() -> Method:
     """The PPCA row (Exp. II)."""
-    return MethodSpec(
+    return Method(
         key="ppca",
         label="Exponential: PPCA (Chaudhuri et al. [27])",
         kind="baseline",
@@ -86,13 +89,13 @@ def ppca_method() -> MethodSpec:
     )
 
 
-def _box(exp: PaperExperiment) -> tuple[np.ndarray, np.ndarray]:
+def _box(exp: RecordsExperiment) -> tuple[np.ndarray, np.ndarray]:
     ds = exp.dataset
     return np.asarray(ds.lower, dtype=np.float64), np.asarray(ds.upper, dtype=np.float64)
 
 
 def _jl(
-    exp: PaperExperiment, epsilon: float, delta: float, trials: int, key: NoiseKey
+    exp: RecordsExperiment, epsilon: float, delta: float, trials: int, key: NoiseKey
 ) -> Evaluation:
     lower, upper = _box(exp)
     records = exp.dataset.X.T
@@ -119,7 +122,9 @@ def _jl(
     )
 
 
-def _blr(exp: PaperExperiment, epsilon: float, trials: int, key: NoiseKey) -> Evaluation:
+def _blr(
+    exp: RecordsExperiment, epsilon: float, delta: float, trials: int, key: NoiseKey
+) -> Evaluation:
     lower, upper = _box(exp)
     records = exp.dataset.X.T
     cands = blr_candidates(
@@ -158,7 +163,9 @@ def _blr(exp: PaperExperiment, epsilon: float, trials: int, key: NoiseKey) -> Ev
     )
 
 
-def _ppca(exp: PaperExperiment, epsilon: float, trials: int, key: NoiseKey) -> Evaluation:
+def _ppca(
+    exp: RecordsExperiment, epsilon: float, delta: float, trials: int, key: NoiseKey
+) -> Evaluation:
     lower, upper = _box(exp)
     records = exp.dataset.X.T
     norm = float(np.linalg.norm(np.maximum(np.abs(lower), np.abs(upper))))
@@ -173,9 +180,18 @@ def _ppca(exp: PaperExperiment, epsilon: float, trials: int, key: NoiseKey) -> E
     )
 
 
+#: The literature's rows by key: the runner looks a row up here (``delta`` is used by the JL
+#: transform only).
+LITERATURE: Final[Mapping[str, LiteratureEvaluator]] = MappingProxyType(
+    {"jl": _jl, "blr": _blr, "ppca": _ppca}
+)
+#: Row keys handled here.
+LITERATURE_KEYS: Final = frozenset(LITERATURE)
+
+
 def evaluate_literature(
-    exp: PaperExperiment,
-    method: MethodSpec,
+    exp: RecordsExperiment,
+    method: Method,
     epsilon: float,
     delta: float,
     trials: int,
@@ -185,9 +201,9 @@ def evaluate_literature(
 
     Parameters
     ----------
-    exp : PaperExperiment
+    exp : RecordsExperiment
         The experiment (its records, declared box and metric hooks).
-    method : MethodSpec
+    method : Method
         The row (``method.key`` in :data:`LITERATURE_KEYS`).
     epsilon, delta : float
         Privacy parameters (``delta`` used by the JL transform only).
@@ -201,10 +217,7 @@ def evaluate_literature(
     Evaluation
         Errors and the numbers the report explains them with.
     """
-    if method.key == "jl":
-        return _jl(exp, epsilon, delta, trials, key)
-    if method.key == "blr":
-        return _blr(exp, epsilon, trials, key)
-    if method.key == "ppca":
-        return _ppca(exp, epsilon, trials, key)
-    raise ValueError(f"{exp.name}: unknown method {method.key!r}")
+    evaluator = LITERATURE.get(method.key)
+    if evaluator is None:
+        raise ValueError(f"{exp.name}: unknown method {method.key!r}")
+    return evaluator(exp, epsilon, delta, trials, key)

@@ -42,14 +42,14 @@ from mvg_dask.experiments.mechanisms import (
     plan_std_range,
     release_value,
 )
-from mvg_dask.experiments.runner import (
+from mvg_dask.experiments.methods import (
     Evaluation,
-    MethodSpec,
-    PaperExperiment,
+    Method,
     baseline_methods,
     binary_method,
     reference_methods,
 )
+from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
     AllocationSpec,
@@ -94,13 +94,13 @@ _STARVED: Final = 1e-6
 _ID = "identity query, Alg. 1 (unimodal), s2 = ||w|| = sqrt(6)"
 _IMPORTANT = "ALT, Y"
 
-METHODS: Final[tuple[MethodSpec, ...]] = (
+METHODS: Final[tuple[Method, ...]] = (
     *reference_methods(
         non_private="KRR trained on the true 6 x 248 data",
         random_guess="predictions uniform on the target's declared domain [0, 1]",
     ),
     binary_method("mvg-thm2", _IMPORTANT, f"mvg-thm2 (Thm. 2 + Thm. 5), {_ID}, gamma = sqrt(6 N)"),
-    MethodSpec(
+    Method(
         key="mvg-thm2-dppca",
         label="MVG, Thm. 2 (DP-PCA, max-PNR)",
         kind="paper-mvg",
@@ -111,7 +111,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
     binary_method("mgm-udn", _IMPORTANT, f"mgm-udn (MGM Thm. 2), {_ID}"),
     binary_method("mgm-idn", _IMPORTANT, "mgm-idn (MGM Thm. 3), entries in [0, 1]"),
     binary_method("exact", _IMPORTANT, f"exact (analytic Gaussian on the whitened query), {_ID}"),
-    MethodSpec(
+    Method(
         key="exact-moments",
         label=f"MVG, exact, moments query (binary: {_IMPORTANT}, 1)",
         kind="exact",
@@ -122,7 +122,7 @@ METHODS: Final[tuple[MethodSpec, ...]] = (
         "from the released moments with lambda = 4 x the RMS Frobenius norm of the noise on "
         "the feature covariance (from the plan)",
     ),
-    MethodSpec(
+    Method(
         key="exact-dppca",
         label="MVG, exact (DP-PCA, max-PNR)",
         kind="exact",
@@ -334,7 +334,7 @@ class RegressionExperiment(PaperExperiment):
     def _query_value(self) -> np.ndarray:
         return self.dataset.X
 
-    def _binary_value(self, method: MethodSpec) -> np.ndarray:
+    def _binary_value(self, method: Method) -> np.ndarray:
         if method.key == "exact-moments":
             return self.moments
         return super()._binary_value(method)
@@ -342,17 +342,17 @@ class RegressionExperiment(PaperExperiment):
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         return self.errors(np.swapaxes(records, 1, 2))
 
-    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
         if method.key == "exact-moments":
             return self.moments_query, "symmetric"
         return super()._binary_query(method)
 
-    def _binary_domain(self, method: MethodSpec) -> tuple[BoxDomain, tuple[int, ...]]:
+    def _binary_domain(self, method: Method) -> tuple[BoxDomain, tuple[int, ...]]:
         if method.key == "exact-moments":
             return self.moments_domain, (*self.dataset.important, self.dataset.n_features)
         return super()._binary_domain(method)
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+    def _plan_errors(self, method: Method, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         if method.key != "exact-moments":
             return super()._plan_errors(method, plan, released)
         k = self.target
@@ -361,7 +361,7 @@ class RegressionExperiment(PaperExperiment):
         return moments_ridge_rmse(released, self.test_x, self.test_y, target=k, ridge=ridge)
 
     def _evaluate_extra(
-        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
+        self, method: Method, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
         """The DP-PCA rows: MVG with DP-PCA directions, max-PNR allocation, a plan per trial.
 

@@ -26,13 +26,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import Final, Protocol
 
 import numpy as np
 from scipy import stats
 
 from mvg_dask.baselines import BASELINES, iid_baseline
 from mvg_dask.datasets import PaperDataset
+from mvg_dask.experiments.literature import LITERATURE
 from mvg_dask.experiments.mechanisms import (
     binary_plan,
     iid_implied_epsilon,
@@ -41,10 +42,11 @@ from mvg_dask.experiments.mechanisms import (
     plan_release,
     plan_std_range,
 )
+from mvg_dask.experiments.methods import Evaluation, Method
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec
 from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
-from mvg_dask.privacy.calibration import Algorithm, Calibration
+from mvg_dask.privacy.calibration import Algorithm
 
 __all__ = [
     "CONFIDENCE",
@@ -52,17 +54,11 @@ __all__ = [
     "LATTICE_SETTING",
     "REFERENCE_EPSILON",
     "TAUS",
-    "Evaluation",
     "Experiment",
     "ExperimentResult",
-    "MethodKind",
-    "MethodSpec",
     "PaperExperiment",
     "Row",
-    "baseline_methods",
-    "binary_method",
     "confidence_half_width",
-    "reference_methods",
     "run_experiment",
 ]
 
@@ -80,177 +76,6 @@ LATTICE_SETTING: Final = (
     "whitened query rounded to the grid 2^k plus exact rounded-Gaussian integers, "
     "effective sensitivity charged; covariances summed with depth L = N)"
 )
-
-MethodKind = Literal["reference", "paper-mvg", "mgm", "exact", "baseline"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class MethodSpec:
-    """One row family of a results table.
-
-    Attributes
-    ----------
-    key : str
-        Stable identifier used in CSV files (e.g. ``"mvg-thm2"``, ``"gaussian-analytic"``).
-    label : str
-        Human-readable row label.
-    kind : {"reference", "paper-mvg", "mgm", "exact", "baseline"}
-        ``reference``: non-private and random guess (no epsilon); ``paper-mvg``: MVG with a
-        calibration of the MVG paper; ``mgm``: MVG noise with a calibration of the MGM paper;
-        ``exact``: MVG noise with this project's exact calibration; ``baseline``: a mechanism
-        from the literature at the same ``(epsilon, delta)``.
-    privacy : str
-        The guarantee, e.g. ``"(ε, δ)"`` or ``"ε (δ = 0)"``; ``"-"`` for references.
-    sweep_tau : bool
-        True when the row uses the binary allocation and the best ``tau`` is reported.
-    primary : bool
-        True for the rows with the paper's primary design (binary allocation on the
-        domain-knowledge directions); the targets compare these.
-    calibration : str or None
-        Calibration of the MVG noise (:mod:`mvg_dask.privacy.calibration`); ``None`` for
-        references and baselines.
-    description : str
-        How the row is computed (calibration, noise type, sensitivity, directions).
-    """
-
-    key: str
-    label: str
-    kind: MethodKind
-    privacy: str = "(ε, δ)"
-    sweep_tau: bool = False
-    primary: bool = False
-    calibration: Calibration | None = None
-    description: str = ""
-
-
-def reference_methods(non_private: str, random_guess: str) -> tuple[MethodSpec, MethodSpec]:
-    """The two reference rows (``non-private``, ``random-guess``) with their descriptions."""
-    return (
-        MethodSpec(
-            key="non-private",
-            label="Non-private",
-            kind="reference",
-            privacy="-",
-            description=non_private,
-        ),
-        MethodSpec(
-            key="random-guess",
-            label="Random guess",
-            kind="reference",
-            privacy="-",
-            description=random_guess,
-        ),
-    )
-
-
-#: Label, kind and ``primary`` of the binary-allocation MVG row of each calibration.
-_BINARY: Final[Mapping[Calibration, tuple[str, MethodKind, bool]]] = {
-    "mvg-thm2": ("MVG, Thm. 2", "paper-mvg", True),
-    "mvg-thm3": ("MVG, Thm. 3", "paper-mvg", True),
-    "mgm-udn": ("MGM UDN", "mgm", False),
-    "mgm-idn": ("MGM IDN", "mgm", False),
-    "exact": ("MVG, exact", "exact", True),
-}
-
-
-def binary_method(calibration: Calibration, important: str, description: str) -> MethodSpec:
-    """The MVG row of ``calibration`` with the binary allocation (best ``tau`` of the sweep).
-
-    Parameters
-    ----------
-    calibration : str
-        Calibration, also the row's key.
-    important : str
-        The domain-knowledge features, as printed in the label (e.g. ``"ALT, Y"``).
-    description : str
-        How the row is computed.
-
-    Returns
-    -------
-    MethodSpec
-        The row.
-    """
-    label, kind, primary = _BINARY[calibration]
-    return MethodSpec(
-        key=calibration,
-        label=f"{label} (binary: {important})",
-        kind=kind,
-        sweep_tau=True,
-        primary=primary,
-        calibration=calibration,
-        description=description,
-    )
-
-
-_CLASSIC = "sigma = sqrt(2 ln(1.25/δ)) s2 / ε (proof only for ε < 1)"
-_ANALYTIC = "sigma = s2 / mu*(ε, δ) (Balle & Wang 2018)"
-
-
-def baseline_methods(
-    laplace: str, *, classic: str = _CLASSIC, analytic: str = _ANALYTIC
-) -> tuple[MethodSpec, MethodSpec, MethodSpec]:
-    """The three iid baseline rows (classic and analytic Gaussian, Laplace).
-
-    Parameters
-    ----------
-    laplace : str
-        Description of the Laplace row (its L1 sensitivity).
-    classic, analytic : str, optional
-        Descriptions of the Gaussian rows (by default the identity query's).
-
-    Returns
-    -------
-    tuple of MethodSpec
-        ``gaussian-classic``, ``gaussian-analytic``, ``laplace``.
-    """
-    return (
-        MethodSpec(
-            key="gaussian-classic",
-            label="iid Gaussian, classic",
-            kind="baseline",
-            description=classic,
-        ),
-        MethodSpec(
-            key="gaussian-analytic",
-            label="iid Gaussian, analytic",
-            kind="baseline",
-            description=analytic,
-        ),
-        MethodSpec(
-            key="laplace",
-            label="iid Laplace",
-            kind="baseline",
-            privacy="ε (δ = 0)",
-            description=laplace,
-        ),
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Evaluation:
-    """Errors of one method at one setting over all trials.
-
-    Attributes
-    ----------
-    errors : numpy.ndarray
-        One error per trial, shape ``(trials,)``.
-    noise_std : tuple of float or None
-        Smallest and largest standard deviation of one noise entry on the query output (the
-        median over trials when the plan differs per trial).
-    implied_epsilon : float or None
-        Smallest ``epsilon`` the whole release really has at the same ``delta`` (analytic
-        Gaussian accounting of the whitened mechanism), or ``None`` where not applicable.
-    valid : bool
-        False when the calibration has no proof at this ``epsilon`` (classic Gaussian, eps >= 1).
-    details : Mapping of str to float
-        Extra method-specific numbers for the report (e.g. how many directions max-PNR starves).
-    """
-
-    errors: np.ndarray
-    noise_std: tuple[float, float] | None = None
-    implied_epsilon: float | None = None
-    valid: bool = True
-    details: Mapping[str, float] = field(default_factory=dict)
 
 
 def confidence_half_width(errors: np.ndarray, confidence: float = CONFIDENCE) -> float:
@@ -284,7 +109,7 @@ class Row:
 
     Attributes
     ----------
-    method : MethodSpec
+    method : Method
         The method.
     epsilon, delta : float or None
         Privacy parameters (``None`` for reference rows).
@@ -296,7 +121,7 @@ class Row:
         ``(tau, mean, ci)`` for every swept ``tau`` (empty when not swept).
     """
 
-    method: MethodSpec
+    method: Method
     epsilon: float | None
     delta: float | None
     tau: float | None
@@ -376,9 +201,9 @@ class ExperimentResult:
     noise: NoiseKind = "float"
 
     @property
-    def methods(self) -> tuple[MethodSpec, ...]:
+    def methods(self) -> tuple[Method, ...]:
         """The methods in row order (each once)."""
-        seen: dict[str, MethodSpec] = {}
+        seen: dict[str, Method] = {}
         for r in self.rows:
             seen.setdefault(r.method.key, r.method)
         return tuple(seen.values())
@@ -433,14 +258,14 @@ class Experiment(Protocol):
     title: str
     metric: str
     dataset: PaperDataset
-    methods: tuple[MethodSpec, ...]
+    methods: tuple[Method, ...]
     settings: Mapping[str, str]
     output_range: tuple[float, float]
     noise: NoiseKind
 
     def evaluate(
         self,
-        method: MethodSpec,
+        method: Method,
         epsilon: float | None,
         tau: float | None,
         trials: int,
@@ -492,19 +317,19 @@ class PaperExperiment(ABC):
     def _query_value(self) -> np.ndarray:
         """The true value of :attr:`query`."""
 
-    def _binary_value(self, method: MethodSpec) -> np.ndarray:
+    def _binary_value(self, method: Method) -> np.ndarray:
         """The true value of a binary row's query (by default :meth:`_query_value`)."""
         return self._query_value()
 
-    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
 
-    def _binary_domain(self, method: MethodSpec) -> tuple[BoxDomain, tuple[int, ...]]:
+    def _binary_domain(self, method: Method) -> tuple[BoxDomain, tuple[int, ...]]:
         """The record domain and the domain-knowledge features of a binary row."""
         return self.domain, tuple(self.dataset.important)
 
-    def _plan_errors(self, method: MethodSpec, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+    def _plan_errors(self, method: Method, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         """The errors of a binary MVG row's ``released`` matrices (by default
         :meth:`_released_errors`).
 
@@ -522,18 +347,17 @@ class PaperExperiment(ABC):
         raise NotImplementedError(f"{self.name}: no metric for released vectors")
 
     def _evaluate_extra(
-        self, method: MethodSpec, epsilon: float, delta: float, trials: int, key: NoiseKey
+        self, method: Method, epsilon: float, delta: float, trials: int, key: NoiseKey
     ) -> Evaluation:
         """Run a row that is neither a reference, a binary MVG row nor an iid baseline."""
-        from mvg_dask.experiments.literature import LITERATURE_KEYS, evaluate_literature
-
-        if method.key in LITERATURE_KEYS:
-            return evaluate_literature(self, method, epsilon, delta, trials, key)
-        raise ValueError(f"{self.name}: unknown method {method.key!r}")
+        evaluator = LITERATURE.get(method.key)
+        if evaluator is None:
+            raise ValueError(f"{self.name}: unknown method {method.key!r}")
+        return evaluator(self, epsilon, delta, trials, key)
 
     def evaluate(
         self,
-        method: MethodSpec,
+        method: Method,
         epsilon: float | None,
         tau: float | None,
         trials: int,
@@ -593,6 +417,37 @@ def _best_tau(evaluations: Mapping[float, Evaluation]) -> float:
     return min(sorted(pool), key=lambda t: pool[t])
 
 
+def _epsilon_row(
+    experiment: Experiment,
+    method: Method,
+    epsilon: float,
+    delta: float,
+    taus: Sequence[float],
+    trials: int,
+    key: NoiseKey,
+) -> Row:
+    """The row of ``method`` at ``epsilon``: the best ``tau`` of the sweep where it sweeps."""
+    if not method.sweep_tau:
+        ev = experiment.evaluate(method, epsilon, None, trials, key)
+        return Row(method=method, epsilon=epsilon, delta=delta, tau=None, evaluation=ev)
+    evs = {
+        float(tau): experiment.evaluate(method, epsilon, float(tau), trials, key) for tau in taus
+    }
+    best = _best_tau(evs)
+    sweep = tuple(
+        (tau, float(np.mean(ev.errors)), confidence_half_width(ev.errors))
+        for tau, ev in evs.items()
+    )
+    return Row(
+        method=method,
+        epsilon=epsilon,
+        delta=delta,
+        tau=best,
+        evaluation=evs[best],
+        sweep=sweep,
+    )
+
+
 def run_experiment(
     experiment: Experiment,
     *,
@@ -645,31 +500,7 @@ def run_experiment(
         else:
             for eps in epsilons:
                 key = root.derive(f"{method.key}/epsilon={float(eps)!r}")
-                if method.sweep_tau:
-                    evs = {
-                        float(tau): experiment.evaluate(method, float(eps), float(tau), trials, key)
-                        for tau in taus
-                    }
-                    best = _best_tau(evs)
-                    sweep = tuple(
-                        (tau, float(np.mean(ev.errors)), confidence_half_width(ev.errors))
-                        for tau, ev in evs.items()
-                    )
-                    rows.append(
-                        Row(
-                            method=method,
-                            epsilon=float(eps),
-                            delta=delta,
-                            tau=best,
-                            evaluation=evs[best],
-                            sweep=sweep,
-                        )
-                    )
-                else:
-                    ev = experiment.evaluate(method, float(eps), None, trials, key)
-                    rows.append(
-                        Row(method=method, epsilon=float(eps), delta=delta, tau=None, evaluation=ev)
-                    )
+                rows.append(_epsilon_row(experiment, method, float(eps), delta, taus, trials, key))
         if progress is not None:
             progress(f"[{experiment.name}] {method.key}: done in {time.perf_counter() - t0:.1f} s")
     return ExperimentResult(

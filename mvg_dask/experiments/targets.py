@@ -1,4 +1,4 @@
-"""The issue's two targets at ``epsilon = 1``, checked and explained from the run's own numbers.
+"""The two targets at ``epsilon = 1``, checked and explained from the run's own numbers.
 
 1. The ``exact`` MVG row's error is at most the best valid baseline's at the same
    ``(epsilon, delta)``.

@@ -77,15 +77,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
-if TYPE_CHECKING:
-    from mvg_dask.noise.rng import NoiseKey
+
+class TileKey(Protocol):
+    """What the sampler needs of a :class:`mvg_dask.noise.rng.NoiseKey` (which calls it, so the
+    sampler does not import it back): the keyed generator of a tile."""
+
+    def generator(self, tile: int = 0) -> np.random.Generator:
+        """The AES-CTR generator of tile ``tile``."""
+        ...
+
 
 #: Supported scales: ``2^-16 <= s <= 2^46`` (then ``|K|`` stays far inside int64).
 MIN_SCALE = 2.0**-16
@@ -341,9 +348,9 @@ def _kernel_py(
 _compiled: list[Callable[..., tuple[int, int, int]]] = []
 
 #: The first this many elements a process draws are drawn by :func:`_kernel_py` itself,
-#: uncompiled (about 7 us each): the same bits (IEEE ``+ - *`` and integer operations only, in
-#: the order written), and a small release spends neither numba's import nor the loading of its
-#: compiled code (about 0.5 s). Past it, the compiled kernel draws everything.
+#: uncompiled (slowly): the same bits (IEEE ``+ - *`` and integer operations only, in the
+#: order written), and a small release spends neither numba's import nor the loading of its
+#: compiled code. Past it, the compiled kernel draws everything.
 UNCOMPILED_ELEMENTS = 16_384
 _uncompiled_left = [UNCOMPILED_ELEMENTS]
 
@@ -366,7 +373,7 @@ def _kernel() -> Callable[..., tuple[int, int, int]]:
 class _SideBits:
     """64-bit words of the tile's side stream, read in order."""
 
-    def __init__(self, key: NoiseKey, tile: int) -> None:
+    def __init__(self, key: TileKey, tile: int) -> None:
         bitgen: Any = key.generator(tile).bit_generator  # randomgen.AESCounter
         bitgen.advance(_SIDE_WORDS)
         self._bitgen = bitgen
@@ -480,7 +487,7 @@ class _Stats:
 
 
 def _draw(
-    key: NoiseKey,
+    key: TileKey,
     tile: int,
     shape: tuple[int, ...],
     scale: float,
@@ -556,7 +563,7 @@ def _draw(
 
 
 def tile_rounded_gaussian(
-    key: NoiseKey, tile: int, shape: tuple[int, ...], scale: float
+    key: TileKey, tile: int, shape: tuple[int, ...], scale: float
 ) -> npt.NDArray[np.int64]:
     """Rounded-Gaussian integers of tile ``tile``, drawn whole and in C order.
 

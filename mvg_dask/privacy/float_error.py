@@ -571,6 +571,77 @@ def _low_rank_lambda(whitening: Whitening) -> float:
     return (gamma(3) * inv_a + (gamma(m + k + 2) * beta_max + e_max) * nu) * _UP
 
 
+def _diagonal_covariance_error(
+    whitening: Whitening,
+    a: np.ndarray,
+    C: float,
+    n: int,
+    rho: float,
+    algorithm: str,
+    r: float,
+) -> tuple[float, float]:
+    """:func:`covariance_error_bound`'s ``(E, magnitude)`` for diagonal whitening (``O(m)``)."""
+    s = whitening.scales()
+    b = s * a
+    b2 = b * b
+    S_d = min(float(np.sum(b2)), C * C * float(s.max()) ** 2)
+    if algorithm == "unimodal":
+        out = gamma(n + 3) * rho * math.sqrt(S_d) * C
+        mag = rho * math.sqrt(S_d) * C
+    elif algorithm == "equi-modal":
+        out = gamma(n + 6) * rho * S_d
+        mag = rho * S_d
+    else:
+        sum2, sum4 = float(np.sum(b2)), float(np.sum(b2 * b2))
+        off = max(sum2 * sum2 - sum4, 0.0) / 2.0
+        rank_one = rho * math.sqrt(gamma(n + 6) ** 2 * sum4 + gamma(n + 9) ** 2 * off / r)
+        out = min(rank_one, gamma(n + 9) * rho * S_d)
+        mag = rho * S_d
+    return out, mag
+
+
+def _dense_covariance_error(
+    whitening: Whitening, a: np.ndarray, C: float, n: int, rho: float, algorithm: str
+) -> tuple[float, float]:
+    """:func:`covariance_error_bound`'s ``(E, magnitude)`` for dense whitening (``O(m^2)``)."""
+    g3 = gamma(3)
+    P = np.abs(whitening.dense_factor())
+    m = P.shape[0]
+    phi, inv_norm, p_norm = whitening.dense_constants()
+    abs_p = _abs_two_norm(P)
+    sup_p = min(_frob(P @ a) * _UP, abs_p * C)  # sup || |P| |x| ||
+    if algorithm != "unimodal":
+        e_f = gamma(2 * m + n) * rho * sup_p**2 + phi * (inv_norm + p_norm) * rho * C * C
+        g_f = rho * min(inv_norm * C, sup_p + phi * C) ** 2
+        out = e_f if algorithm == "equi-modal" else (1 + g3) * e_f + g3 * g_f
+    else:
+        out = gamma(m + n) * rho * sup_p * C + phi * rho * C * C
+    mag = rho * abs_p**2 * C * C
+    return out, mag
+
+
+def _low_rank_covariance_error(
+    whitening: Whitening, C: float, n: int, rho: float, algorithm: str, r: float
+) -> tuple[float, float]:
+    """:func:`covariance_error_bound`'s ``(E, magnitude)`` for low-rank whitening (``O(mk)``)."""
+    g3 = gamma(3)
+    const = whitening.low_rank_constants()
+    lam = _low_rank_lambda(whitening)
+    inv_t, phi, inv = float(const["inv_tilde"]), float(const["phi"]), float(const["inv"])
+    f_norm = rho * C * C
+    f_err = gamma(n) * f_norm
+    e1 = lam * (f_norm + f_err) + inv_t * f_err + phi * f_norm
+    if algorithm == "unimodal":
+        return e1, inv * f_norm + e1
+    y_norm = inv * f_norm
+    e_f = lam * (y_norm + e1) + inv_t * e1 + phi * y_norm
+    g_f = inv * inv * f_norm
+    # g_hat is not exactly symmetric here: its upper triangle weighs up to max(1, 1/r)
+    sym = math.sqrt(max(1.0, 1.0 / r))
+    out = e_f if algorithm == "equi-modal" else sym * ((1 + g3) * e_f + g3 * g_f)
+    return out, g_f + e_f
+
+
 def covariance_error_bound(
     abs_max: np.ndarray,
     records: int,
@@ -630,7 +701,6 @@ def covariance_error_bound(
     """
     if algorithm not in ("symmetric", "equi-modal", "unimodal"):
         raise ValueError(f"unknown algorithm {algorithm!r}")
-    two_sided = algorithm != "unimodal"
     r = _check_ratio(ratio) if algorithm == "symmetric" else 1.0
     a = np.abs(np.asarray(abs_max, dtype=np.float64)).reshape(-1)
     C = _norm_max(a, norm_max)
@@ -638,55 +708,12 @@ def covariance_error_bound(
     rho = float(records) / float(normaliser) * _UP
     if float(records) * float(a.max(initial=0.0)) ** 2 > _OVERFLOW:
         return math.inf
-    g3 = gamma(3)
     if whitening.kind == "diagonal":
-        s = whitening.scales()
-        b = s * a
-        b2 = b * b
-        S_d = min(float(np.sum(b2)), C * C * float(s.max()) ** 2)
-        if not two_sided:
-            out = gamma(n + 3) * rho * math.sqrt(S_d) * C
-            mag = rho * math.sqrt(S_d) * C
-        elif algorithm == "equi-modal":
-            out = gamma(n + 6) * rho * S_d
-            mag = rho * S_d
-        else:
-            sum2, sum4 = float(np.sum(b2)), float(np.sum(b2 * b2))
-            off = max(sum2 * sum2 - sum4, 0.0) / 2.0
-            rank_one = rho * math.sqrt(gamma(n + 6) ** 2 * sum4 + gamma(n + 9) ** 2 * off / r)
-            out = min(rank_one, gamma(n + 9) * rho * S_d)
-            mag = rho * S_d
+        out, mag = _diagonal_covariance_error(whitening, a, C, n, rho, algorithm, r)
     elif whitening.kind == "dense":
-        P = np.abs(whitening.dense_factor())
-        m = P.shape[0]
-        phi, inv_norm, p_norm = whitening.dense_constants()
-        abs_p = _abs_two_norm(P)
-        sup_p = min(_frob(P @ a) * _UP, abs_p * C)  # sup || |P| |x| ||
-        if two_sided:
-            e_f = gamma(2 * m + n) * rho * sup_p**2 + phi * (inv_norm + p_norm) * rho * C * C
-            g_f = rho * min(inv_norm * C, sup_p + phi * C) ** 2
-            out = e_f if algorithm == "equi-modal" else (1 + g3) * e_f + g3 * g_f
-        else:
-            out = gamma(m + n) * rho * sup_p * C + phi * rho * C * C
-        mag = rho * abs_p**2 * C * C
+        out, mag = _dense_covariance_error(whitening, a, C, n, rho, algorithm)
     else:
-        const = whitening.low_rank_constants()
-        lam = _low_rank_lambda(whitening)
-        inv_t, phi, inv = float(const["inv_tilde"]), float(const["phi"]), float(const["inv"])
-        f_norm = rho * C * C
-        f_err = gamma(n) * f_norm
-        e1 = lam * (f_norm + f_err) + inv_t * f_err + phi * f_norm
-        if two_sided:
-            y_norm = inv * f_norm
-            e_f = lam * (y_norm + e1) + inv_t * e1 + phi * y_norm
-            g_f = inv * inv * f_norm
-            # g_hat is not exactly symmetric here: its upper triangle weighs up to max(1, 1/r)
-            sym = math.sqrt(max(1.0, 1.0 / r))
-            out = e_f if algorithm == "equi-modal" else sym * ((1 + g3) * e_f + g3 * g_f)
-            mag = g_f + e_f
-        else:
-            out = e1
-            mag = inv * f_norm + e1
+        out, mag = _low_rank_covariance_error(whitening, C, n, rho, algorithm, r)
     if not math.isfinite(out) or mag > _OVERFLOW:
         return math.inf
     return out * _UP

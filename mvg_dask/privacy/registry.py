@@ -535,6 +535,79 @@ def compatible_calibrations(
     )
 
 
+def _check_query(
+    rule: CalibrationRule,
+    alg: Algorithm,
+    query_kind: str,
+    *,
+    psd: bool,
+    square: bool,
+    symmetric: bool,
+    others: Callable[[], str],
+) -> None:
+    """:func:`check_compatible`'s rules on the query: PSD, square, symmetric."""
+    req = rule.requires
+    if req.psd_query and not psd:
+        raise CompatibilityError(
+            "calibration",
+            f"{rule.label} holds only for symmetric PSD queries, and the {query_kind} query is "
+            f"not one: use {others()}",
+        )
+    if req.square_query and not square:
+        raise CompatibilityError(
+            "calibration",
+            f"{rule.label} needs a square query, and the {query_kind} query is not square: "
+            f"use {others()}",
+        )
+    if alg == "symmetric" and not (square and symmetric):
+        raise CompatibilityError(
+            "algorithm",
+            f"symmetric noise (A S A^T, S symmetric) needs a symmetric query, and the "
+            f"{query_kind} query is not symmetric: use algorithm: unimodal",
+        )
+
+
+def _check_noise(
+    rule: CalibrationRule,
+    alg: Algorithm,
+    query_kind: str,
+    *,
+    square: bool,
+    standard_directions: bool,
+    others: Callable[[], str],
+) -> None:
+    """:func:`check_compatible`'s rules on the noise: its algorithm and its directions."""
+    req = rule.requires
+    if alg == "symmetric" and not req.covers(alg):
+        raise CompatibilityError(
+            "algorithm",
+            f"{rule.label} does not cover symmetric noise (A S A^T): use calibration exact, or "
+            "algorithm: equi-modal",
+        )
+    if alg == "equi-modal" and not square:
+        remedy = "use algorithm: unimodal"
+        if "unimodal" not in req.algorithms:
+            remedy += f" and {others()}"
+        raise CompatibilityError(
+            "algorithm",
+            f"{EQUI_MODAL_NEEDS_SQUARE}, and the {query_kind} query is not square: {remedy}",
+        )
+    if not req.covers(alg):
+        needed = req.algorithms[0]
+        psi = "Psi = I" if needed == "unimodal" else "Psi = Sigma"
+        raise CompatibilityError(
+            "algorithm",
+            f"{rule.label} is for {needed} noise only ({psi}): use algorithm: {needed}, "
+            f"or {others()}",
+        )
+    if req.standard_directions and not standard_directions:
+        raise CompatibilityError(
+            "directions",
+            f"{rule.label} needs independent noise per row (diagonal U_1): use directions: "
+            f"standard, or {others()}",
+        )
+
+
 def check_compatible(
     calibration: str,
     algorithm: str,
@@ -584,7 +657,6 @@ def check_compatible(
             "algorithm", f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}"
         )
     alg: Algorithm = algorithm
-    req = rule.requires
     # with a non-square query only unimodal noise is possible: remedies are named for it
     feasible: Algorithm = alg if square else "unimodal"
 
@@ -601,50 +673,13 @@ def check_compatible(
         alternatives = f"calibration {_join([n for n in names if n != rule.name])}"
         return alternatives if feasible == alg else f"{alternatives} with algorithm: {feasible}"
 
-    if req.psd_query and not psd:
-        raise CompatibilityError(
-            "calibration",
-            f"{rule.label} holds only for symmetric PSD queries, and the {query_kind} query is "
-            f"not one: use {others()}",
-        )
-    if req.square_query and not square:
-        raise CompatibilityError(
-            "calibration",
-            f"{rule.label} needs a square query, and the {query_kind} query is not square: "
-            f"use {others()}",
-        )
-    if alg == "symmetric" and not (square and sym):
-        raise CompatibilityError(
-            "algorithm",
-            f"symmetric noise (A S A^T, S symmetric) needs a symmetric query, and the "
-            f"{query_kind} query is not symmetric: use algorithm: unimodal",
-        )
-    if alg == "symmetric" and not req.covers(alg):
-        raise CompatibilityError(
-            "algorithm",
-            f"{rule.label} does not cover symmetric noise (A S A^T): use calibration exact, or "
-            "algorithm: equi-modal",
-        )
-    if alg == "equi-modal" and not square:
-        remedy = "use algorithm: unimodal"
-        if "unimodal" not in req.algorithms:
-            remedy += f" and {others()}"
-        raise CompatibilityError(
-            "algorithm",
-            f"{EQUI_MODAL_NEEDS_SQUARE}, and the {query_kind} query is not square: {remedy}",
-        )
-    if not req.covers(alg):
-        needed = req.algorithms[0]
-        psi = "Psi = I" if needed == "unimodal" else "Psi = Sigma"
-        raise CompatibilityError(
-            "algorithm",
-            f"{rule.label} is for {needed} noise only ({psi}): use algorithm: {needed}, "
-            f"or {others()}",
-        )
-    if req.standard_directions and not standard_directions:
-        raise CompatibilityError(
-            "directions",
-            f"{rule.label} needs independent noise per row (diagonal U_1): use directions: "
-            f"standard, or {others()}",
-        )
+    _check_query(rule, alg, query_kind, psd=psd, square=square, symmetric=sym, others=others)
+    _check_noise(
+        rule,
+        alg,
+        query_kind,
+        square=square,
+        standard_directions=standard_directions,
+        others=others,
+    )
     return rule

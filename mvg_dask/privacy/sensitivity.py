@@ -7,7 +7,7 @@ All bounds are valid *upper* bounds; the tests check each against a brute-force 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -347,27 +347,42 @@ def traceless_box_sup(
     corners = ((np.arange(2 ** (dims - 1))[:, None] >> np.arange(dims - 1)) & 1).astype(bool)
     best = 0.0
     for k in range(dims):
-        rest = [i for i in range(dims) if i != k]
-        z = np.empty((corners.shape[0], dims))
-        z[:, rest] = np.where(corners, hi_z[rest], lo_z[rest])
-        # G along the edge is q(t) = g0 + g1 t + g2 t^2 for t in [lo_k, hi_k]: three exact samples
-        t0, t1 = lo_z[k], hi_z[k]
-        vals = []
-        for t in (t0, t1):
-            z[:, k] = t
-            vals.append(g(z))
-        best = max(best, float(np.max(vals[0])), float(np.max(vals[1])))
-        if t1 > t0:
-            z[:, k] = 0.5 * (t0 + t1)
-            mid = g(z)
-            h = 0.5 * (t1 - t0)
-            g2 = (vals[0] + vals[1] - 2.0 * mid) / (2.0 * h * h)  # curvature / 2
-            g1 = (vals[1] - vals[0]) / (2.0 * h)  # slope at the midpoint
-            inner = (g2 < 0) & (np.abs(g1) < -2.0 * g2 * h)  # concave, vertex inside
-            if np.any(inner):
-                peak = mid[inner] - g1[inner] ** 2 / (4.0 * g2[inner])
-                best = max(best, float(np.max(peak)))
+        best = _edge_sup(g, corners, lo_z, hi_z, k, best)
     return float(best)
+
+
+def _edge_sup(
+    g: Callable[[np.ndarray], np.ndarray],
+    corners: np.ndarray,
+    lo_z: np.ndarray,
+    hi_z: np.ndarray,
+    k: int,
+    best: float,
+) -> float:
+    """:func:`traceless_box_sup` along the box edges in direction ``k`` (``corners``: the other
+    coordinates' ends): the larger of ``best`` and the exact maximum of ``g`` on those edges."""
+    dims = lo_z.size
+    rest = [i for i in range(dims) if i != k]
+    z = np.empty((corners.shape[0], dims))
+    z[:, rest] = np.where(corners, hi_z[rest], lo_z[rest])
+    # G along the edge is q(t) = g0 + g1 t + g2 t^2 for t in [lo_k, hi_k]: three exact samples
+    t0, t1 = lo_z[k], hi_z[k]
+    vals = []
+    for t in (t0, t1):
+        z[:, k] = t
+        vals.append(g(z))
+    best = max(best, float(np.max(vals[0])), float(np.max(vals[1])))
+    if t1 > t0:
+        z[:, k] = 0.5 * (t0 + t1)
+        mid = g(z)
+        h = 0.5 * (t1 - t0)
+        g2 = (vals[0] + vals[1] - 2.0 * mid) / (2.0 * h * h)  # curvature / 2
+        g1 = (vals[1] - vals[0]) / (2.0 * h)  # slope at the midpoint
+        inner = (g2 < 0) & (np.abs(g1) < -2.0 * g2 * h)  # concave, vertex inside
+        if np.any(inner):
+            peak = mid[inner] - g1[inner] ** 2 / (4.0 * g2[inner])
+            best = max(best, float(np.max(peak)))
+    return best
 
 
 def box_linear_range(
