@@ -42,7 +42,7 @@ from mvg_dask.experiments.mechanisms import (
     plan_std_range,
 )
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec
+from mvg_dask.plan import BoxDomain, MatrixQuery, NoisePlan
 from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 
@@ -461,7 +461,7 @@ class PaperExperiment(ABC):
 
     name: str
     dataset: PaperDataset
-    query: QuerySpec
+    query: MatrixQuery
     domain: BoxDomain
     #: The noise of the MVG rows built on a plan: ``float`` or ``lattice``.
     noise: NoiseKind = "float"
@@ -496,7 +496,7 @@ class PaperExperiment(ABC):
         """The true value of a binary row's query (by default :meth:`_query_value`)."""
         return self._query_value()
 
-    def _binary_query(self, method: MethodSpec) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: MethodSpec) -> tuple[MatrixQuery, Algorithm]:
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
 
