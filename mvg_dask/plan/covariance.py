@@ -17,7 +17,6 @@ follows scipy's ``scipy.stats.Covariance`` (one class per representation, one in
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -30,6 +29,7 @@ __all__ = [
     "CovarianceKind",
     "Dense",
     "Diagonal",
+    "EntryLaw",
     "LowRank",
     "NoiseCovariance",
     "PrecisionForm",
@@ -44,6 +44,24 @@ CovarianceKind = Literal["diagonal", "low-rank", "dense"]
 PrecisionForm = tuple["np.ndarray | LowRankPrecision", "np.ndarray | None"]
 #: ``(min, max)`` of the entry stds on the diagonal and off it (``None``: a non-square output).
 StdRanges = tuple[tuple[float, float], tuple[float, float] | None]
+
+
+@dataclass(frozen=True)
+class EntryLaw:
+    """How the variance of each noise entry follows from ``Sigma`` (docs/bounds.md, Sec. 1).
+
+    Attributes
+    ----------
+    form : {"rows", "outer", "symmetric"}
+        ``rows``: noise on the rows only (``Var Z_kl = Sigma_kk``, every column alike);
+        ``outer``: ``Sigma`` on both sides (``Var Z_kl = Sigma_kk Sigma_ll``); ``symmetric``:
+        ``B S B^T`` with off-diagonal ratio ``ratio``.
+    ratio : float or None
+        ``r`` of the symmetric form.
+    """
+
+    form: Literal["rows", "outer", "symmetric"]
+    ratio: float | None = None
 
 
 def symmetric_entry_std(factor: np.ndarray, ratio: float) -> np.ndarray:
@@ -158,26 +176,35 @@ class NoiseCovariance(ABC):
             return np.asarray(np.sqrt(0.5 * (np.outer(d, d) + Sigma * Sigma)))
         return symmetric_entry_std(self.factor(), ratio)
 
-    def std_ranges(
-        self,
-        std: Callable[[], np.ndarray],
-        *,
-        algorithm: str,
-        ratio: float | None,
-        shape: tuple[int, int],
-        square: bool,
-    ) -> StdRanges:
-        """``(min, max)`` of the entry stds ``std()`` on the diagonal (every entry of a
-        non-square output) and off it.
+    def entry_std(self, law: EntryLaw) -> np.ndarray:
+        """Standard deviation of each noise entry under ``law``: ``m x 1`` (``rows``, every
+        column alike) or ``m x m``.
 
         Parameters
         ----------
-        std : callable
-            The released entry stds (``m x n``, or ``m x 1`` for unimodal noise).
-        algorithm : str
-            Noise type.
-        ratio : float or None
-            ``r`` of the published noise (``None``: not symmetric).
+        law : EntryLaw
+            How the entries' variances follow from ``Sigma``.
+
+        Returns
+        -------
+        ndarray
+            The standard deviations.
+        """
+        if law.form == "symmetric":
+            return self.symmetric_std(float(law.ratio or 0.5))
+        d = self.diag()
+        if law.form == "outer":
+            return np.asarray(np.sqrt(np.outer(d, d)))
+        return np.asarray(np.sqrt(d)[:, None])
+
+    def std_ranges(self, law: EntryLaw, shape: tuple[int, int], *, square: bool) -> StdRanges:
+        """``(min, max)`` of :meth:`entry_std` on the diagonal (every entry of a non-square
+        output) and off it (``None`` for a non-square output).
+
+        Parameters
+        ----------
+        law : EntryLaw
+            How the entries' variances follow from ``Sigma``.
         shape : tuple of int
             Output shape.
         square : bool
@@ -189,7 +216,7 @@ class NoiseCovariance(ABC):
             ``((lo, hi), (lo, hi) or None)``.
         """
         m, n = shape
-        values = np.broadcast_to(std(), (m, n) if square else (m, 1))
+        values = np.broadcast_to(self.entry_std(law), (m, n) if square else (m, 1))
         if not square:
             return (float(values.min()), float(values.max())), None
         on, off = np.diag(values), values[~np.eye(m, dtype=bool)]
@@ -251,23 +278,15 @@ class Diagonal(NoiseCovariance):
         np.fill_diagonal(var, v * v)
         return np.asarray(np.sqrt(var))
 
-    def std_ranges(
-        self,
-        std: Callable[[], np.ndarray],
-        *,
-        algorithm: str,
-        ratio: float | None,
-        shape: tuple[int, int],
-        square: bool,
-    ) -> StdRanges:
-        """In O(m log m): stds ``v_i`` on the diagonal and ``sqrt(r v_i v_j)`` off it (symmetric
-        noise and the symmetrised equi-modal noise), ``sqrt(v_i v_j)`` (equi-modal noise on a
-        non-symmetric query) or ``sqrt(v_i)`` (unimodal noise)."""
+    def std_ranges(self, law: EntryLaw, shape: tuple[int, int], *, square: bool) -> StdRanges:
+        """:meth:`NoiseCovariance.std_ranges` in O(m log m), the closed form of
+        :meth:`entry_std`: ``v_i`` on the diagonal and ``sqrt(r v_i v_j)`` off it (``symmetric``;
+        ``r = 1`` for ``outer``), or ``sqrt(v_i)`` everywhere (``rows``)."""
         v = np.sort(np.asarray(self.variances, dtype=np.float64))
-        if algorithm == "unimodal":
+        if law.form == "rows":
             rows = (float(np.sqrt(v[0])), float(np.sqrt(v[-1])))
             return rows, (rows if square else None)
-        factor = 1.0 if ratio is None else float(ratio)
+        factor = 1.0 if law.form == "outer" else float(law.ratio or 0.5)
         diag = (float(v[0]), float(v[-1]))
         if not square:
             return diag, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -171,6 +172,17 @@ class Directions:
             return False
         W = self.matrix
         return bool(np.all(np.diagonal(W) == 1.0) and np.count_nonzero(W) == W.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (a noise plan's ``directions``; the standard basis is not
+        written out)."""
+        eig = self.eigenvalues
+        return {
+            "method": self.method,
+            "important": list(self.important),
+            "matrix": None if self.is_standard else self.matrix.tolist(),
+            "eigenvalues": None if eig is None else np.asarray(eig).tolist(),
+        }
 
     @property
     def covariance_kind(self) -> CovarianceKind:

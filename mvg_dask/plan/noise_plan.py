@@ -31,7 +31,7 @@ from mvg_dask.plan.budget import (
     resolve_allocation,
     share_budget,
 )
-from mvg_dask.plan.covariance import NoiseCovariance, StdRanges, symmetric_entry_std
+from mvg_dask.plan.covariance import EntryLaw, NoiseCovariance, StdRanges, symmetric_entry_std
 from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import (
     NEIGHBOURS,
@@ -265,6 +265,19 @@ class NoisePlan:
         :func:`~mvg_dask.plan.low_rank.low_rank_factor`)."""
         return self.covariance.factor()
 
+    def entry_law(self, *, released: bool = False) -> EntryLaw:
+        """How each noise entry's variance follows from ``Sigma``: unimodal noise on the rows,
+        equi-modal noise on both sides, symmetric noise ``B S B^T`` with the plan's ratio. The
+        noise a release publishes (``released``) differs for equi-modal noise on a symmetric
+        query, which the engine symmetrises (``(Z + Z^T) / 2``: symmetric with ``r = 1/2``,
+        :attr:`output_symmetric_ratio`)."""
+        if self.algorithm == "symmetric":
+            return EntryLaw("symmetric", self.symmetric_ratio)
+        r = self.output_symmetric_ratio
+        if self.algorithm == "equi-modal":
+            return EntryLaw("symmetric", r) if released and r is not None else EntryLaw("outer")
+        return EntryLaw("rows")
+
     def entry_std(self) -> np.ndarray:
         """Standard deviation of each noise entry of the ``m x n`` output (``m x n'`` view).
 
@@ -273,12 +286,7 @@ class NoisePlan:
         (``B = W diag(sqrt(v))``): ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) +
         (1 - 2r) sum_i B_ki^2 B_li^2`` (docs/bounds.md, Sec. 1).
         """
-        if self.algorithm == "symmetric":
-            return self.covariance.symmetric_std(float(self.symmetric_ratio or 0.5))
-        d = self.covariance.diag()
-        if self.algorithm == "equi-modal":
-            return np.asarray(np.sqrt(np.outer(d, d)))
-        return np.asarray(np.sqrt(d)[:, None])
+        return self.covariance.entry_std(self.entry_law())
 
     def draw(self, key: NoiseKey, *, tile: int = TILE_RECORDS) -> np.ndarray:
         """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
@@ -312,16 +320,14 @@ class NoisePlan:
         return matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
 
     def released_entry_std(self) -> np.ndarray:
-        """Standard deviation of each entry of the noise a release publishes: the one accuracy
-        rule (the dry run's ranges, :meth:`released_std_ranges`, come from it).
+        """Standard deviation of each entry of the noise a release publishes: the accuracy of a
+        released entry, the one rule the dry run, the accessor and the results use
+        (:meth:`released_std_ranges` is its range).
 
         Equal to :meth:`entry_std` except for equi-modal noise on a symmetric query, which the
         engine symmetrises (``(Z + Z^T) / 2``: :attr:`output_symmetric_ratio` ``= 1/2``).
         """
-        r = self.output_symmetric_ratio
-        if self.algorithm == "equi-modal" and r is not None:
-            return self.covariance.symmetric_std(r)
-        return self.entry_std()
+        return self.covariance.entry_std(self.entry_law(released=True))
 
     def released_std_ranges(self) -> StdRanges:
         """``(min, max)`` of :meth:`released_entry_std` on the diagonal (every entry of a
@@ -329,13 +335,7 @@ class NoisePlan:
         directions (:meth:`~mvg_dask.plan.covariance.Diagonal.std_ranges`)."""
         m, n = self.shape
         square = not self.query.per_record_columns and m == n and m > 1
-        return self.covariance.std_ranges(
-            self.released_entry_std,
-            algorithm=self.algorithm,
-            ratio=self.output_symmetric_ratio,
-            shape=(m, n),
-            square=square,
-        )
+        return self.covariance.std_ranges(self.entry_law(released=True), (m, n), square=square)
 
     @property
     def release_sensitivity(self) -> float:
@@ -393,16 +393,7 @@ class NoisePlan:
             **({} if self.symmetric_ratio is None else {"symmetric_ratio": self.symmetric_ratio}),
             "noise": self.noise,
             **self._lattice_dict(),
-            "directions": {
-                "method": self.directions.method,
-                "important": list(self.directions.important),
-                "matrix": None if self.covariance.diagonal else self.directions.matrix.tolist(),
-                "eigenvalues": (
-                    None
-                    if self.directions.eigenvalues is None
-                    else np.asarray(self.directions.eigenvalues).tolist()
-                ),
-            },
+            "directions": self.directions.to_dict(),
             "allocation": {**self.allocation.to_dict(), "theta": self.theta.tolist()},
             "composition": self.split.to_dict(),
         }
@@ -425,37 +416,40 @@ class NoisePlan:
 
     def summary(self) -> str:
         """A few human-readable lines."""
-        m, n = self.shape
-        std = np.sqrt(self.row_variances)
-        lines = [
-            f"MVG noise plan: {self.query.kind} query {m}x{n}, {self.algorithm} noise, "
-            f"calibration {self.calibration}",
-            f"  privacy: epsilon={self.epsilon:g}, delta={self.delta:g} ({self.neighbours}); "
-            f"s2={self.sensitivity:.6g}, Delta_M={self.mahalanobis_sensitivity:.6g}",
-            f"  noise std along directions: min {std.min():.4g}, max {std.max():.4g}",
-        ]
-        if self.precision_budget is not None:
-            lines.append(f"  precision budget ({self.budget_kind}): {self.precision_budget:.6g}")
-        if self.symmetric_ratio is not None:
-            lines.append(
-                f"  symmetric noise A S A^T: off-diagonal / diagonal variance r = "
-                f"{self.symmetric_ratio:.6g}"
-            )
-        elif self.output_symmetric_ratio is not None:
-            lines.append("  published symmetrised: (Z + Z^T) / 2, i.e. A S A^T with r = 0.5")
-        if self.lattice is not None:
-            lines.append("  " + self.lattice.summary())
-        else:
-            lines.append(
-                "  float noise: drawn and added in floating point (not floating-point safe)"
-            )
-        return "\n".join(lines)
+        return "\n".join(_summary_lines(self))
 
     def __repr__(self) -> str:
         return self.summary()
 
     def _repr_html_(self) -> str:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def _summary_lines(plan: NoisePlan) -> list[str]:
+    """The lines of :meth:`NoisePlan.summary`."""
+    m, n = plan.shape
+    std = np.sqrt(plan.row_variances)
+    lines = [
+        f"MVG noise plan: {plan.query.kind} query {m}x{n}, {plan.algorithm} noise, "
+        f"calibration {plan.calibration}",
+        f"  privacy: epsilon={plan.epsilon:g}, delta={plan.delta:g} ({plan.neighbours}); "
+        f"s2={plan.sensitivity:.6g}, Delta_M={plan.mahalanobis_sensitivity:.6g}",
+        f"  noise std along directions: min {std.min():.4g}, max {std.max():.4g}",
+    ]
+    if plan.precision_budget is not None:
+        lines.append(f"  precision budget ({plan.budget_kind}): {plan.precision_budget:.6g}")
+    if plan.symmetric_ratio is not None:
+        lines.append(
+            f"  symmetric noise A S A^T: off-diagonal / diagonal variance r = "
+            f"{plan.symmetric_ratio:.6g}"
+        )
+    elif plan.output_symmetric_ratio is not None:
+        lines.append("  published symmetrised: (Z + Z^T) / 2, i.e. A S A^T with r = 0.5")
+    if plan.lattice is not None:
+        lines.append("  " + plan.lattice.summary())
+    else:
+        lines.append("  float noise: drawn and added in floating point (not floating-point safe)")
+    return lines
 
 
 def build_noise_plan(

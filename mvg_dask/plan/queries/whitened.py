@@ -11,15 +11,17 @@ on its form.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mvg_dask.plan.domain import RecordDomain
+from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
 from mvg_dask.privacy import sensitivity as sens
+from mvg_dask.privacy.calibration import Algorithm
 
-__all__ = ["Whitened", "whitened"]
+__all__ = ["Whitened", "WhitenedBounds", "symmetric_bounds", "whitened"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,3 +148,143 @@ def symmetric_bounds(
     )
     # Delta^2 = Q / r: for r = 1/2, Q = ||D||_F^2 / 2
     return [float(min([*bounds, math.sqrt(q / r) / N])) for q, r in zip(qs, rs, strict=True)]
+
+
+class WhitenedBounds:
+    """``Delta_M``, the query's sensitivity after whitening by the noise (a mixin of
+    :class:`~mvg_dask.plan.queries.base.MatrixQuery`; the query type adds its own bounds
+    through :meth:`whitened_bounds`)."""
+
+    def check_neighbours(self, neighbours: Neighbours) -> None:
+        """Refuse a neighbouring relation the query cannot take (a hook)."""
+
+    def sensitivity_excess(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """``declared s_2 / proved s_2`` (see :class:`~mvg_dask.plan.queries.bounds.
+        DeclaredBounds`)."""
+        raise NotImplementedError
+
+    def proved_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
+        """The proved ``s_2`` (see :class:`~mvg_dask.plan.queries.bounds.DeclaredBounds`)."""
+        raise NotImplementedError
+
+    sensitivity: float | None
+
+    # -- whitened sensitivity ---------------------------------------------------------------
+    def mahalanobis_sensitivity(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray | LowRankPrecision,
+        algorithm: Algorithm,
+        *,
+        directions: np.ndarray | None = None,
+        ratio: float | None = None,
+    ) -> float:
+        """Upper bound of ``Delta_M = sup ||A^-1 (f(X) - f(X')) B^-T||_F`` (docs/bounds.md).
+
+        ``precision`` is ``Sigma^-1``; ``Psi = I`` (unimodal) or ``Psi = Sigma`` (equi-modal).
+        For ``symmetric`` noise ``A S A^T`` (``A = W diag(sqrt(v))``, ``S_ii ~ N(0, 1)``,
+        ``S_ij = S_ji ~ N(0, r)``) it bounds ``sup ||vech_r(A^-1 (f(X) - f(X')) A^-T)||``, the
+        whitened half-vectorisation with off-diagonal entries counted once and divided by
+        ``sqrt(r)`` (docs/bounds.md, Sec. 1). The minimum of every valid bound is returned:
+        any query's ``s_2 sqrt(lambda_max(Sigma^-1))`` (unimodal) or ``s_2 lambda_max(Sigma^-1)``
+        (equi-modal, symmetric), and the query type's own (:meth:`whitened_bounds`).
+
+        A built-in query with a declared ``s_2`` above the proved one gets that minimum times
+        ``declared / proved`` (:meth:`sensitivity_excess`; docs/bounds.md, Sec. 12); a custom
+        query's declared ``s_2`` enters the first bound only.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one", "add-remove"}
+            Neighbouring relation.
+        precision : ndarray or LowRankPrecision
+            ``Sigma^-1`` (``m x m``), or the vector ``p`` of a diagonal ``Sigma^-1 = diag(p)``
+            (standard directions; then ``directions`` must be ``None``): the same bounds in
+            O(m), with no ``m x m`` matrix; or an identity-plus-low-rank ``Sigma^-1``
+            (:class:`~mvg_dask.plan.low_rank.LowRankPrecision`, factor ``B = Sigma^(1/2)``,
+            ``directions=None``), in O(m^2 k) with no ``m x m`` matrix.
+        algorithm : {"unimodal", "equi-modal", "symmetric"}
+            Noise type.
+        directions : ndarray, optional
+            ``W`` with ``Sigma^-1 = W diag(p) W^T``: the basis of ``A`` (required for
+            ``symmetric`` noise, whose law depends on it; for equi-modal noise any basis is
+            valid and the eigenvectors of ``precision`` are used by default).
+        ratio : float, optional
+            ``r = b^2 / a^2 >= 1/2`` of symmetric noise.
+
+        Returns
+        -------
+        float
+            ``Delta_M``.
+        """
+        self.check_neighbours(neighbours)
+        dense = not isinstance(precision, LowRankPrecision) and np.ndim(precision) != 1
+        if algorithm == "symmetric" and (ratio is None or (directions is None and dense)):
+            raise ValueError("symmetric noise needs its directions and its ratio r")
+        r = None if algorithm != "symmetric" else float(ratio)  # type: ignore[arg-type]
+        return self._mahalanobis(domain, neighbours, precision, algorithm, directions, [r])[0]
+
+    def mahalanobis_sensitivities(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray | LowRankPrecision,
+        *,
+        directions: np.ndarray | None,
+        ratios: Sequence[float],
+    ) -> list[float]:
+        """:meth:`mahalanobis_sensitivity` of symmetric noise for many ratios ``r`` at once.
+
+        Everything but the last step (Theorem 1/2's maximisation, O(m)) is computed once: the
+        ratio search of a plan with dense directions costs one eigendecomposition, not one per
+        candidate ``r``.
+        """
+        self.check_neighbours(neighbours)
+        dense = not isinstance(precision, LowRankPrecision) and np.ndim(precision) != 1
+        if directions is None and dense:
+            raise ValueError("symmetric noise needs its directions and its ratio r")
+        rs: list[float | None] = [float(r) for r in ratios]
+        return self._mahalanobis(domain, neighbours, precision, "symmetric", directions, rs)
+
+    def _mahalanobis(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray | LowRankPrecision,
+        algorithm: Algorithm,
+        directions: np.ndarray | None,
+        ratios: list[float | None],
+    ) -> list[float]:
+        """The domain's bounds, times ``declared s_2 / proved s_2`` when a larger ``s_2`` is
+        declared for a built-in query (docs/bounds.md, Sec. 12)."""
+        excess = self.sensitivity_excess(domain, neighbours)
+        white = whitened(precision, directions)
+        lam = white.lambda_max
+        s2 = self._base_l2_sensitivity(domain, neighbours)
+        bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
+        found = self.whitened_bounds(domain, neighbours, white, algorithm, bounds, ratios)
+        return [excess * b for b in found]
+
+    def _base_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
+        """The proved ``s_2`` of a built-in query, the declared one of a custom query."""
+        proved = self.proved_l2_sensitivity(domain, neighbours)
+        if proved is not None:
+            return proved
+        assert self.sensitivity is not None
+        return self.sensitivity
+
+    def whitened_bounds(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        white: Whitened,
+        algorithm: Algorithm,
+        bounds: list[float],
+        ratios: list[float | None],
+    ) -> list[float]:
+        """The least of ``bounds`` (the generic ``s_2`` bound) and the query type's own
+        whitened bounds, for each ratio (a hook: here, none of its own)."""
+        return [float(min(bounds)) for _ in ratios]
