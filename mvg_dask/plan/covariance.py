@@ -22,6 +22,8 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import diagonal_noise_block, low_rank_noise_block
 from mvg_dask.plan.low_rank import LowRankPrecision, dense_low_rank, low_rank_factor
 from mvg_dask.privacy import float_error as ferr
 
@@ -166,6 +168,57 @@ class NoiseCovariance(ABC):
     def whitening(self) -> ferr.Whitening:
         """``A^-1`` of the float-error bounds."""
 
+    def scaled_directions(self, d: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(A^-1, A)`` with ``A = W diag(d)`` for per-direction scales ``d`` and their inverses
+        ``w`` (a record lattice's whitening and factor, ``d = fl(sqrt(v))``).
+
+        Parameters
+        ----------
+        d, w : ndarray
+            Length ``m``.
+
+        Returns
+        -------
+        tuple of ndarray
+            ``(W^T / d, W diag(d))``; a diagonal covariance gives ``(w, d)`` themselves.
+        """
+        raise ValueError(f"a record lattice has no {self.kind} noise covariance")
+
+    def noise_block(
+        self,
+        key: NoiseKey,
+        algorithm: str,
+        ratio: float | None,
+        i: int,
+        j: int,
+        *,
+        projection: np.ndarray | None = None,
+        core: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Block ``(i, j)`` of the published noise of a blocked covariance release, on the grid
+        of :func:`~mvg_dask.noise.tiles.feature_blocks` (the same bytes whatever the release's
+        block size).
+
+        Parameters
+        ----------
+        key : NoiseKey
+            The noise key.
+        algorithm : str
+            ``symmetric``, ``equi-modal`` or ``unimodal``.
+        ratio : float or None
+            ``r`` of symmetric noise.
+        i, j : int
+            Grid block.
+        projection, core : ndarray, optional
+            The low-rank noise's first-pass projection and ``K = U^T G``.
+
+        Returns
+        -------
+        ndarray
+            The block.
+        """
+        raise ValueError(f"a blocked release has no {self.kind} noise covariance")
+
     def symmetric_std(self, ratio: float) -> np.ndarray:
         """Entry stds of symmetric noise ``B S B^T`` with off-diagonal ratio ``r``; for
         ``r = 1/2`` (the symmetrised equi-modal noise) from ``Sigma`` alone, whatever the
@@ -271,6 +324,25 @@ class Diagonal(NoiseCovariance):
         """``diag(1 / sqrt(v))``."""
         return ferr.Whitening.diagonal(self.variances)
 
+    def scaled_directions(self, d: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(w, d)``: the diagonal ``A^-1`` and ``A`` as vectors."""
+        return w, d
+
+    def noise_block(
+        self,
+        key: NoiseKey,
+        algorithm: str,
+        ratio: float | None,
+        i: int,
+        j: int,
+        *,
+        projection: np.ndarray | None = None,
+        core: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """:func:`~mvg_dask.noise.tiles.diagonal_noise_block` with ``sqrt(v)``."""
+        d = np.sqrt(self.variances)
+        return diagonal_noise_block(key, d, algorithm, ratio, i, j)
+
     def symmetric_std(self, ratio: float) -> np.ndarray:
         """In O(m^2): ``Var Z_kl = r v_k v_l`` off the diagonal and ``v_k^2`` on it."""
         v = self.variances
@@ -334,6 +406,37 @@ class LowRank(NoiseCovariance):
         a, delta = self.root()
         return dense_low_rank(self.U, a + delta, a)
 
+    def block(self, rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+        """``Sigma[r0:r1, c0:c1]`` in O(block k) (no ``m x m`` matrix)."""
+        (r0, r1), (c0, c1) = rows, cols
+        U, v = self.U, self.variances
+        k = U.shape[1]
+        out = (U[r0:r1] * (v[:k] - v[k])) @ U[c0:c1].T
+        if rows == cols:
+            out[np.diag_indices_from(out)] += v[k]
+        else:
+            lo, hi = max(r0, c0), min(r1, c1)
+            idx = np.arange(lo, hi)
+            out[idx - r0, idx - c0] += v[k]
+        return np.asarray(out)
+
+    def noise_block(
+        self,
+        key: NoiseKey,
+        algorithm: str,
+        ratio: float | None,
+        i: int,
+        j: int,
+        *,
+        projection: np.ndarray | None = None,
+        core: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """:func:`~mvg_dask.noise.tiles.low_rank_noise_block` of the factor ``a I + U diag(delta)
+        U^T`` (``projection`` is required)."""
+        assert projection is not None
+        a, delta = self.root()
+        return low_rank_noise_block(key, self.U, a, delta, algorithm, ratio, projection, core, i, j)
+
     def eigenvalues(self) -> np.ndarray:
         """``sort(v)`` (the complement's variance repeated)."""
         return np.sort(self.variances)
@@ -383,6 +486,11 @@ class Dense(NoiseCovariance):
     def eigenvalues(self) -> np.ndarray:
         """The eigenvalues of the formed ``Sigma`` (computed, not read off ``v``)."""
         return np.linalg.eigvalsh(self.dense())
+
+    def scaled_directions(self, d: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(W^T / d, W diag(d))``."""
+        W = self.W
+        return W.T / d[:, None], W * d[None, :]
 
     def precision_form(self) -> PrecisionForm:
         """``W diag(1/v) W^T`` and ``W``."""
