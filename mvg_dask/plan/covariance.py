@@ -156,8 +156,8 @@ class NoiseCovariance(ABC):
 
     @abstractmethod
     def precision_form(self) -> PrecisionForm:
-        """``Sigma^-1`` in the form :meth:`~mvg_dask.plan.queries.base.Query.
-        mahalanobis_sensitivity` takes it, with its basis."""
+        """``Sigma^-1`` in the form the queries' ``mahalanobis_sensitivity`` takes it, with its
+        basis."""
 
     @abstractmethod
     def shares_precision(self, theta: np.ndarray) -> PrecisionForm:
@@ -352,7 +352,7 @@ class Diagonal(NoiseCovariance):
 
     def std_ranges(self, law: EntryLaw, shape: tuple[int, int], *, square: bool) -> StdRanges:
         """:meth:`NoiseCovariance.std_ranges` in O(m log m), the closed form of
-        :meth:`entry_std`: ``v_i`` on the diagonal and ``sqrt(r v_i v_j)`` off it (``symmetric``;
+        ``entry_std``: ``v_i`` on the diagonal and ``sqrt(r v_i v_j)`` off it (``symmetric``;
         ``r = 1`` for ``outer``), or ``sqrt(v_i)`` everywhere (``rows``)."""
         v = np.sort(np.asarray(self.variances, dtype=np.float64))
         if law.form == "rows":
@@ -401,8 +401,8 @@ class LowRank(NoiseCovariance):
         return low_rank_factor(self.U, self.variances)
 
     def factor(self) -> np.ndarray:
-        """The symmetric square root ``Sigma^(1/2)`` (:func:`~mvg_dask.plan.low_rank.
-        low_rank_factor`) as an ``m x m`` matrix."""
+        """The symmetric square root ``Sigma^(1/2)`` as an ``m x m`` matrix
+        (:func:`~mvg_dask.plan.low_rank.low_rank_factor`)."""
         a, delta = self.root()
         return dense_low_rank(self.U, a + delta, a)
 

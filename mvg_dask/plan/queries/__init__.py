@@ -46,7 +46,7 @@ def query_type(kind: str) -> type[MatrixQuery]:
     Parameters
     ----------
     kind : str
-        A name of :data:`QUERIES`.
+        A name of ``QUERIES``.
 
     Returns
     -------
@@ -65,7 +65,7 @@ def make_query(kind: str, **fields: Any) -> MatrixQuery:
     Parameters
     ----------
     kind : str
-        A name of :data:`QUERIES`.
+        A name of ``QUERIES``.
     **fields
         The type's constructor arguments (``features``, ``records``, declared bounds...).
 

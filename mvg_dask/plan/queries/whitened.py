@@ -159,8 +159,7 @@ class WhitenedBounds:
         """Refuse a neighbouring relation the query cannot take (a hook)."""
 
     def sensitivity_excess(self, domain: RecordDomain, neighbours: Neighbours) -> float:
-        """``declared s_2 / proved s_2`` (see :class:`~mvg_dask.plan.queries.bounds.
-        DeclaredBounds`)."""
+        """``declared s_2 / proved s_2`` (:class:`~mvg_dask.plan.queries.bounds.DeclaredBounds`)."""
         raise NotImplementedError
 
     def proved_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
