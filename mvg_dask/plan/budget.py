@@ -100,6 +100,11 @@ class StepBudgets:
     count_epsilon: float | None = None
     count_delta: float | None = None
 
+    @property
+    def release_privacy(self) -> tuple[float, float]:
+        """``(release_epsilon, release_delta)``."""
+        return self.release_epsilon, self.release_delta
+
     def to_dict(self) -> dict[str, Any]:
         """The plan's ``composition`` entry."""
         return {

@@ -150,6 +150,11 @@ class NoiseCovariance(ABC):
     def factor(self) -> np.ndarray:
         """``B`` with ``B B^T = Sigma``, the affine sampler's factor."""
 
+    def sampler_factor(self) -> np.ndarray:
+        """What the samplers take as the factor: :meth:`factor`, or ``sqrt(v)`` for a diagonal
+        covariance (with :attr:`diagonal`, no ``m x m`` matrix is shipped to the tasks)."""
+        return self.factor()
+
     @abstractmethod
     def eigenvalues(self) -> np.ndarray:
         """The eigenvalues of ``Sigma``, ascending."""
@@ -307,6 +312,10 @@ class Diagonal(NoiseCovariance):
     def factor(self) -> np.ndarray:
         """``diag(sqrt(v))`` as an ``m x m`` matrix (the samplers take ``sqrt(v)`` instead)."""
         return np.asarray(np.eye(self.dim) * np.sqrt(self.variances)[None, :])
+
+    def sampler_factor(self) -> np.ndarray:
+        """``sqrt(v)``."""
+        return np.asarray(np.sqrt(self.variances))
 
     def eigenvalues(self) -> np.ndarray:
         """``sort(v)``."""

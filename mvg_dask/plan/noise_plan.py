@@ -511,29 +511,22 @@ def build_noise_plan(
     cal._check_privacy(epsilon, delta)
     if neighbours not in NEIGHBOURS:
         raise ValueError(f"neighbours must be one of {', '.join(NEIGHBOURS)}, got {neighbours!r}")
-    dim = domain.m
-    if dim != query.features:
-        raise ValueError(f"the domain has {dim} features but the data has {query.features}")
-    m, _ = query.shape
-    directions = directions or Directions.standard(m)
+    if domain.m != query.features:
+        raise ValueError(f"the domain has {domain.m} features but the data has {query.features}")
+    directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
     rule = _check_compatible(query, algorithm, calibration, directions)
     split = share_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     setting = _Setting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(ratio=_choose_ratio(setting, allocation, rule, symmetric_ratio))
+    budget: cal.PrecisionBudget | None = None
+    gamma: float | None = None
     if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
         theta, row_variances = _exact_variances(setting, allocation, rule, split)
-        budget, gamma = None, None
     else:
         budget = paper_budget(
-            query,
-            domain,
-            neighbours,
-            algorithm,
-            calibration,
-            split.release_epsilon,
-            split.release_delta,
+            query, domain, neighbours, algorithm, calibration, *split.release_privacy
         )
         total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
         theta = resolve_allocation(
@@ -544,9 +537,8 @@ def build_noise_plan(
     d_m = _mahalanobis(setting, row_variances)
     lattice = None
     if noise == "lattice":
-        mu = split.release_mu
-        if mu is None:  # a paper calibration: the lattice's Gaussian must meet its (eps, delta)
-            mu = cal.analytic_gaussian_mu(split.release_epsilon, split.release_delta)
+        # a paper calibration: the lattice's Gaussian must meet its (eps, delta)
+        mu = split.release_mu or cal.analytic_gaussian_mu(*split.release_privacy)
         row_variances, d_m, lattice = _calibrate_lattice(
             setting, np.asarray(row_variances), mu, lattice_context
         )
