@@ -22,6 +22,7 @@ from mvg_dask.plan import (
     Directions,
     IdentityQuery,
     LowRank,
+    Query,
     build_noise_plan,
     make_query,
     query_from_dict,
@@ -131,6 +132,7 @@ def test_blueprints_compute_their_query() -> None:
     ident = IdentityQuery(3, 10)
     joined = ident.combine(ident.partial(X[:, :4]), ident.partial(X[:, 4:]))
     np.testing.assert_array_equal(ident.finalize(joined), X)
+    assert isinstance(cov, Query) and isinstance(ident, Query)
     assert cov.noise_shape == "symmetric" and ident.noise_shape == "rectangular"
     assert ident.lattice_coordinates("unimodal") == 3
     assert cov.lattice_coordinates("symmetric") == 6

@@ -64,6 +64,9 @@ class Query(Protocol):
     def finalize(self, total: np.ndarray) -> np.ndarray:
         """The query's value from the combined partials."""
 
+    def check_neighbours(self, neighbours: Neighbours) -> None:
+        """Refuse a neighbouring relation the query cannot take."""
+
     def l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
         """``s_2``."""
 
@@ -78,6 +81,9 @@ class Query(Protocol):
         ratio: float | None = None,
     ) -> float:
         """``Delta_M``."""
+
+    def lattice_coordinates(self, algorithm: Algorithm) -> int:
+        """How many lattice coordinates one record can move."""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready description."""
