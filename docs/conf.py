@@ -75,7 +75,11 @@ nitpick_ignore_regex = [
     # outside this project, with no intersphinx inventory offline
     (r"py:.*", r"(numpy|np|xarray|xr|dask|distributed|zarr|pandas|pd|pydantic|click)\..*"),
     # internals the docstrings cite, outside the public reference
-    (r"py:.*", r"mvg_dask\.(engine|noise|privacy|plan\.(lattice|low_rank|noise_plan))(\..*)?"),
+    (
+        r"py:.*",
+        r"mvg_dask\.(engine|noise|privacy"
+        r"|plan\.(lattice|low_rank|noise_plan|queries|covariance|budget|symmetric_ratio))(\..*)?",
+    ),
     # unqualified names of module-level helpers the docstrings cite
     (
         r"py:.*",

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from mvg_dask.plan import BoxDomain, L2BallDomain, QuerySpec, gram_sensitivity, vech_sensitivity
+from mvg_dask.plan import BoxDomain, L2BallDomain, gram_sensitivity, vech_sensitivity
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import sensitivity as sens
 
 STARTS = 20
@@ -89,7 +90,7 @@ def test_symmetric_and_equimodal_bounds_dominate_local_optimisation(domain_name,
     rng = np.random.default_rng(seed)
     domain = _case(domain_name, m)
     W = np.linalg.qr(rng.standard_normal((m, m)))[0] if rotated else np.eye(m)
-    query = QuerySpec.covariance(m, 1)
+    query = CovarianceQuery(m, 1)
     for theta in (np.full(m, 1 / m), rng.dirichlet(np.ones(m))):
         P = (W * theta) @ W.T
         Ainv = np.sqrt(theta)[:, None] * W.T  # A = W diag(1/sqrt(theta))
@@ -130,7 +131,7 @@ def test_rotated_equimodal_bound_is_tighter_than_sqrt2_s_and_still_valid():
     rng = np.random.default_rng(11)
     m = 4
     domain = BoxDomain.create(-1, 1, m)
-    query = QuerySpec.covariance(m, 1)
+    query = CovarianceQuery(m, 1)
     ratios = []
     for _ in range(6):
         W = np.linalg.qr(rng.standard_normal((m, m)))[0]
@@ -169,7 +170,7 @@ def test_area_lemma_on_random_pairs():
 def test_symmetric_box_bound_is_attained_where_docs_say(r):
     """[-1,1]^4: Q* = max(m^2, m^2/2 + (r - 1/2) m); [0,1]^6: m^2/2 + (r - 1/2) m; ball: 2 r S^2."""
     m = 4
-    q = QuerySpec.covariance(m, 1)
+    q = CovarianceQuery(m, 1)
     x, xp = np.ones(m), np.array([1.0, -1.0, 1.0, -1.0])
     claimed = max(m * m, m * m / 2 + (r - 0.5) * m)
     attained = max(q_weighted(np.outer(x, x) - np.outer(xp, xp), r), q_weighted(np.outer(x, x), r))
@@ -184,7 +185,7 @@ def test_symmetric_box_bound_is_attained_where_docs_say(r):
     )
     assert bound**2 * r == pytest.approx(claimed, rel=1e-12)
     m = 6
-    q = QuerySpec.covariance(m, 1)
+    q = CovarianceQuery(m, 1)
     bound = q.mahalanobis_sensitivity(
         BoxDomain.create(0, 1, m),
         "replace-one",
@@ -197,7 +198,7 @@ def test_symmetric_box_bound_is_attained_where_docs_say(r):
     assert q_weighted(np.outer(np.ones(m), np.ones(m)), r) == pytest.approx(claimed)
     assert bound**2 * r == pytest.approx(claimed, rel=1e-12)
     ball = L2BallDomain(1.0, 3)
-    q = QuerySpec.covariance(3, 1)
+    q = CovarianceQuery(3, 1)
     bound = q.mahalanobis_sensitivity(
         ball, "replace-one", np.eye(3), "symmetric", directions=np.eye(3), ratio=r
     )
@@ -246,7 +247,7 @@ def test_covariance_l2_sensitivity_r_over_n_exactly_on_sign_definite_boxes():
         hi = np.where(lo < 0, np.minimum(hi, 0.0), hi)
         domain = BoxDomain.create(lo, hi, m)
         assert domain.sign_definite
-        s2 = QuerySpec.covariance(m, N).l2_sensitivity(domain, "replace-one")
+        s2 = CovarianceQuery(m, N).l2_sensitivity(domain, "replace-one")
         assert s2 == pytest.approx(domain.sup_norm_sq() / N)
         found = maximise(
             lambda x, xp: float(np.sum((np.outer(x, x) - np.outer(xp, xp)) ** 2)),
@@ -257,7 +258,7 @@ def test_covariance_l2_sensitivity_r_over_n_exactly_on_sign_definite_boxes():
         )
         assert math.sqrt(found) / N <= s2 * (1 + REL)
     unit = BoxDomain.create(0, 1, 6)
-    assert QuerySpec.covariance(6, N).l2_sensitivity(unit, "replace-one") == pytest.approx(6 / N)
+    assert CovarianceQuery(6, N).l2_sensitivity(unit, "replace-one") == pytest.approx(6 / N)
     # attained: x = 1, x' = 0
     assert np.linalg.norm(np.outer(np.ones(6), np.ones(6))) == pytest.approx(6.0)
     straddle = BoxDomain.create(-1, 1, 2)
@@ -266,7 +267,7 @@ def test_covariance_l2_sensitivity_r_over_n_exactly_on_sign_definite_boxes():
     assert np.linalg.norm(np.outer(x, x) - np.outer(xp, xp)) == pytest.approx(
         math.sqrt(2) * straddle.sup_norm_sq()
     )
-    s2 = QuerySpec.covariance(2, N).l2_sensitivity(straddle, "replace-one")
+    s2 = CovarianceQuery(2, N).l2_sensitivity(straddle, "replace-one")
     assert s2 == pytest.approx(math.sqrt(2) * 2 / N)
 
 

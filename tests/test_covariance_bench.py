@@ -146,11 +146,11 @@ def test_identity_shrinkage_noise_term_matches_the_published_noise() -> None:
     nu = sum s_ij^2 - sum s_ii^2 / m from the plan's released_entry_std (alpha ~ 6e-5)."""
     from mvg_dask.experiments.mechanisms import symmetric_plan
     from mvg_dask.noise import NoiseKey
-    from mvg_dask.plan import QuerySpec
     from mvg_dask.plan.domain import L2BallDomain
+    from mvg_dask.plan.queries import CovarianceQuery
 
     m, n = 8, 1000
-    plan = symmetric_plan(QuerySpec.covariance(m, n), L2BallDomain(1.0, m), epsilon=1, delta=1e-6)
+    plan = symmetric_plan(CovarianceQuery(m, n), L2BallDomain(1.0, m), epsilon=1, delta=1e-6)
     std = plan.released_entry_std()
     nu = float(np.sum(std**2) - np.sum(np.diag(std) ** 2) / m)
     root = NoiseKey.from_seed(5)

@@ -18,7 +18,8 @@ import pytest
 
 from mvg_dask import api
 from mvg_dask.experiments.first_pc import FirstPCExperiment
-from mvg_dask.plan import BoxDomain, DeclaredBoundError, L2BallDomain, QuerySpec, build_noise_plan
+from mvg_dask.plan import BoxDomain, DeclaredBoundError, L2BallDomain, build_noise_plan
+from mvg_dask.plan.queries import CovarianceQuery, CustomQuery, IdentityQuery
 from mvg_dask.plan.release_plan import InputMetadata, plan_release
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.spec import SpecError, parse_spec
@@ -50,10 +51,10 @@ def _meta(m: int, n: int) -> InputMetadata:
 @pytest.mark.parametrize(
     ("query", "field", "value", "proved"),
     [
-        (QuerySpec.covariance, "sensitivity", 1.0 / N, 4.0 / N),
-        (QuerySpec.identity, "sensitivity", 1.0, 2.0),  # ||w|| = 2 on [0, 1]^4
-        (QuerySpec.covariance, "gamma", 2.0, 4.0),
-        (QuerySpec.identity, "gamma", 10.0, math.sqrt(N * 4.0)),
+        (CovarianceQuery, "sensitivity", 1.0 / N, 4.0 / N),
+        (IdentityQuery, "sensitivity", 1.0, 2.0),  # ||w|| = 2 on [0, 1]^4
+        (CovarianceQuery, "gamma", 2.0, 4.0),
+        (IdentityQuery, "gamma", 10.0, math.sqrt(N * 4.0)),
     ],
 )
 def test_a_declared_bound_below_the_proved_one_is_refused(query, field, value, proved):
@@ -81,24 +82,24 @@ def test_a_declared_bound_below_the_proved_one_is_refused(query, field, value, p
 
 def test_the_remedy_value_is_accepted():
     """The value the message proposes ("declare at least ...") is never refused."""
-    q = QuerySpec.covariance(4, 3, sensitivity=1e-9)
+    q = CovarianceQuery(4, 3, sensitivity=1e-9)
     with pytest.raises(DeclaredBoundError) as err:
         q.check_declared(SYM4, "replace-one")
     least = float(str(err.value).rsplit(" ", 1)[1])
-    ok = QuerySpec.covariance(4, 3, sensitivity=least)
+    ok = CovarianceQuery(4, 3, sensitivity=least)
     ok.check_declared(SYM4, "replace-one")
     assert ok.l2_sensitivity(SYM4, "replace-one") == least
 
 
 def test_an_entry_range_must_contain_the_proved_one():
     with pytest.raises(DeclaredBoundError, match=r"mechanism.entry_range: declared \[0, 0.5\]"):
-        QuerySpec.identity(4, N, entry_range=(0.0, 0.5)).check_declared(UNIT4, "replace-one")
-    wide = QuerySpec.identity(4, N, entry_range=(-1.0, 2.0))
+        IdentityQuery(4, N, entry_range=(0.0, 0.5)).check_declared(UNIT4, "replace-one")
+    wide = IdentityQuery(4, N, entry_range=(-1.0, 2.0))
     assert wide.output_entry_range(UNIT4) == (-1.0, 2.0)
 
 
 def test_the_proved_value_typed_with_fewer_digits_is_the_proved_value():
-    q = QuerySpec.covariance(4, 3, sensitivity=float(f"{math.sqrt(2) * 4 / 3:.12g}"))
+    q = CovarianceQuery(4, 3, sensitivity=float(f"{math.sqrt(2) * 4 / 3:.12g}"))
     proved = q.proved_l2_sensitivity(SYM4, "replace-one")
     assert proved is not None and q.l2_sensitivity(SYM4, "replace-one") >= proved
 
@@ -106,28 +107,28 @@ def test_the_proved_value_typed_with_fewer_digits_is_the_proved_value():
 def test_custom_queries_and_private_counts_keep_their_declared_values():
     """Nothing is proved for a custom query, nor gamma for an add-remove covariance without
     N0: the declared values are the bounds, as before."""
-    custom = QuerySpec(kind="custom", features=4, records=N, shape_=(2, 2), sensitivity=1e-6)
+    custom = CustomQuery(features=4, records=N, shape_=(2, 2), sensitivity=1e-6)
     custom.check_declared(UNIT4, "replace-one")
     assert custom.l2_sensitivity(UNIT4, "replace-one") == 1e-6
     assert custom.sensitivity_excess(UNIT4, "replace-one") == 1.0
-    private = QuerySpec(kind="covariance", features=4, records=1, gamma=1e-3, records_known=False)
+    private = CovarianceQuery(features=4, records=1, gamma=1e-3, records_known=False)
     private.check_declared(UNIT4, "add-remove")
     assert private.sup_frobenius(UNIT4) == 1e-3
     # its s2 is proved (R / N0) and checked
     with pytest.raises(DeclaredBoundError):
-        QuerySpec(
-            kind="covariance", features=4, records=1, sensitivity=1.0, records_known=False
-        ).check_declared(UNIT4, "add-remove")
+        CovarianceQuery(features=4, records=1, sensitivity=1.0, records_known=False).check_declared(
+            UNIT4, "add-remove"
+        )
 
 
 @pytest.mark.parametrize(
     ("query", "domain", "algorithm", "degree"),
     [
-        (QuerySpec.identity, UNIT4, "unimodal", 2),
-        (QuerySpec.covariance, SYM4, "unimodal", 2),
-        (QuerySpec.covariance, SYM4, "equi-modal", 1),
-        (QuerySpec.covariance, SYM4, "symmetric", 1),
-        (QuerySpec.covariance, L2BallDomain(1.0, 4), "symmetric", 1),
+        (IdentityQuery, UNIT4, "unimodal", 2),
+        (CovarianceQuery, SYM4, "unimodal", 2),
+        (CovarianceQuery, SYM4, "equi-modal", 1),
+        (CovarianceQuery, SYM4, "symmetric", 1),
+        (CovarianceQuery, L2BallDomain(1.0, 4), "symmetric", 1),
     ],
 )
 def test_exact_scales_the_noise_by_declared_over_proved(query, domain, algorithm, degree):
@@ -154,10 +155,10 @@ def test_exact_scales_the_noise_by_declared_over_proved(query, domain, algorithm
 
 
 def test_paper_calibrations_use_a_larger_value_as_declared():
-    base = build_noise_plan(QuerySpec.covariance(4, N), SYM4, epsilon=1, delta=1e-5,
+    base = build_noise_plan(CovarianceQuery(4, N), SYM4, epsilon=1, delta=1e-5,
                             algorithm="unimodal", calibration="mgm-udn")  # fmt: skip
     s2 = 2 * 4.0 / N  # the paper's 2R/N
-    plan = build_noise_plan(QuerySpec.covariance(4, N, sensitivity=s2), SYM4, epsilon=1,
+    plan = build_noise_plan(CovarianceQuery(4, N, sensitivity=s2), SYM4, epsilon=1,
                             delta=1e-5, algorithm="unimodal", calibration="mgm-udn")  # fmt: skip
     assert plan.sensitivity == s2
     ratio = plan.entry_std().max() / base.entry_std().max()

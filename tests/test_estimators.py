@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan import Allocation, BoxDomain, Directions, build_noise_plan
 from mvg_dask.plan.estimators import covariance_from_identity
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 M, N = 3, 40
 TRIALS = 3000
@@ -17,13 +18,13 @@ SEED = 20261122
 
 def _plan(directions: Directions):  # type: ignore[no-untyped-def]
     return build_noise_plan(
-        QuerySpec.identity(M, N),
+        IdentityQuery(M, N),
         BoxDomain.create(0.0, 1.0, M),
         epsilon=3.0,
         delta=1e-3,
         calibration="exact",
         directions=directions,
-        allocation=AllocationSpec(strategy="binary", important=[0], share=0.7),
+        allocation=Allocation(strategy="binary", important=[0], share=0.7),
     )
 
 
@@ -67,7 +68,7 @@ def test_covariance_from_identity_refuses_other_plans() -> None:
     with pytest.raises(ValueError, match="its plan describes an"):
         covariance_from_identity(np.zeros((M + 1, N)), plan)
     cov = build_noise_plan(
-        QuerySpec.covariance(M, N),
+        CovarianceQuery(M, N),
         BoxDomain.create(0.0, 1.0, M),
         epsilon=1.0,
         delta=1e-3,

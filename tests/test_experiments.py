@@ -36,8 +36,9 @@ from mvg_dask.experiments.regression import RegressionExperiment, krr_rmse, mome
 from mvg_dask.experiments.targets import check_targets
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import tile_records_for
-from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan import Allocation, BoxDomain, Directions, MatrixQuery, build_noise_plan
 from mvg_dask.plan.lattice import LatticeContext, gram_depth
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -261,7 +262,7 @@ def test_lattice_noise_leaves_first_pc_utility_unchanged() -> None:
             assert row.difference == 0.0, row
 
 
-def _lattice_plan(query: QuerySpec, domain: BoxDomain, **kwargs: Any) -> Any:
+def _lattice_plan(query: MatrixQuery, domain: BoxDomain, **kwargs: Any) -> Any:
     """A lattice plan built directly (not through the experiments' helpers)."""
     n = query.records
     depth = 0 if query.kind == "identity" else gram_depth(n, n, 1, 8)
@@ -287,7 +288,7 @@ def test_lattice_trial_publishes_what_the_release_publishes(name: str) -> None:
         n = exp.dataset.n_records
         method = exp.methods[[m.key for m in exp.methods].index("exact-covariance")]
         plan = _lattice_plan(
-            QuerySpec.covariance(exp.dataset.n_features, n),
+            CovarianceQuery(exp.dataset.n_features, n),
             exp.domain,
             epsilon=eps,
             delta=1.0 / n,
@@ -312,7 +313,7 @@ def test_lattice_trial_publishes_what_the_release_publishes(name: str) -> None:
             algorithm="equi-modal" if name == "first-pc" else "unimodal",
             calibration="exact",
             directions=Directions.standard(m, imp),
-            allocation=AllocationSpec(strategy="binary", important=imp, share=tau),
+            allocation=Allocation(strategy="binary", important=imp, share=tau),
         )
         value = exp.dataset.X if exp.query.kind == "identity" else exp.S
         ours = exp.evaluate(method, eps, tau, trials, key).errors
@@ -482,7 +483,7 @@ def test_uniform_exact_plan_is_the_iid_analytic_gaussian(
     ds = loader()
     m, n = ds.X.shape
     domain = BoxDomain.create(ds.lower, ds.upper, m)
-    query = QuerySpec.identity(m, n) if kind == "identity" else QuerySpec.covariance(m, n)
+    query = IdentityQuery(m, n) if kind == "identity" else CovarianceQuery(m, n)
     for eps in EPSILONS:
         plan = build_noise_plan(
             query,
@@ -491,7 +492,7 @@ def test_uniform_exact_plan_is_the_iid_analytic_gaussian(
             delta=1.0 / n,
             algorithm=algorithm,
             calibration="exact",
-            allocation=AllocationSpec(strategy="uniform"),
+            allocation=Allocation(strategy="uniform"),
         )
         mech = iid_baseline("gaussian-analytic", query, domain, epsilon=eps, delta=1.0 / n)
         np.testing.assert_allclose(plan.entry_std(), mech.entry_std, rtol=1e-9)

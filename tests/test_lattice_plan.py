@@ -16,10 +16,11 @@ import pytest
 from scipy import optimize, stats
 
 from mvg_dask.errors import DataError
-from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan import Allocation, BoxDomain, Directions, build_noise_plan
 from mvg_dask.plan.domain import L2BallDomain
 from mvg_dask.plan.lattice import GRID_SHARE, LatticeContext, choose_log2_grid, gram_depth
 from mvg_dask.plan.noise_plan import noise_plan_from_dict, release_float_error
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 M, N = 5, 10_000
 CONTEXT = LatticeContext(records=N, depth=gram_depth(N, 512, 8, 8))
@@ -52,7 +53,7 @@ CASES = [
 
 def _plan(query: str, algorithm: str, directions: str, domain: str, **kw: object):
     rng = np.random.default_rng(11)
-    q = QuerySpec.identity(M, N) if query == "identity" else QuerySpec.covariance(M, N)
+    q = IdentityQuery(M, N) if query == "identity" else CovarianceQuery(M, N)
     dom = BoxDomain.create(-1.0, 2.0, M) if domain == "box" else L2BallDomain(radius=1.5, m=M)
     dirs = (
         Directions.standard(M)
@@ -66,7 +67,7 @@ def _plan(query: str, algorithm: str, directions: str, domain: str, **kw: object
         delta=1e-6,
         algorithm=algorithm,  # type: ignore[arg-type]
         directions=dirs,
-        allocation=AllocationSpec(strategy="custom", theta=rng.dirichlet(np.ones(M))),
+        allocation=Allocation(strategy="custom", theta=rng.dirichlet(np.ones(M))),
         lattice_context=None if query == "identity" else CONTEXT,
         **kw,  # type: ignore[arg-type]
     )

@@ -29,11 +29,12 @@ from mvg_dask import api
 from mvg_dask.errors import DataError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import feature_blocks, low_rank_noise_block, low_rank_projection_block
-from mvg_dask.plan import BoxDomain, QuerySpec, build_noise_plan
+from mvg_dask.plan import BoxDomain, build_noise_plan
 from mvg_dask.plan.directions import Directions, top_k_directions
 from mvg_dask.plan.domain import L2BallDomain
 from mvg_dask.plan.low_rank import LowRankPrecision, low_rank_factor
-from mvg_dask.plan.noise_plan import AllocationSpec
+from mvg_dask.plan.noise_plan import Allocation
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import sensitivity as sens
 from tests.pipeline_helpers import make_input
 
@@ -110,7 +111,7 @@ def test_mahalanobis_sensitivity_dominates_its_definition(algorithm, neighbours)
     P = _precision(m, 2, 7)
     vals, vecs = np.linalg.eigh(P.dense())
     root = (vecs * np.sqrt(vals)) @ vecs.T
-    query = QuerySpec.covariance(m, N)
+    query = CovarianceQuery(m, N)
     r = 2.5 if algorithm == "symmetric" else 0.5
     iu = np.triu_indices(m, 1)
     for domain in _boxes(m):
@@ -147,7 +148,7 @@ def test_plans_with_low_rank_directions_match_the_dense_plan_where_the_law_is_th
     W = np.linalg.qr(np.hstack([U, rng.normal(size=(m, m - k))]))[0]
     W[:, :k] = U
     domain = BoxDomain.create(0.0, 1.0, m)
-    query = QuerySpec.covariance(m, N)
+    query = CovarianceQuery(m, N)
     for algorithm in ("equi-modal", "unimodal", "symmetric"):
         plans = [
             build_noise_plan(
@@ -157,7 +158,7 @@ def test_plans_with_low_rank_directions_match_the_dense_plan_where_the_law_is_th
                 delta=1e-6,
                 algorithm=algorithm,
                 directions=d,
-                allocation=AllocationSpec(strategy="binary"),
+                allocation=Allocation(strategy="binary"),
             )
             for d in (Directions("dp-pca", W, tuple(range(k))), Directions.low_rank(U, (0, 1, 2)))
         ]
@@ -182,7 +183,7 @@ def test_refusals_of_low_rank_directions() -> None:
     m = 20
     U = np.linalg.qr(np.random.default_rng(0).normal(size=(m, 2)))[0]
     low = Directions.low_rank(U, (0, 1))
-    query = QuerySpec.covariance(m, 100)
+    query = CovarianceQuery(m, 100)
     domain = BoxDomain.create(0.0, 1.0, m)
     with pytest.raises(ValueError, match="needs every direction"):
         build_noise_plan(
@@ -191,7 +192,7 @@ def test_refusals_of_low_rank_directions() -> None:
             epsilon=1.0,
             delta=1e-6,
             directions=low,
-            allocation=AllocationSpec(strategy="max-pnr"),
+            allocation=Allocation(strategy="max-pnr"),
         )
     with pytest.raises(ValueError, match="one noise variance"):
         build_noise_plan(
@@ -200,7 +201,7 @@ def test_refusals_of_low_rank_directions() -> None:
             epsilon=1.0,
             delta=1e-6,
             directions=low,
-            allocation=AllocationSpec(strategy="binary", important=[0, 5]),
+            allocation=Allocation(strategy="binary", important=[0, 5]),
         )
     with pytest.raises(ValueError, match="not orthonormal"):
         Directions.low_rank(U * 2.0)
@@ -216,13 +217,13 @@ def test_blockwise_noise_is_the_dense_product(algorithm) -> None:
     m, k = 600, 4
     U = np.linalg.qr(np.random.default_rng(2).normal(size=(m, k)))[0]
     plan = build_noise_plan(
-        QuerySpec.covariance(m, 5000),
+        CovarianceQuery(m, 5000),
         BoxDomain.create(-1.0, 1.0, m),
         epsilon=1.0,
         delta=1e-6,
         algorithm=algorithm,
         directions=Directions.low_rank(U, tuple(range(k))),
-        allocation=AllocationSpec(strategy="binary", share=0.6),
+        allocation=Allocation(strategy="binary", share=0.6),
     )
     key = NoiseKey.from_seed(4)
     dense = plan.draw(key)
@@ -254,13 +255,13 @@ def test_blockwise_noise_has_the_planned_entry_variances() -> None:
     m, k, draws = 300, 2, 300
     U = np.linalg.qr(np.random.default_rng(9).normal(size=(m, k)))[0]
     plan = build_noise_plan(
-        QuerySpec.covariance(m, 2000),
+        CovarianceQuery(m, 2000),
         BoxDomain.create(0.0, 1.0, m),
         epsilon=1.0,
         delta=1e-6,
         algorithm="symmetric",
         directions=Directions.low_rank(U, (0, 1)),
-        allocation=AllocationSpec(strategy="binary", share=0.9),
+        allocation=Allocation(strategy="binary", share=0.9),
     )
     var = plan.released_entry_std() ** 2
     a, delta = low_rank_factor(U, plan.row_variances)

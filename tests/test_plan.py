@@ -10,23 +10,23 @@ import pytest
 
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
-    AllocationSpec,
+    Allocation,
     BoxDomain,
     Directions,
     L2BallDomain,
-    QuerySpec,
     build_noise_plan,
     dp_pca,
     gram_sensitivity,
-    split_budget,
+    share_budget,
 )
+from mvg_dask.plan.queries import CovarianceQuery, CustomQuery, IdentityQuery
 from mvg_dask.privacy import calibration as cal
 
 
 def test_compatibility_errors_name_the_remedy():
     box = BoxDomain.create(0, 1, 3)
-    ident = QuerySpec.identity(3, 10)
-    cov = QuerySpec.covariance(3, 10)
+    ident = IdentityQuery(3, 10)
+    cov = CovarianceQuery(3, 10)
     with pytest.raises(ValueError, match="use algorithm: unimodal"):
         build_noise_plan(ident, box, epsilon=1, delta=1e-5, algorithm="equi-modal")
     with pytest.raises(ValueError, match="symmetric PSD"):
@@ -53,7 +53,7 @@ def test_compatibility_errors_name_the_remedy():
         build_noise_plan(ident, BoxDomain.create(0, 1, 4), epsilon=1, delta=1e-5)
     with pytest.raises(ValueError, match="entry_range"):
         build_noise_plan(
-            QuerySpec(kind="custom", features=3, records=10, shape_=(3, 5), sensitivity=1.0),
+            CustomQuery(features=3, records=10, shape_=(3, 5), sensitivity=1.0),
             box,
             epsilon=1,
             delta=1e-5,
@@ -61,7 +61,7 @@ def test_compatibility_errors_name_the_remedy():
         )
     with pytest.raises(ValueError, match="gamma"):
         build_noise_plan(
-            QuerySpec(kind="custom", features=3, records=10, shape_=(3, 5), sensitivity=1.0),
+            CustomQuery(features=3, records=10, shape_=(3, 5), sensitivity=1.0),
             box,
             epsilon=1,
             delta=1e-5,
@@ -69,13 +69,12 @@ def test_compatibility_errors_name_the_remedy():
         )
     with pytest.raises(ValueError, match="max-pnr"):
         build_noise_plan(
-            ident, box, epsilon=1, delta=1e-5, allocation=AllocationSpec(strategy="max-pnr")
+            ident, box, epsilon=1, delta=1e-5, allocation=Allocation(strategy="max-pnr")
         )
 
 
 def test_custom_query_uses_declared_sensitivity():
-    q = QuerySpec(
-        kind="custom",
+    q = CustomQuery(
         features=3,
         records=10,
         shape_=(2, 5),
@@ -92,18 +91,18 @@ def test_custom_query_uses_declared_sensitivity():
 
 
 def test_budget_split_basic_and_gaussian_dp():
-    basic = split_budget("mvg-thm2", 1.0, 1e-5, 0.2)
+    basic = share_budget("mvg-thm2", 1.0, 1e-5, 0.2)
     assert basic.composition == "basic"
     assert basic.step_epsilon + basic.release_epsilon == pytest.approx(1.0)
     assert basic.step_delta + basic.release_delta == pytest.approx(1e-5)
-    exact = split_budget("exact", 1.0, 1e-5, 0.2)
+    exact = share_budget("exact", 1.0, 1e-5, 0.2)
     assert exact.composition == "gaussian-dp"
     # mu_1^2 + mu_2^2 = mu*^2: the composition is exactly (1, 1e-5)-DP
     mu = math.hypot(exact.step_mu, exact.release_mu)
     assert cal.analytic_gaussian_delta(1.0, mu) <= 1e-5
     assert cal.analytic_gaussian_delta(1.0, mu) == pytest.approx(1e-5, rel=1e-6)
     with pytest.raises(ValueError, match="budget_share"):
-        split_budget("exact", 1.0, 1e-5, 1.0)
+        share_budget("exact", 1.0, 1e-5, 1.0)
 
 
 def test_dp_pca_directions_plan_end_to_end():
@@ -112,7 +111,7 @@ def test_dp_pca_directions_plan_end_to_end():
     # data with a dominant direction e_2
     X = np.clip(rng.normal(0, 0.05, (m, N)) + np.outer(np.eye(m)[2], rng.uniform(0, 1, N)), -1, 1)
     box = BoxDomain.create(-1, 1, m)
-    split = split_budget("exact", 1.0, 1e-6, 0.2)
+    split = share_budget("exact", 1.0, 1e-6, 0.2)
     dirs = dp_pca(
         X @ X.T,
         records=N,
@@ -126,12 +125,12 @@ def test_dp_pca_directions_plan_end_to_end():
     assert np.allclose(dirs.matrix.T @ dirs.matrix, np.eye(m), atol=1e-10)
     for strategy in ("binary", "max-pnr"):
         plan = build_noise_plan(
-            QuerySpec.identity(m, N),
+            IdentityQuery(m, N),
             box,
             epsilon=1.0,
             delta=1e-6,
             directions=dirs,
-            allocation=AllocationSpec(strategy=strategy),
+            allocation=Allocation(strategy=strategy),
             direction_share=0.2,
         )
         lhs, rhs = plan.theorem_check()
@@ -144,7 +143,7 @@ def test_dp_pca_directions_plan_end_to_end():
 
 def test_plan_json_never_contains_a_key_and_has_the_contract_fields():
     plan = build_noise_plan(
-        QuerySpec.covariance(3, 100),
+        CovarianceQuery(3, 100),
         L2BallDomain(1.0, 3),
         epsilon=1,
         delta=1e-5,

@@ -11,13 +11,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from mvg_dask.plan import (
-    AllocationSpec,
+    Allocation,
     BoxDomain,
     Directions,
     L2BallDomain,
-    QuerySpec,
     build_noise_plan,
 )
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery, make_query
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
 from tests.strategies import allocations, boxes, deltas, epsilons, orthonormal
@@ -35,7 +35,7 @@ def plan_inputs(draw: st.DrawFn):
         if draw(st.booleans())
         else L2BallDomain(draw(st.floats(0.1, 10)), m)
     )
-    query = QuerySpec(kind=kind, features=m, records=records)
+    query = make_query(kind, features=m, records=records)
     algorithm = "equi-modal" if kind == "covariance" and draw(st.booleans()) else "unimodal"
     choices = ["exact", "mvg-thm2", "mgm"]
     if algorithm == "unimodal":
@@ -54,7 +54,7 @@ def plan_inputs(draw: st.DrawFn):
         algorithm=algorithm,
         calibration=calibration,
         directions=directions,
-        allocation=AllocationSpec(strategy="custom", theta=theta),
+        allocation=Allocation(strategy="custom", theta=theta),
     )
 
 
@@ -115,9 +115,7 @@ def test_more_budget_to_a_direction_never_gives_it_more_noise(inputs, eps, delta
             and isinstance(inputs["domain"], BoxDomain)
         )
     before = _plan(inputs, eps, delta)
-    after = _plan(
-        {**inputs, "allocation": AllocationSpec(strategy="custom", theta=new)}, eps, delta
-    )
+    after = _plan({**inputs, "allocation": Allocation(strategy="custom", theta=new)}, eps, delta)
     assert after.row_variances[i] <= before.row_variances[i] * (1 + 1e-9)
 
 
@@ -200,12 +198,12 @@ def test_identity_bound_dominates_vertex_enumeration(m, data, eps, delta):
     domain = BoxDomain.create(lo, hi, m)
     W = data.draw(orthonormal(m))
     plan = build_noise_plan(
-        QuerySpec.identity(m, 10),
+        IdentityQuery(m, 10),
         domain,
         epsilon=eps,
         delta=delta,
         directions=Directions.from_matrix(W),
-        allocation=AllocationSpec(strategy="custom", theta=data.draw(allocations(m))),
+        allocation=Allocation(strategy="custom", theta=data.draw(allocations(m))),
     )
     Ainv = _whiten(plan)
     # the sup of a convex quadratic over the difference box is at a vertex: d_i = +-w_i
@@ -230,14 +228,14 @@ def test_covariance_bound_dominates_sampled_pairs(algorithm, neighbours):
         W = np.linalg.qr(rng.standard_normal((m, m)))[0]
         N = 50
         plan = build_noise_plan(
-            QuerySpec.covariance(m, N),
+            CovarianceQuery(m, N),
             domain,
             epsilon=1.0,
             delta=1e-5,
             algorithm=algorithm,
             directions=Directions.from_matrix(W),
             neighbours=neighbours,
-            allocation=AllocationSpec(strategy="custom", theta=rng.dirichlet(np.ones(m))),
+            allocation=Allocation(strategy="custom", theta=rng.dirichlet(np.ones(m))),
         )
         Ainv = _whiten(plan)
         verts = np.array(list(itertools.product(*zip(lo, hi, strict=True))))
@@ -255,6 +253,6 @@ def test_covariance_bound_dominates_sampled_pairs(algorithm, neighbours):
 
 
 def test_l2_ball_identity_bound():
-    plan = build_noise_plan(QuerySpec.identity(3, 7), L2BallDomain(2.0, 3), epsilon=1.0, delta=1e-5)
+    plan = build_noise_plan(IdentityQuery(3, 7), L2BallDomain(2.0, 3), epsilon=1.0, delta=1e-5)
     lam = np.max(1 / plan.row_variances)
     assert plan.mahalanobis_sensitivity == pytest.approx(2 * 2.0 * math.sqrt(lam), rel=1e-12)

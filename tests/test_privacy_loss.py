@@ -15,7 +15,8 @@ import pytest
 from scipy import stats
 
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan import Allocation, BoxDomain, Directions, build_noise_plan
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 from mvg_dask.privacy import calibration as cal
 
 ALPHA = 1e-3
@@ -49,11 +50,11 @@ def test_identity_unimodal_worst_case_pair():
     m, n = 4, 3
     domain = BoxDomain.create([0, -1, 0, 2], [1, 1, 3, 2.5], m)
     plan = build_noise_plan(
-        QuerySpec.identity(m, n),
+        IdentityQuery(m, n),
         domain,
         epsilon=1.0,
         delta=1e-3,
-        allocation=AllocationSpec(strategy="binary", important=[0, 2], share=0.7),
+        allocation=Allocation(strategy="binary", important=[0, 2], share=0.7),
     )
     rng = np.random.default_rng(0)
     X = rng.uniform(domain.lower[:, None], domain.upper[:, None], (m, n))
@@ -72,7 +73,7 @@ def test_covariance_equimodal_near_worst_case_pair(neighbours):
     domain = BoxDomain.create(-1, 1, m)
     W = np.linalg.qr(np.random.default_rng(2).standard_normal((m, m)))[0]
     plan = build_noise_plan(
-        QuerySpec.covariance(m, N),
+        CovarianceQuery(m, N),
         domain,
         epsilon=2.0,
         delta=1e-3,
@@ -130,7 +131,7 @@ def _check_delta(L, eps, delta):
 def test_paper_calibration_audit_shows_huge_slack():
     """The paper's mvg-thm2 noise gives a real epsilon far below the claim (implied_epsilon)."""
     plan = build_noise_plan(
-        QuerySpec.identity(6, 248, sensitivity=math.sqrt(6), gamma=math.sqrt(6 * 248)),
+        IdentityQuery(6, 248, sensitivity=math.sqrt(6), gamma=math.sqrt(6 * 248)),
         BoxDomain.create(0, 1, 6),
         epsilon=1.0,
         delta=1 / 248,

@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mvg_dask.plan import (
-    AllocationSpec,
+    Allocation,
     BoxDomain,
     Directions,
-    QuerySpec,
     build_noise_plan,
-    split_budget,
+    share_budget,
 )
+from mvg_dask.plan.queries import IdentityQuery, make_query
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import (
     CALIBRATIONS,
@@ -165,7 +165,7 @@ def _lhs_from_matrices(name, plan):
 @given(st.integers(1, 5), st.integers(2, 500), epsilons, deltas, st.data())
 def test_theorem_lhs_agrees_with_the_matrices_of_built_plans(m, records, eps, delta, data):
     kind = data.draw(st.sampled_from(["identity", "covariance"]))
-    query = QuerySpec(kind=kind, features=m, records=records)
+    query = make_query(kind, features=m, records=records)
     algorithm = data.draw(
         st.sampled_from(["unimodal", "equi-modal"] if kind == "covariance" else ["unimodal"])
     )
@@ -191,7 +191,7 @@ def test_theorem_lhs_agrees_with_the_matrices_of_built_plans(m, records, eps, de
         algorithm=algorithm,
         calibration=name,
         directions=directions,
-        allocation=AllocationSpec(strategy="custom", theta=data.draw(allocations(m))),
+        allocation=Allocation(strategy="custom", theta=data.draw(allocations(m))),
     )
     lhs, rhs = plan.theorem_check()
     assert lhs <= rhs
@@ -280,7 +280,7 @@ def test_spec_plan_and_checker_share_one_wording(name, algorithm, query, field, 
     assert info.value.field == field and needle in str(info.value)
     with pytest.raises(ValueError) as plan_error:
         build_noise_plan(
-            QuerySpec(kind=query, features=3, records=10),
+            make_query(query, features=3, records=10),
             BoxDomain.create(0, 1, 3),
             epsilon=1,
             delta=1e-5,
@@ -306,7 +306,7 @@ def test_directions_rule_in_spec_and_plan():
     W = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))[0]
     with pytest.raises(ValueError, match="use directions: standard") as plan_error:
         build_noise_plan(
-            QuerySpec.identity(3, 10),
+            IdentityQuery(3, 10),
             BoxDomain.create(0, 1, 3),
             epsilon=1,
             delta=1e-5,
@@ -344,7 +344,7 @@ def test_theorem_functions_use_the_same_square_wording():
 
 def test_split_budget_composes_exactly_only_for_gaussian_dp_rules():
     for name, rule in REGISTRY.items():
-        split = split_budget(name, 1.0, 1e-5, 0.2)
+        split = share_budget(name, 1.0, 1e-5, 0.2)
         assert (split.composition == "gaussian-dp") == rule.gaussian_dp
         if rule.gaussian_dp:
             mu = math.hypot(split.step_mu, split.release_mu)

@@ -239,7 +239,7 @@ def test_planning_20000_features_forms_no_m_by_m_matrix(tmp_path, query):
         plan = back.noise_plan()
         rplan.public_dict()
         variables = noise_variables(back, plan)
-        diagonal = plan._row_cov_diagonal()
+        diagonal = plan.covariance.diag()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from mvg_dask.noise import NoiseKey, affine_sample, kronecker_sample, sqrt_factor
-from mvg_dask.plan import AllocationSpec, BoxDomain, Directions, QuerySpec, build_noise_plan
+from mvg_dask.plan import Allocation, BoxDomain, Directions, build_noise_plan
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 ALPHA = 1e-3
 
@@ -19,7 +20,7 @@ ALPHA = 1e-3
 def _random_plan(m: int, algorithm: str, seed: int):
     rng = np.random.default_rng(seed)
     W = np.linalg.qr(rng.standard_normal((m, m)))[0]
-    query = QuerySpec.covariance(m, 100) if algorithm == "equi-modal" else QuerySpec.identity(m, 50)
+    query = CovarianceQuery(m, 100) if algorithm == "equi-modal" else IdentityQuery(m, 50)
     return build_noise_plan(
         query,
         BoxDomain.create(-1, 1, m),
@@ -27,7 +28,7 @@ def _random_plan(m: int, algorithm: str, seed: int):
         delta=1e-5,
         algorithm=algorithm,
         directions=Directions.from_matrix(W),
-        allocation=AllocationSpec(strategy="custom", theta=rng.dirichlet(np.ones(m))),
+        allocation=Allocation(strategy="custom", theta=rng.dirichlet(np.ones(m))),
     )
 
 

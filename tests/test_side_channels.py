@@ -13,7 +13,8 @@ import pytest
 
 from mvg_dask import api
 from mvg_dask.errors import ReleaseError
-from mvg_dask.plan import BoxDomain, Directions, L2BallDomain, QuerySpec, build_noise_plan
+from mvg_dask.plan import BoxDomain, Directions, L2BallDomain, build_noise_plan
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import calibration as cal
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
@@ -42,7 +43,7 @@ def test_add_remove_delta_m_bounds_the_added_record(seed, n0):
     lo = -rng.uniform(0, 1, m)
     hi = rng.uniform(0.1, 1, m)
     dom = BoxDomain.create(lo, hi, m)
-    q = QuerySpec(kind="covariance", features=m, records=n0, records_known=False)
+    q = CovarianceQuery(features=m, records=n0, records_known=False)
     plan = build_noise_plan(
         q,
         dom,
@@ -65,7 +66,7 @@ def test_add_remove_delta_m_bounds_the_added_record(seed, n0):
 
 
 def test_add_remove_noisy_count_composes_as_gaussian_dp():
-    q = QuerySpec(kind="covariance", features=3, records=1, records_known=False)
+    q = CovarianceQuery(features=3, records=1, records_known=False)
     plan = build_noise_plan(
         q,
         L2BallDomain(1.0, 3),
@@ -84,7 +85,7 @@ def test_add_remove_noisy_count_composes_as_gaussian_dp():
 
 
 def test_add_remove_paper_calibration_needs_declared_gamma():
-    q = QuerySpec(kind="covariance", features=3, records=1, records_known=False)
+    q = CovarianceQuery(features=3, records=1, records_known=False)
     with pytest.raises(ValueError, match=r"declare mechanism\.gamma"):
         build_noise_plan(
             q,

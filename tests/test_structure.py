@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mvg_dask.plan import BoxDomain, Directions, L2BallDomain, QuerySpec, build_noise_plan
+from mvg_dask.plan import BoxDomain, Directions, L2BallDomain, build_noise_plan
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 DOMAINS = {
     "sym-box": lambda m: BoxDomain.create(-1.0, 1.0, m),
@@ -33,7 +34,7 @@ def test_diagonal_path_equals_the_dense_path(domain_name, kind, algorithm, neigh
     rng = np.random.default_rng(4)
     p = rng.uniform(0.2, 3.0, m)
     domain = DOMAINS[domain_name](m)
-    query = QuerySpec.identity(m, 50) if kind == "identity" else QuerySpec.covariance(m, 50)
+    query = IdentityQuery(m, 50) if kind == "identity" else CovarianceQuery(m, 50)
     ratio = 1.7 if algorithm == "symmetric" else None
     dense = query.mahalanobis_sensitivity(
         domain, neighbours, np.diag(p), algorithm, directions=np.eye(m), ratio=ratio
@@ -43,7 +44,7 @@ def test_diagonal_path_equals_the_dense_path(domain_name, kind, algorithm, neigh
 
 
 def test_a_vector_precision_with_directions_is_refused():
-    q = QuerySpec.covariance(3, 10)
+    q = CovarianceQuery(3, 10)
     with pytest.raises(ValueError, match="standard directions"):
         q.mahalanobis_sensitivity(
             BoxDomain.create(0.0, 1.0, 3),
@@ -66,7 +67,7 @@ def test_standard_directions_plan_without_eigendecompositions(monkeypatch, algor
     monkeypatch.setattr(np.linalg, "eigvalsh", forbidden)
     monkeypatch.setattr(np.linalg, "eigh", forbidden)
     plan = build_noise_plan(
-        QuerySpec.covariance(m, 100_000),
+        CovarianceQuery(m, 100_000),
         BoxDomain.create(0.0, 1.0, m),
         epsilon=1.0,
         delta=1e-6,
@@ -104,7 +105,7 @@ def test_diagonal_noise_is_the_dense_noise(algorithm):
     if algorithm == "unimodal":
         return
     plan = build_noise_plan(
-        QuerySpec.covariance(m, 1000),
+        CovarianceQuery(m, 1000),
         BoxDomain.create(-1.0, 1.0, m),
         epsilon=1.0,
         delta=1e-6,

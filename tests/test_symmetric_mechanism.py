@@ -19,16 +19,16 @@ from mvg_dask.engine.release import covariance_noise
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import matrix_noise, record_noise, symmetric_matrix_noise
 from mvg_dask.plan import (
-    AllocationSpec,
+    Allocation,
     BoxDomain,
     Directions,
     L2BallDomain,
-    QuerySpec,
     build_noise_plan,
 )
 from mvg_dask.plan.directions import symmetric_noise
 from mvg_dask.plan.estimators import covariance_from_identity
 from mvg_dask.plan.noise_plan import noise_plan_from_dict
+from mvg_dask.plan.queries import CovarianceQuery, CustomQuery, IdentityQuery
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import CompatibilityError, check_compatible
 from mvg_dask.spec import SpecError, parse_spec
@@ -42,13 +42,13 @@ def _rotated_plan(m: int = 4, seed: int = 1, ratio: float | None = None, **kw):
     rng = np.random.default_rng(seed)
     W = np.linalg.qr(rng.standard_normal((m, m)))[0]
     return build_noise_plan(
-        QuerySpec.covariance(m, 50),
+        CovarianceQuery(m, 50),
         kw.pop("domain", BoxDomain.create(-1, 1, m)),
         epsilon=1.0,
         delta=1e-5,
         algorithm="symmetric",
         directions=Directions.from_matrix(W),
-        allocation=AllocationSpec(strategy="custom", theta=rng.dirichlet(np.ones(m))),
+        allocation=Allocation(strategy="custom", theta=rng.dirichlet(np.ones(m))),
         symmetric_ratio=ratio,
         **kw,
     )
@@ -150,7 +150,7 @@ def test_symmetric_privacy_loss_on_worst_case_pair(rotated, r):
     domain = BoxDomain.create(-1, 1, m)
     W = np.linalg.qr(np.random.default_rng(4).standard_normal((m, m)))[0] if rotated else np.eye(m)
     plan = build_noise_plan(
-        QuerySpec.covariance(m, N),
+        CovarianceQuery(m, N),
         domain,
         epsilon=1.0,
         delta=1e-3,
@@ -185,7 +185,7 @@ def test_symmetric_privacy_loss_through_the_release_sampler():
     key per trial, seeds 50_000 + t), at the attained worst case of [-1,1]^4."""
     m, N, trials = 4, 30, 40_000
     plan = build_noise_plan(
-        QuerySpec.covariance(m, N),
+        CovarianceQuery(m, N),
         BoxDomain.create(-1, 1, m),
         epsilon=1.0,
         delta=1e-3,
@@ -234,14 +234,14 @@ def test_symmetric_plan_round_trip_theorem_check_and_ratio():
 )
 def test_default_ratio_is_the_closed_form_optimum(domain, expected):
     plan = build_noise_plan(
-        QuerySpec.covariance(domain.m, 1000), domain, epsilon=1, delta=1e-5, algorithm="symmetric"
+        CovarianceQuery(domain.m, 1000), domain, epsilon=1, delta=1e-5, algorithm="symmetric"
     )
     assert plan.symmetric_ratio == pytest.approx(expected)
     # and it is no worse than r = 1/2 (symmetrised equi-modal) or r = 1 (iid on vech)
     err = float(np.sum(plan.entry_std() ** 2))
     for r in (0.5, 1.0):
         other = build_noise_plan(
-            QuerySpec.covariance(domain.m, 1000),
+            CovarianceQuery(domain.m, 1000),
             domain,
             epsilon=1,
             delta=1e-5,
@@ -254,7 +254,7 @@ def test_default_ratio_is_the_closed_form_optimum(domain, expected):
 def test_exp2_numbers_symmetric_beats_equimodal_and_iid():
     N, m = 10_176, 4
     common = dict(epsilon=1.0, delta=1 / N)
-    q, box = QuerySpec.covariance(m, N), BoxDomain.create(-1, 1, m)
+    q, box = CovarianceQuery(m, N), BoxDomain.create(-1, 1, m)
     sym = build_noise_plan(q, box, algorithm="symmetric", **common)
     equi = build_noise_plan(q, box, algorithm="equi-modal", **common)
     mu = cal.analytic_gaussian_mu(1.0, 1 / N)
@@ -296,16 +296,14 @@ def test_registry_and_spec_rules_for_symmetric_noise():
         )
     assert info.value.field == "algorithm"
     # a custom query declared symmetric may use it; a non-symmetric square one may not
-    sym = QuerySpec(
-        kind="custom", features=3, records=10, shape_=(3, 3), sensitivity=1.0, symmetric=True
-    )
+    sym = CustomQuery(features=3, records=10, shape_=(3, 3), sensitivity=1.0, symmetric=True)
     plan = build_noise_plan(
         sym, BoxDomain.create(0, 1, 3), epsilon=1, delta=1e-5, algorithm="symmetric"
     )
     assert plan.mahalanobis_sensitivity <= plan.split.release_mu * (1 + 1e-12)
     with pytest.raises(ValueError, match="needs a symmetric query"):
         build_noise_plan(
-            QuerySpec(kind="custom", features=3, records=10, shape_=(3, 3), sensitivity=1.0),
+            CustomQuery(features=3, records=10, shape_=(3, 3), sensitivity=1.0),
             BoxDomain.create(0, 1, 3),
             epsilon=1,
             delta=1e-5,
@@ -344,13 +342,13 @@ def test_equimodal_covariance_noise_is_symmetrised_post_processing():
     rng = np.random.default_rng(12)
     W = np.linalg.qr(rng.standard_normal((m, m)))[0]
     plan = build_noise_plan(
-        QuerySpec.covariance(m, 40),
+        CovarianceQuery(m, 40),
         BoxDomain.create(-1, 1, m),
         epsilon=1.0,
         delta=1e-5,
         algorithm="equi-modal",
         directions=Directions.from_matrix(W),
-        allocation=AllocationSpec(strategy="custom", theta=[0.6, 0.3, 0.1]),
+        allocation=Allocation(strategy="custom", theta=[0.6, 0.3, 0.1]),
     )
     assert plan.output_symmetric_ratio == 0.5
     key = NoiseKey.from_seed(13)
@@ -368,7 +366,7 @@ def test_equimodal_covariance_noise_is_symmetrised_post_processing():
     factor = float(np.sum(plan.released_entry_std() ** 2) / np.sum(plan.entry_std() ** 2))
     assert factor == pytest.approx(0.5 * (1 + np.sum(v**2) / np.sum(v) ** 2), rel=1e-9)
     uniform = build_noise_plan(
-        QuerySpec.covariance(m, 40),
+        CovarianceQuery(m, 40),
         BoxDomain.create(-1, 1, m),
         epsilon=1,
         delta=1e-5,
@@ -387,12 +385,12 @@ def test_covariance_from_identity_is_unbiased_monte_carlo():
     X = rng.uniform(0, 1, (m, N))
     W = np.linalg.qr(rng.standard_normal((m, m)))[0]
     plan = build_noise_plan(
-        QuerySpec.identity(m, N),
+        IdentityQuery(m, N),
         BoxDomain.create(0, 1, m),
         epsilon=2.0,
         delta=1e-5,
         directions=Directions.from_matrix(W),
-        allocation=AllocationSpec(strategy="custom", theta=[0.5, 0.3, 0.2]),
+        allocation=Allocation(strategy="custom", theta=[0.5, 0.3, 0.2]),
     )
     est, naive = [], []
     for t in range(reps):
@@ -510,10 +508,10 @@ def symmetric_inputs(draw: st.DrawFn):
         Directions.standard(m) if standard else Directions.from_matrix(draw(orthonormal(m)))
     )
     return dict(
-        query=QuerySpec.covariance(m, draw(st.integers(2, 3000))),
+        query=CovarianceQuery(m, draw(st.integers(2, 3000))),
         domain=domain,
         directions=directions,
-        allocation=AllocationSpec(strategy="custom", theta=draw(allocations(m))),
+        allocation=Allocation(strategy="custom", theta=draw(allocations(m))),
         neighbours=draw(st.sampled_from(["replace-one", "add-remove"])),
         symmetric_ratio=draw(st.one_of(st.none(), st.floats(0.5, 20))),
     )

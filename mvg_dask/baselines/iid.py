@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from mvg_dask.plan.domain import Neighbours, RecordDomain
-from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.queries import MatrixQuery
 from mvg_dask.privacy import calibration as cal
 
 Baseline = Literal["gaussian-classic", "gaussian-analytic", "laplace"]
@@ -75,7 +75,7 @@ class IidMechanism:
 
 def iid_baseline(
     name: Baseline,
-    query: QuerySpec,
+    query: MatrixQuery,
     domain: RecordDomain,
     *,
     epsilon: float,
@@ -88,7 +88,7 @@ def iid_baseline(
     ----------
     name : {"gaussian-classic", "gaussian-analytic", "laplace"}
         Baseline.
-    query : QuerySpec
+    query : MatrixQuery
         Query (its ``s_2``/``s_1`` come from the domain unless declared).
     domain : BoxDomain or L2BallDomain
         Declared record domain.

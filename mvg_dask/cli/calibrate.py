@@ -109,13 +109,13 @@ def calibrate(
     is the row variance itself on the diagonal).
     """
     from mvg_dask.plan import (
-        AllocationSpec,
+        Allocation,
         BoxDomain,
         DeclaredBoundError,
         L2BallDomain,
-        QuerySpec,
         build_noise_plan,
     )
+    from mvg_dask.plan.queries import make_query
 
     if (bounds is None) == (l2_norm is None):
         raise click.UsageError("give exactly one record domain: --bounds LO HI or --l2-norm C")
@@ -130,21 +130,17 @@ def calibrate(
             if bounds is not None
             else L2BallDomain(float(l2_norm), features)  # type: ignore[arg-type]
         )
-        spec = QuerySpec(
-            kind=query,  # type: ignore[arg-type]
-            features=features,
-            records=records,
-            sensitivity=sensitivity,
-            gamma=gamma,
+        matrix_query = make_query(
+            query, features=features, records=records, sensitivity=sensitivity, gamma=gamma
         )
         plan = build_noise_plan(
-            spec,
+            matrix_query,
             domain,
             epsilon=epsilon,
             delta=delta,
             algorithm=algorithm,  # type: ignore[arg-type]
             calibration=calibration,  # type: ignore[arg-type]
-            allocation=AllocationSpec(
+            allocation=Allocation(
                 strategy=allocation,  # type: ignore[arg-type]
                 important=important_idx,
                 share=share if allocation == "binary" else None,

@@ -6,6 +6,7 @@ test, and keep the graph small: one task per chunk reads, checks, clips, adds no
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from mvg_dask.engine.metadata import PROGRESS_DIR
 from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
+from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
 from mvg_dask.plan.release_plan import PANEL_RECORDS
 
 if TYPE_CHECKING:
@@ -412,28 +414,18 @@ class PanelNoise:
     projection: np.ndarray | None = None
     core: np.ndarray | None = None
 
+    @functools.cached_property
+    def noise_covariance(self) -> NoiseCovariance:
+        """``Sigma``: diagonal (standard directions) or low rank (``basis``)."""
+        kind: CovarianceKind = "diagonal" if self.basis is None else "low-rank"
+        return covariance_of(kind, self.basis, self.variances)
+
     def block(self, i: int, j: int) -> np.ndarray:
         """Block ``(i, j)`` of the published noise, on the grid of
-        :func:`~mvg_dask.noise.tiles.feature_blocks`."""
-        from mvg_dask.noise.tiles import diagonal_noise_block, low_rank_noise_block
-        from mvg_dask.plan.low_rank import low_rank_factor
-
-        if self.basis is None:
-            d = np.sqrt(self.variances)
-            return diagonal_noise_block(self.key, d, self.algorithm, self.ratio, i, j)
-        assert self.projection is not None
-        a, delta = low_rank_factor(self.basis, self.variances)
-        return low_rank_noise_block(
-            self.key,
-            self.basis,
-            a,
-            delta,
-            self.algorithm,
-            self.ratio,
-            self.projection,
-            self.core,
-            i,
-            j,
+        :func:`~mvg_dask.noise.tiles.feature_blocks`
+        (:meth:`~mvg_dask.plan.covariance.NoiseCovariance.noise_block`)."""
+        return self.noise_covariance.noise_block(
+            self.key, self.algorithm, self.ratio, i, j, projection=self.projection, core=self.core
         )
 
     def region(self, rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
@@ -451,18 +443,7 @@ class PanelNoise:
 
     def covariance(self, rs: tuple[int, int], cs: tuple[int, int]) -> np.ndarray:
         """The region ``rs x cs`` of ``Sigma`` (the published ``row_cov``)."""
-        v = self.variances
-        if self.basis is None:
-            out = np.zeros((rs[1] - rs[0], cs[1] - cs[0]))
-            if rs == cs:
-                np.fill_diagonal(out, v[rs[0] : rs[1]])
-            return out
-        U = self.basis
-        k = U.shape[1]
-        out = (U[rs[0] : rs[1]] * (v[:k] - v[k])) @ U[cs[0] : cs[1]].T
-        if rs == cs:
-            out[np.diag_indices_from(out)] += v[k]
-        return np.asarray(out)
+        return self.noise_covariance.block(rs, cs)
 
 
 def _gram_panel(
@@ -508,6 +489,67 @@ def _gram_panel(
     return acc, clipped
 
 
+@dataclass(frozen=True)
+class _PanelSinks:
+    """The arrays a covariance panel task writes: the release (and the sum, with a noisy
+    count), the noise description's blocks and, for standard directions, the directions'."""
+
+    covariance: Any
+    gram: Any
+    described: list[Any]
+    directions: Any
+
+    @classmethod
+    def open(
+        cls,
+        sink: str,
+        storage_options: dict[str, Any] | None,
+        noise: PanelNoise,
+        *,
+        gram: bool,
+    ) -> _PanelSinks:
+        """Open the arrays of the release skeleton at ``sink``."""
+        import zarr
+
+        def open_(name: str) -> Any:
+            return zarr.open_array(
+                store=sink, path=name, mode="r+", storage_options=storage_options
+            )
+
+        names = ["row_cov"] + (["col_cov"] if noise.algorithm != "unimodal" else [])
+        # low-rank directions are published whole (m x k) with the skeleton
+        diagonal = noise.noise_covariance.diagonal
+        return cls(
+            covariance=open_("covariance"),
+            gram=open_("gram") if gram else None,
+            described=[open_(n) for n in names],
+            directions=open_("directions") if diagonal else None,
+        )
+
+    def put(
+        self,
+        rs: tuple[int, int],
+        cs: tuple[int, int],
+        noisy: np.ndarray,
+        count: float | None,
+        noise: PanelNoise,
+    ) -> None:
+        """Write the region ``rs x cs`` of the release and of its noise description."""
+
+        def put(arr: Any, value: np.ndarray) -> None:
+            arr[rs[0] : rs[1], cs[0] : cs[1]] = value
+
+        put(self.covariance, noisy if count is None else noisy / max(count, 1.0))
+        if self.gram is not None:
+            put(self.gram, noisy)
+        sigma = noise.noise_covariance.block(rs, cs)
+        for arr in self.described:
+            put(arr, sigma)
+        if self.directions is not None:
+            shape = (rs[1] - rs[0], cs[1] - cs[0])
+            put(self.directions, np.eye(*shape) if rs == cs else np.zeros(shape))
+
+
 def covariance_panel_task(
     rows: tuple[int, int],
     *,
@@ -546,7 +588,6 @@ def covariance_panel_task(
     import json
 
     import fsspec
-    import zarr
 
     r0 = rows[0]
     fs, marker = fsspec.core.url_to_fs(progress_marker(sink, r0), **(storage_options or {}))
@@ -562,19 +603,7 @@ def covariance_panel_task(
         return panel
     acc, clipped = panel
 
-    def open_(name: str) -> Any:
-        return zarr.open_array(store=sink, path=name, mode="r+", storage_options=storage_options)
-
-    cov = open_("covariance")
-    gram = open_("gram") if count is not None else None
-    names = ["row_cov"] + (["col_cov"] if noise.algorithm != "unimodal" else [])
-    described = [open_(n) for n in names]
-    # low-rank directions are published whole (m x k) with the skeleton
-    directions = open_("directions") if noise.basis is None else None
-
-    def put(arr: Any, rs: tuple[int, int], cs: tuple[int, int], value: np.ndarray) -> None:
-        arr[rs[0] : rs[1], cs[0] : cs[1]] = value
-
+    sinks = _PanelSinks.open(sink, storage_options, noise, gram=count is not None)
     symmetric_noise = noise.algorithm != "unimodal"
     for c0 in range(r0, m, block):
         cs = (c0, min(c0 + block, m))
@@ -594,15 +623,7 @@ def covariance_panel_task(
                 lower = lattice.region(np.ascontiguousarray(data.T), cs, rows)
             regions.append((cs, rows, lower))
         for rs, cs_, noisy in regions:
-            put(cov, rs, cs_, noisy if count is None else noisy / max(count, 1.0))
-            if gram is not None:
-                put(gram, rs, cs_, noisy)
-            sigma = noise.covariance(rs, cs_)
-            for arr in described:
-                put(arr, rs, cs_, sigma)
-            if directions is not None:
-                shape = (rs[1] - rs[0], cs_[1] - cs_[0])
-                put(directions, rs, cs_, np.eye(*shape) if rs == cs_ else np.zeros(shape))
+            sinks.put(rs, cs_, noisy, count, noise)
     first = r0 == 0
     _write_marker(
         fs, marker, json.dumps({"clipped": clipped if first else 0, "records": 0}).encode()

@@ -80,10 +80,8 @@ class RecordLattice:
         """The record lattice of an identity release's plan."""
         lattice = _lattice(plan)
         d, w = _factors(plan.row_variances)
-        if plan.directions.is_standard:
-            return cls(lattice.log2_grid, lattice.scale, w, d)
-        W = plan.directions.matrix
-        return cls(lattice.log2_grid, lattice.scale, W.T / d[:, None], W * d[None, :])
+        inverse, factor = plan.covariance.scaled_directions(d, w)
+        return cls(lattice.log2_grid, lattice.scale, inverse, factor)
 
     def release(
         self, x: np.ndarray, key: NoiseKey, start: int, stop: int, *, tile: int, n_total: int
@@ -392,7 +390,7 @@ class DenseSquareLattice:
 
 def square_release(f: np.ndarray, plan: NoisePlan, key: NoiseKey) -> np.ndarray:
     """The published ``m x m`` matrix of a square lattice release assembled on the client."""
-    if plan.directions.is_standard:
+    if plan.covariance.diagonal:
         lattice = StandardSquareLattice.for_plan(plan, key)
         m = f.shape[0]
         return lattice.region(np.asarray(f, dtype=np.float64), (0, m), (0, m))

@@ -41,8 +41,9 @@ from mvg_dask.experiments.methods import (
 )
 from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec, covariance_from_identity
+from mvg_dask.plan import BoxDomain, NoisePlan, covariance_from_identity
 from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 __all__ = ["METHODS", "CovarianceExperiment", "principal_axes", "residual_sum_of_squares"]
 
@@ -141,8 +142,8 @@ class CovarianceExperiment(PaperExperiment):
         self.dataset = ds
         m, n = ds.X.shape
         self.domain = BoxDomain.create(ds.lower, ds.upper, m)
-        self.query = QuerySpec.identity(m, n)
-        self.covariance_query = QuerySpec.covariance(m, n)
+        self.query = IdentityQuery(m, n)
+        self.covariance_query = CovarianceQuery(m, n)
         self.S = ds.X @ ds.X.T / n
         self.output_range = self.query.output_entry_range(self.domain)
         self.settings: Mapping[str, str] = {

@@ -51,9 +51,9 @@ from mvg_dask.baselines.covariance import (
     separate_cov,
 )
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import QuerySpec
 from mvg_dask.plan.domain import L2BallDomain
 from mvg_dask.plan.estimators import identity_shrinkage, psd_projection, spiked_shrinkage
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import analytic_gaussian_mu
 
 __all__ = [
@@ -237,9 +237,7 @@ def _product_estimators(
     from mvg_dask.experiments.mechanisms import symmetric_plan
 
     d = S.shape[0]
-    plan = symmetric_plan(
-        QuerySpec.covariance(d, n), L2BallDomain(1.0, d), epsilon=epsilon, delta=delta
-    )
+    plan = symmetric_plan(CovarianceQuery(d, n), L2BallDomain(1.0, d), epsilon=epsilon, delta=delta)
     std = plan.released_entry_std()
     off = float(std[0, 1]) if d > 1 else float(std[0, 0])
 

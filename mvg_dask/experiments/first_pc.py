@@ -39,8 +39,9 @@ from mvg_dask.experiments.methods import (
 )
 from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, QuerySpec, dp_pca, gram_sensitivity
+from mvg_dask.plan import BoxDomain, MatrixQuery, dp_pca, gram_sensitivity
 from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -188,8 +189,8 @@ class FirstPCExperiment(PaperExperiment):
         R = self.domain.sup_norm_sq()
         self.S = ds.X @ ds.X.T / n
         self.gram = ds.X @ ds.X.T
-        self.query = QuerySpec.covariance(m, n)
-        self.paper_query = QuerySpec.covariance(m, n, sensitivity=2.0 * R / n, gamma=R)
+        self.query = CovarianceQuery(m, n)
+        self.paper_query = CovarianceQuery(m, n, sensitivity=2.0 * R / n, gamma=R)
         self.output_range = self.query.output_entry_range(self.domain)
         tight = self.query.l2_sensitivity(self.domain, "replace-one")
         self.settings: Mapping[str, str] = {
@@ -229,7 +230,7 @@ class FirstPCExperiment(PaperExperiment):
     def _vector_errors(self, vectors: np.ndarray) -> np.ndarray:
         return captured_variance_gap(self.S, vectors)
 
-    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[MatrixQuery, Algorithm]:
         """The paper's rows use its own sensitivities; MGM's calibrations add unimodal noise."""
         query = self.paper_query if method.kind == "paper-mvg" else self.query
         return query, "unimodal" if method.kind == "mgm" else "equi-modal"

@@ -26,10 +26,10 @@ from mvg_dask.baselines import IidMechanism
 from mvg_dask.engine.lattice import RecordLattice, square_release
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import symmetric_normals, tile_records_for
-from mvg_dask.plan import AllocationSpec, Directions, NoisePlan, build_noise_plan
+from mvg_dask.plan import Allocation, Directions, NoisePlan, build_noise_plan
 from mvg_dask.plan.domain import BoxDomain, RecordDomain
 from mvg_dask.plan.lattice import LatticeContext, NoiseKind, gram_depth
-from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.queries import MatrixQuery
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.sensitivity import traceless_box_sup
@@ -51,7 +51,7 @@ __all__ = [
 
 
 def binary_plan(
-    query: QuerySpec,
+    query: MatrixQuery,
     domain: RecordDomain,
     *,
     epsilon: float,
@@ -66,7 +66,7 @@ def binary_plan(
 
     Parameters
     ----------
-    query : QuerySpec
+    query : MatrixQuery
         The query (with the paper's declared ``s_2``/``gamma`` where reproduced).
     domain : BoxDomain or L2BallDomain
         Declared record domain.
@@ -98,7 +98,7 @@ def binary_plan(
         algorithm=algorithm,
         calibration=calibration,
         directions=Directions.standard(m, imp),
-        allocation=AllocationSpec(strategy="binary", important=imp, share=tau),
+        allocation=Allocation(strategy="binary", important=imp, share=tau),
         **noise_options(query, noise),
     )
 
@@ -107,7 +107,7 @@ def binary_plan(
 GRAM_FAN_IN = 8
 
 
-def lattice_context(query: QuerySpec) -> LatticeContext:
+def lattice_context(query: MatrixQuery) -> LatticeContext:
     """How an experiment computes its query, for the float-error bound of a lattice plan.
 
     The experiments compute a covariance in one piece on the client (``X @ X.T / N``, BLAS in
@@ -119,7 +119,7 @@ def lattice_context(query: QuerySpec) -> LatticeContext:
 
     Parameters
     ----------
-    query : QuerySpec
+    query : MatrixQuery
         The query (its ``records`` is the data set's ``N``, public under replace-one).
 
     Returns
@@ -132,12 +132,12 @@ def lattice_context(query: QuerySpec) -> LatticeContext:
     return LatticeContext(records=n, depth=depth)
 
 
-def noise_options(query: QuerySpec, noise: NoiseKind) -> dict[str, Any]:
+def noise_options(query: MatrixQuery, noise: NoiseKind) -> dict[str, Any]:
     """The ``noise``/``lattice_context`` keywords of :func:`build_noise_plan` for ``noise``.
 
     Parameters
     ----------
-    query : QuerySpec
+    query : MatrixQuery
         The query.
     noise : {"float", "lattice"}
         The noise.
@@ -156,7 +156,7 @@ def noise_options(query: QuerySpec, noise: NoiseKind) -> dict[str, Any]:
 
 
 def symmetric_plan(
-    query: QuerySpec,
+    query: MatrixQuery,
     domain: RecordDomain,
     *,
     epsilon: float,
@@ -172,7 +172,7 @@ def symmetric_plan(
 
     Parameters
     ----------
-    query : QuerySpec
+    query : MatrixQuery
         A covariance query.
     domain : BoxDomain or L2BallDomain
         Declared record domain.

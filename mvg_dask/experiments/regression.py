@@ -52,18 +52,19 @@ from mvg_dask.experiments.methods import (
 from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
-    AllocationSpec,
+    Allocation,
     BoxDomain,
+    MatrixQuery,
     NoisePlan,
-    QuerySpec,
     build_noise_plan,
     dp_pca,
     gram_sensitivity,
-    split_budget,
+    share_budget,
 )
 from mvg_dask.plan.directions import directions_from_noisy_gram
 from mvg_dask.plan.lattice import NoiseKind
 from mvg_dask.plan.noise_plan import gram_step_lattice
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 from mvg_dask.privacy.calibration import Algorithm
 
 __all__ = [
@@ -272,13 +273,13 @@ class RegressionExperiment(PaperExperiment):
         m, n = ds.X.shape
         self.target = m - 1
         self.domain = BoxDomain.create(ds.lower, ds.upper, m)
-        self.query = QuerySpec.identity(m, n)
+        self.query = IdentityQuery(m, n)
         self.test_x = ds.X_test[: self.target].T
         self.test_y = ds.X_test[self.target]
         self.gram = ds.X @ ds.X.T
         Z = np.vstack([ds.X, np.ones((1, n))])
         self.moments = Z @ Z.T / n
-        self.moments_query = QuerySpec.covariance(m + 1, n)
+        self.moments_query = CovarianceQuery(m + 1, n)
         self.moments_domain = BoxDomain.create(
             np.append(ds.lower, 0.0), np.append(ds.upper, 1.0), m + 1
         )
@@ -342,7 +343,7 @@ class RegressionExperiment(PaperExperiment):
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         return self.errors(np.swapaxes(records, 1, 2))
 
-    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[MatrixQuery, Algorithm]:
         if method.key == "exact-moments":
             return self.moments_query, "symmetric"
         return super()._binary_query(method)
@@ -374,7 +375,7 @@ class RegressionExperiment(PaperExperiment):
         calibration = method.calibration
         if calibration is None:
             return super()._evaluate_extra(method, epsilon, delta, trials, key)
-        split = split_budget(calibration, epsilon, delta, share=DP_PCA_SHARE)
+        split = share_budget(calibration, epsilon, delta, share=DP_PCA_SHARE)
         assert split.step_mu is not None
         sens = gram_sensitivity(self.domain, "replace-one")
         X = self.dataset.X
@@ -382,7 +383,7 @@ class RegressionExperiment(PaperExperiment):
         lows, highs, implied, starved = [], [], [], []
         step = None
         if self.noise == "lattice":
-            gram_query = QuerySpec.covariance(X.shape[0], X.shape[1])
+            gram_query = CovarianceQuery(X.shape[0], X.shape[1])
             step = gram_step_lattice(self.domain, sens, split.step_mu, lattice_context(gram_query))
         for t in range(trials):
             if step is None:
@@ -407,7 +408,7 @@ class RegressionExperiment(PaperExperiment):
                 algorithm="unimodal",
                 calibration=calibration,
                 directions=dirs,
-                allocation=AllocationSpec(strategy="max-pnr"),
+                allocation=Allocation(strategy="max-pnr"),
                 direction_share=DP_PCA_SHARE,
                 **noise_options(self.query, self.noise),
             )

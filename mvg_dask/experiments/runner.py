@@ -44,7 +44,7 @@ from mvg_dask.experiments.mechanisms import (
 )
 from mvg_dask.experiments.methods import Evaluation, Method
 from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, NoisePlan, QuerySpec
+from mvg_dask.plan import BoxDomain, MatrixQuery, NoisePlan
 from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -286,7 +286,7 @@ class PaperExperiment(ABC):
 
     name: str
     dataset: PaperDataset
-    query: QuerySpec
+    query: MatrixQuery
     domain: BoxDomain
     #: The noise of the MVG rows built on a plan: ``float`` or ``lattice``.
     noise: NoiseKind = "float"
@@ -321,7 +321,7 @@ class PaperExperiment(ABC):
         """The true value of a binary row's query (by default :meth:`_query_value`)."""
         return self._query_value()
 
-    def _binary_query(self, method: Method) -> tuple[QuerySpec, Algorithm]:
+    def _binary_query(self, method: Method) -> tuple[MatrixQuery, Algorithm]:
         """The query (declared sensitivities) and MVG algorithm of a binary row."""
         return self.query, "unimodal"
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import symmetric_normals
+from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.privacy import sensitivity as sens
 
@@ -170,6 +172,42 @@ class Directions:
             return False
         W = self.matrix
         return bool(np.all(np.diagonal(W) == 1.0) and np.count_nonzero(W) == W.shape[0])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (a noise plan's ``directions``; the standard basis is not
+        written out)."""
+        eig = self.eigenvalues
+        return {
+            "method": self.method,
+            "important": list(self.important),
+            "matrix": None if self.is_standard else self.matrix.tolist(),
+            "eigenvalues": None if eig is None else np.asarray(eig).tolist(),
+        }
+
+    @property
+    def covariance_kind(self) -> CovarianceKind:
+        """The form of a noise covariance along these directions: ``diagonal`` (standard),
+        ``low-rank`` or ``dense``."""
+        if self.is_standard:
+            return "diagonal"
+        return "low-rank" if self.is_low_rank else "dense"
+
+    def covariance(self, variances: np.ndarray) -> NoiseCovariance:
+        """The noise covariance ``Sigma = W diag(v) W^T`` along these directions, typed by its
+        form (:mod:`mvg_dask.plan.covariance`): the one place the form is chosen.
+
+        Parameters
+        ----------
+        variances : ndarray
+            ``v``, the ``m`` variances (low rank: ``k`` along ``U``, then the complement's).
+
+        Returns
+        -------
+        NoiseCovariance
+            :class:`~mvg_dask.plan.covariance.Diagonal`, ``LowRank`` or ``Dense``.
+        """
+        kind = self.covariance_kind
+        return covariance_of(kind, None if kind == "diagonal" else self.matrix, variances)
 
 
 def vech_sensitivity(domain: RecordDomain, neighbours: Neighbours, *, ratio: float = 1.0) -> float:
