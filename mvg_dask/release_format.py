@@ -38,19 +38,32 @@ if TYPE_CHECKING:
     from mvg_dask.plan.directions import Directions
 
 __all__ = [
+    "ABORT_FILE",
     "ATTRS",
+    "CLAIM_FILE",
     "COL_COV",
+    "COMPLETE",
     "COMPONENT_DIM",
     "COVARIANCE",
     "DIRECTIONS",
     "DIRECTION_DIM",
     "DP_PCA_EIGENVALUES",
     "GRAM",
+    "INCOMPLETE",
+    "INPUT_VARIABLE_ATTR",
+    "KEEP_FILE",
     "NOISE_MATRICES",
     "NOISE_VARIANCES",
+    "PLAN_ATTR",
+    "PLAN_FILE",
     "PREFIX",
+    "PROGRESS_DIR",
+    "QUERY_ATTR",
     "RECORD_COUNT",
+    "RELEASE_ID_ATTR",
     "ROW_COV",
+    "SEEDED_ATTR",
+    "STATUS_ATTR",
     "SYMMETRIC_RATIO",
     "ProgressLog",
     "attr",
@@ -68,7 +81,7 @@ __all__ = [
 # -- attributes ---------------------------------------------------------------------------------
 #: The prefix of every attribute a release writes on its root group.
 PREFIX = "mvg_dask_"
-#: every provenance attribute a release carries (without the prefix), in writing order
+#: Every provenance attribute a release carries (without the prefix), in writing order.
 ATTRS = (
     "release_id",
     "name",
@@ -109,17 +122,22 @@ def attr(name: str) -> str:
     return f"{PREFIX}{name}"
 
 
-#: ``incomplete`` while a release is written, ``complete`` in its last metadata write
+#: The release's status: :data:`INCOMPLETE` while it is written, :data:`COMPLETE` from its last
+#: metadata write on.
 STATUS_ATTR = attr("status")
+#: The release id.
 RELEASE_ID_ATTR = attr("release_id")
-#: the public noise plan, a JSON string
+#: The public noise plan, a JSON string.
 PLAN_ATTR = attr("plan")
-#: the query kind: ``identity`` or ``covariance``
+#: The query kind: ``identity`` or ``covariance``.
 QUERY_ATTR = attr("query")
-#: the input's variable: the name of an identity release's privatized variable
+#: The input's variable: the name of an identity release's privatized variable.
 INPUT_VARIABLE_ATTR = attr("input_variable")
+#: True for noise derived from a user seed (reproducible, not private).
 SEEDED_ATTR = attr("seeded")
+#: The status of a complete release.
 COMPLETE = "complete"
+#: The status of a release being written (or one that stopped).
 INCOMPLETE = "incomplete"
 
 
@@ -136,11 +154,17 @@ COVARIANCE = "covariance"
 GRAM = "gram"
 #: The noisy record count (add-remove covariance releases).
 RECORD_COUNT = "record_count"
+#: The noise's row covariance ``Sigma`` (``m x m``).
 ROW_COV = "row_cov"
+#: The noise's column covariance (equi-modal and symmetric noise).
 COL_COV = "col_cov"
+#: The noise's directions ``W`` (``m x m``), or DP-PCA's top ``k`` (``m x k``).
 DIRECTIONS = "directions"
+#: The noise variance of each direction.
 NOISE_VARIANCES = "noise_variances"
+#: The off-diagonal variance ratio of a symmetric published noise ``B S B^T``.
 SYMMETRIC_RATIO = "symmetric_ratio"
+#: DP-PCA's noisy eigenvalues.
 DP_PCA_EIGENVALUES = "dp_pca_eigenvalues"
 #: The noise-description matrices (``m x m``, ``directions`` ``m x k``).
 NOISE_MATRICES = (ROW_COV, COL_COV, DIRECTIONS)
