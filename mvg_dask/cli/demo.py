@@ -142,13 +142,11 @@ def demo(
                 t = time.perf_counter()
                 res = api.release(_demo_spec(path, seed), client=client, seed=seed)
                 ds = api.open_release(res.output)
-                released = ds[released_variable(ds.attrs)].values
+                Y = ds[released_variable(ds.attrs)].values  # the privatized variable
                 if name == "covariance":
-                    est = released
-                    err = np.linalg.norm(est - C) / np.linalg.norm(C)
+                    err = np.linalg.norm(Y - C) / np.linalg.norm(C)
                     what = f"relative Frobenius error vs non-private XX^T/N: {err:.3%}"
                 else:
-                    Y = released
                     err = np.sqrt(np.mean((Y - X) ** 2, axis=1))
                     imp = np.zeros(M, dtype=bool)
                     imp[important] = True
