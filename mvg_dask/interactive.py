@@ -51,8 +51,6 @@ from mvg_dask.plan.query import QuerySpec
 from mvg_dask.plan.release_plan import InputMetadata, new_release_id, plan_release
 from mvg_dask.release_format import (
     COVARIANCE,
-    DIRECTIONS,
-    DP_PCA_EIGENVALUES,
     GRAM,
     PLAN_ATTR,
     QUERY_ATTR,
@@ -547,7 +545,6 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
         query = QuerySpec.from_dict(public["query"])
         a = public["allocation"]
         comp = public["composition"]
-        eig = ds[DP_PCA_EIGENVALUES].values if DP_PCA_EIGENVALUES in ds else None
         plan = build_noise_plan(
             query,
             domain_from_dict(public["domain"], query.features),
@@ -555,7 +552,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             delta=float(public["delta"]),
             algorithm=public["algorithm"],
             calibration=public["calibration"],
-            directions=stored_directions(ds[DIRECTIONS].values, eig, public),
+            directions=stored_directions(ds, public),
             allocation=AllocationSpec(
                 strategy=a["strategy"], important=a.get("important"), share=a.get("share")
             ),

@@ -260,21 +260,16 @@ def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable])
     return released_variable(attrs)
 
 
-def stored_directions(
-    directions: Any, eigenvalues: Any | None, public: Mapping[str, Any]
-) -> Directions:
-    """DP-PCA directions read back from a release: its noisy ``directions`` and
-    ``dp_pca_eigenvalues`` variables, the important ones the first ``k`` of its public plan.
+def stored_directions(release: Mapping[Any, Any], public: Mapping[str, Any]) -> Directions:
+    """DP-PCA directions read back from a release: its noisy :data:`DIRECTIONS` and (if there)
+    :data:`DP_PCA_EIGENVALUES` variables, the important ones the first ``k`` of its public plan.
 
     Parameters
     ----------
-    directions : array_like
-        The ``directions`` variable's values.
-    eigenvalues : array_like or None
-        The ``dp_pca_eigenvalues`` variable's values, if the release has them.
+    release : mapping
+        The release's variables by name (an ``xarray.Dataset``, or arrays).
     public : mapping
-        The release's public plan (``PLAN_ATTR`` decoded), or a plan whose ``directions``
-        entry names the important ones.
+        The release's public plan (:data:`PLAN_ATTR` decoded).
 
     Returns
     -------
@@ -284,9 +279,10 @@ def stored_directions(
     from mvg_dask.plan.directions import Directions
 
     k = len(public["directions"]["important"])
+    eigenvalues = release[DP_PCA_EIGENVALUES] if DP_PCA_EIGENVALUES in release else None
     return Directions(
         "dp-pca",
-        np.asarray(directions, dtype=np.float64),
+        np.asarray(release[DIRECTIONS], dtype=np.float64),
         tuple(range(k)),
         None if eigenvalues is None else np.asarray(eigenvalues, dtype=np.float64),
     )

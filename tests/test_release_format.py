@@ -66,10 +66,11 @@ def test_one_rule_for_the_gaussian_variable():
 def test_stored_directions():
     U = np.linalg.qr(np.random.default_rng(0).standard_normal((5, 5)))[0]
     public = {"directions": {"important": [0, 1]}}
-    d = rf.stored_directions(U, np.arange(5.0, 0.0, -1.0), public)
+    d = rf.stored_directions({"directions": U, "dp_pca_eigenvalues": np.arange(5.0, 0, -1)}, public)
     assert d.method == "dp-pca" and d.important == (0, 1)
     np.testing.assert_array_equal(d.matrix, U)
-    assert rf.stored_directions(U, None, public).eigenvalues is None
+    np.testing.assert_array_equal(d.eigenvalues, np.arange(5.0, 0, -1))
+    assert rf.stored_directions({"directions": U}, public).eigenvalues is None
 
 
 def test_progress_log_paths_and_markers(tmp_path: Path):

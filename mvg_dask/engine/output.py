@@ -678,5 +678,4 @@ def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
         )
     if not rplan.uses_dp_pca:
         return rplan
-    eig = ds[DP_PCA_EIGENVALUES].values if DP_PCA_EIGENVALUES in ds else None
-    return rplan.resolve(stored_directions(ds[DIRECTIONS].values, eig, public))
+    return rplan.resolve(stored_directions(ds, public))
