@@ -32,8 +32,6 @@ import numpy as np
 import xarray as xr
 
 from mvg_dask import api
-from mvg_dask.errors import IncompleteReleaseError
-from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.estimators import (
     correlation_with_std,
@@ -51,6 +49,21 @@ from mvg_dask.plan.noise_plan import (
 )
 from mvg_dask.plan.query import QuerySpec
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
+from mvg_dask.release_format import (
+    COVARIANCE,
+    GRAM,
+    PLAN_ATTR,
+    QUERY_ATTR,
+    RECORD_COUNT,
+    RELEASE_ID_ATTR,
+    ROW_COV,
+    SYMMETRIC_RATIO,
+    check_complete,
+    feature_dim,
+    released_variable,
+    stored_directions,
+)
+from mvg_dask.release_format import gaussian_variable as _gaussian_variable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,7 +87,6 @@ __all__ = [
     "shrunk_covariance",
 ]
 
-PREFIX = "mvg_dask_"
 #: records per chunk of the input copy (one release task per chunk)
 DEFAULT_RECORD_CHUNK = 100_000
 
@@ -372,20 +384,14 @@ def release_xarray(
 
 # -- reading a release ---------------------------------------------------------------------------
 def _check_complete(ds: xr.Dataset) -> None:
-    status = ds.attrs.get(f"{PREFIX}status")
-    if status != "complete":
-        raise IncompleteReleaseError(f"not a complete mvg_dask release (status: {status!r})")
+    check_complete(ds.attrs)
 
 
 def gaussian_variable(ds: xr.Dataset) -> str:
     """The released variable whose noise is the plan's Gaussian noise: ``gram`` when the release
     has a noisy record count (``covariance`` is then a ratio of two noisy values), else the
-    query's output."""
-    if "gram" in ds and "record_count" in ds:
-        return "gram"
-    if ds.attrs.get(f"{PREFIX}query") == "covariance":
-        return "covariance"
-    return str(ds.attrs[f"{PREFIX}input_variable"])
+    query's output (:func:`mvg_dask.release_format.gaussian_variable`, the format's one rule)."""
+    return _gaussian_variable(ds.attrs, ds)
 
 
 def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
@@ -416,7 +422,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """
     _check_complete(ds)
     name = variable or gaussian_variable(ds)
-    if name == "covariance" and gaussian_variable(ds) == "gram":
+    if name == COVARIANCE and gaussian_variable(ds) == GRAM:
         return _ratio_std(ds)
     if name != gaussian_variable(ds):
         raise ValueError(
@@ -424,15 +430,14 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
             f"{gaussian_variable(ds)!r}"
         )
     var = ds[name]
-    if ds.attrs.get(f"{PREFIX}query") == "covariance":
+    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
         std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
-    d = np.sqrt(np.diag(ds["row_cov"].values))
-    rows, _ = ds["row_cov"].dims
-    feature_dim = str(rows).removesuffix("_row")
-    out = xr.DataArray(d, dims=(feature_dim,), name="noise_std")
-    if feature_dim in var.coords:
-        out = out.assign_coords({feature_dim: var.coords[feature_dim].values})
+    d = np.sqrt(np.diag(ds[ROW_COV].values))
+    fd = feature_dim(ds[ROW_COV].dims)
+    out = xr.DataArray(d, dims=(fd,), name="noise_std")
+    if fd in var.coords:
+        out = out.assign_coords({fd: var.coords[fd].values})
     return out.broadcast_like(var)
 
 
@@ -449,8 +454,8 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     count_mu = plan.split.count_mu
     if count_mu is None:
         raise ValueError("this release has no noisy record count to take a ratio with")
-    cov = ds["covariance"]
-    count = max(float(ds["record_count"].values), 1.0)
+    cov = ds[COVARIANCE]
+    count = max(float(ds[RECORD_COUNT].values), 1.0)
     s = np.broadcast_to(plan.released_entry_std(), cov.shape)
     c = cov.values
     std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
@@ -470,7 +475,7 @@ def distinct_noisy_entries(ds: xr.Dataset, variable: str | None = None) -> int:
     the diagonal when the published noise is symmetric (a covariance release with symmetric or
     symmetrised equi-modal noise: ``symmetric_ratio`` is published), else every entry."""
     var = ds[variable or gaussian_variable(ds)]
-    if "symmetric_ratio" in ds and var.ndim == 2 and var.shape[0] == var.shape[1]:
+    if SYMMETRIC_RATIO in ds and var.ndim == 2 and var.shape[0] == var.shape[1]:
         m = int(var.shape[0])
         return m * (m + 1) // 2
     return int(var.size)
@@ -550,15 +555,13 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
     """The noise plan a complete release was made with, rebuilt from its public plan (DP-PCA
     directions from its noisy variables) and checked against its published ``row_cov``."""
     _check_complete(ds)
-    public = json.loads(ds.attrs[f"{PREFIX}plan"])
+    public = json.loads(ds.attrs[PLAN_ATTR])
     if public.get("row_variances") is not None:
         plan = noise_plan_from_dict(public)
     else:  # DP-PCA: the directions are noisy data variables of the release
         query = QuerySpec.from_dict(public["query"])
         a = public["allocation"]
         comp = public["composition"]
-        k = len(public["directions"]["important"])
-        eig = ds["dp_pca_eigenvalues"].values if "dp_pca_eigenvalues" in ds else None
         plan = build_noise_plan(
             query,
             domain_from_dict(public["domain"], query.features),
@@ -566,12 +569,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             delta=float(public["delta"]),
             algorithm=public["algorithm"],
             calibration=public["calibration"],
-            directions=Directions(
-                "dp-pca",
-                np.asarray(ds["directions"].values, dtype=np.float64),
-                tuple(range(k)),
-                None if eig is None else np.asarray(eig, dtype=np.float64),
-            ),
+            directions=stored_directions(ds, public),
             allocation=AllocationSpec(
                 strategy=a["strategy"], important=a.get("important"), share=a.get("share")
             ),
@@ -581,7 +579,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             noise=public.get("noise", "float"),
             lattice_context=lattice_context_from_dict(public),
         )
-    published = np.asarray(ds["row_cov"].values)
+    published = np.asarray(ds[ROW_COV].values)
     if not np.allclose(plan.row_cov, published, rtol=1e-9, atol=0.0):
         raise ValueError("the release's row_cov does not match its plan: not an intact release")
     return plan
@@ -604,25 +602,24 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
         ``feature_row x feature_col``.
     """
     _check_complete(ds)
-    if "record_count" in ds:
+    if RECORD_COUNT in ds:
         raise ValueError(
             "this release has a noisy record count (add-remove): `gram` is unbiased for X X^T, "
             "and covariance = gram / record_count is a ratio estimate (consistent, not unbiased)"
         )
-    if ds.attrs.get(f"{PREFIX}query") == "covariance":
-        return ds["covariance"]
+    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
+        return ds[COVARIANCE]
     plan = release_noise_plan(ds)
-    name = str(ds.attrs[f"{PREFIX}input_variable"])
-    var = ds[name]
-    rows, cols = ds["row_cov"].dims
-    feature_dim = str(rows).removesuffix("_row")
-    Y = var.transpose(feature_dim, ...).values
+    var = ds[released_variable(ds.attrs)]
+    rows, cols = ds[ROW_COV].dims
+    fd = feature_dim((rows, cols))
+    Y = var.transpose(fd, ...).values
     est = covariance_from_identity(Y, plan)
     coords = {}
-    if feature_dim in var.coords:
-        names = var.coords[feature_dim].values
+    if fd in var.coords:
+        names = var.coords[fd].values
         coords = {rows: names, cols: names}
-    return xr.DataArray(est, dims=(rows, cols), coords=coords, name="covariance")
+    return xr.DataArray(est, dims=(rows, cols), coords=coords, name=COVARIANCE)
 
 
 def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, float]:
@@ -630,13 +627,13 @@ def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, floa
     count), its noise std and the divisor that turns it into the covariance (1, or the noisy
     record count clipped at 1)."""
     _check_complete(ds)
-    if ds.attrs.get(f"{PREFIX}query") != "covariance":
+    if ds.attrs.get(QUERY_ATTR) != COVARIANCE:
         raise ValueError(
             "this needs a covariance release; from an identity release use covariance() (its "
             "estimate's noise is not the Gaussian noise these estimators assume)"
         )
     name = gaussian_variable(ds)
-    divisor = max(float(ds["record_count"].values), 1.0) if name == "gram" else 1.0
+    divisor = max(float(ds[RECORD_COUNT].values), 1.0) if name == GRAM else 1.0
     return ds[name], noise_std(ds, name), divisor
 
 
@@ -647,7 +644,7 @@ def _post_processed(
     out.attrs.update(
         {
             "estimator": name,
-            "source_release": ds.attrs.get(f"{PREFIX}release_id"),
+            "source_release": ds.attrs.get(RELEASE_ID_ATTR),
             "post_processing": "computed from the release only: no privacy cost",
             **attrs,
         }
@@ -670,7 +667,7 @@ def psd_covariance(ds: xr.Dataset) -> xr.DataArray:
         ``covariance_psd``, with its provenance as attributes.
     """
     _covariance_source(ds)
-    cov = ds["covariance"]
+    cov = ds[COVARIANCE]
     return _post_processed(psd_projection(cov.values), cov, "covariance_psd", ds)
 
 
@@ -711,7 +708,7 @@ def shrunk_covariance(
     if bulk not in ("zero", "mean"):
         raise ValueError(f"bulk must be 'zero' or 'mean', got {bulk!r}")
     source, std, divisor = _covariance_source(ds)
-    like = ds["covariance"]
+    like = ds[COVARIANCE]
     if target == "identity":
         est = identity_shrinkage(source.values, std.values) / divisor
         return _post_processed(est, like, "covariance_shrunk", ds, shrinkage_target=target)
@@ -758,7 +755,7 @@ def correlation(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset:
     source, std, _ = _covariance_source(ds)  # a ratio: the count's scale cancels
     r, sd = correlation_with_std(source.values, std.values)
     z = _normal_quantile(0.5 + level / 2)
-    like = ds["covariance"]
+    like = ds[COVARIANCE]
     value = _post_processed(r, like, "correlation", ds)
     out = xr.Dataset(
         {

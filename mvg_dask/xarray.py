@@ -31,14 +31,12 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from mvg_dask import interactive
-from mvg_dask.errors import IncompleteReleaseError
+from mvg_dask.release_format import PLAN_ATTR, PREFIX, check_complete, released_variable
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from mvg_dask.engine.preview import PlanPreview
-
-_PREFIX = "mvg_dask_"
 
 
 class _ReleaseAccessor:
@@ -148,9 +146,7 @@ class MvgAccessor(_ReleaseAccessor):
 
     def check(self) -> xr.Dataset:
         """Return the dataset if it is a complete release, else raise IncompleteReleaseError."""
-        status = self._ds.attrs.get(f"{_PREFIX}status")
-        if status != "complete":
-            raise IncompleteReleaseError(f"not a complete mvg_dask release (status: {status!r})")
+        check_complete(self._ds.attrs)
         return self._ds
 
     @property
@@ -158,9 +154,9 @@ class MvgAccessor(_ReleaseAccessor):
         """The ``mvg_dask_*`` attributes without their prefix (JSON strings decoded)."""
         out: dict[str, Any] = {}
         for key, value in self._ds.attrs.items():
-            if not key.startswith(_PREFIX) or key == f"{_PREFIX}plan":
+            if not key.startswith(PREFIX) or key == PLAN_ATTR:
                 continue
-            name = key.removeprefix(_PREFIX)
+            name = key.removeprefix(PREFIX)
             if isinstance(value, str) and value.startswith(("{", "[")):  # not "": a note
                 value = json.loads(value)
             out[name] = value
@@ -170,15 +166,15 @@ class MvgAccessor(_ReleaseAccessor):
     def plan(self) -> dict[str, Any]:
         """The noise plan the release was made with."""
         self.check()
-        return dict(json.loads(self._ds.attrs[f"{_PREFIX}plan"]))
+        return dict(json.loads(self._ds.attrs[PLAN_ATTR]))
 
     @property
     def variable(self) -> str:
-        """Name of the privatized variable."""
-        query = self._ds.attrs.get(f"{_PREFIX}query")
-        if query == "covariance":
-            return "covariance"
-        return str(self._ds.attrs[f"{_PREFIX}input_variable"])
+        """Name of the privatized variable: the query's output (``covariance``, or an identity
+        release's input variable; :func:`mvg_dask.release_format.released_variable`). With a
+        noisy record count the plan's Gaussian noise is that of ``gram`` instead
+        (:func:`mvg_dask.release_format.gaussian_variable`)."""
+        return released_variable(self._ds.attrs)
 
     def noise_std(self, variable: str | None = None) -> xr.DataArray:
         """Standard deviation of the noise of each released entry, as published

@@ -1,4 +1,4 @@
-"""Direct chunk reads and writes (``mvg_dask.engine.chunks``) against zarr, byte for byte.
+"""Direct chunk reads and writes (``mvg_dask.engine.zarr_io.chunks``) against zarr, byte for byte.
 
 The fast path may only ever change speed: every read equals zarr's selection, every chunk file
 it writes equals the file zarr writes for the same values, and every layout it does not know
@@ -16,7 +16,7 @@ import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
 from mvg_dask.engine.blocks import ZarrMatrix
-from mvg_dask.engine.chunks import layout, read_rows, write_rows
+from mvg_dask.engine.zarr_io.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import ReleaseError
 
 
@@ -202,7 +202,7 @@ def test_zstd_frame_content_size_is_the_decoded_size(nbytes):
     """The header parse (RFC 8878) against numcodecs' decoder, across every field width."""
     from numcodecs import Zstd
 
-    from mvg_dask.engine.chunks import frame_content_size
+    from mvg_dask.engine.zarr_io.chunks import frame_content_size
 
     data = np.random.default_rng(nbytes).integers(0, 4, nbytes, dtype=np.uint8).tobytes()
     for level in (-5, 0, 3, 19) if nbytes < 2**20 else (0,):

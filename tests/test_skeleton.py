@@ -1,4 +1,4 @@
-"""The skeleton writer (``mvg_dask.engine.skeleton``) writes the files ``Dataset.to_zarr`` writes.
+"""The skeleton writer (``mvg_dask.engine.zarr_io.skeleton``) writes the files ``to_zarr`` writes.
 
 An output's skeleton (metadata, attributes, small variables) is written in one batch instead of
 xarray's per-variable Zarr calls. The oracle is xarray itself: the same dataset and encoding
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from mvg_dask import api
 from mvg_dask.engine import output as output_module
-from mvg_dask.engine.skeleton import write_skeleton
+from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from tests.pipeline_helpers import data, make_input, spec_dict
 
 
@@ -270,7 +270,7 @@ def test_the_committed_root_is_what_zarr_consolidation_writes(tmp_path) -> None:
 
     import zarr
 
-    from mvg_dask.engine.skeleton import consolidated_root
+    from mvg_dask.engine.zarr_io.consolidated import consolidated_root
 
     ds = xr.Dataset(
         {

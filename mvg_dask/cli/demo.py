@@ -116,6 +116,7 @@ def demo(
     from mvg_dask.data import write_matrix
     from mvg_dask.datasets import load_ctg
     from mvg_dask.engine.cluster import connect
+    from mvg_dask.release_format import released_variable
 
     setup_logging()
     root = Path(out)
@@ -141,12 +142,11 @@ def demo(
                 t = time.perf_counter()
                 res = api.release(_demo_spec(path, seed), client=client, seed=seed)
                 ds = api.open_release(res.output)
+                Y = ds[released_variable(ds.attrs)].values  # the privatized variable
                 if name == "covariance":
-                    est = ds["covariance"].values
-                    err = np.linalg.norm(est - C) / np.linalg.norm(C)
+                    err = np.linalg.norm(Y - C) / np.linalg.norm(C)
                     what = f"relative Frobenius error vs non-private XX^T/N: {err:.3%}"
                 else:
-                    Y = ds["X"].values
                     err = np.sqrt(np.mean((Y - X) ** 2, axis=1))
                     imp = np.zeros(M, dtype=bool)
                     imp[important] = True

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from distributed.protocol import dask_deserialize, dask_serialize, deserialize, serialize
 
-from mvg_dask.engine.chunks import layout, read_rows, write_rows
-from mvg_dask.engine.metadata import PROGRESS_DIR
+from mvg_dask.engine.zarr_io.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
 from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
 from mvg_dask.plan.release_plan import PANEL_RECORDS
+from mvg_dask.release_format import ProgressLog
 
 if TYPE_CHECKING:
     from mvg_dask.engine.lattice import LowRankSquareLattice, RecordLattice, StandardSquareLattice
@@ -165,12 +165,12 @@ class ZarrMatrix:
 
 def progress_marker(write_store: str, start: int) -> str:
     """Path of the marker that says the chunk starting at ``start`` is written."""
-    return f"{write_store.rstrip('/')}/{PROGRESS_DIR}/{start}.json"
+    return ProgressLog(write_store).chunk_marker(start)
 
 
 def abort_marker(write_store: str) -> str:
     """Path of the marker that tells the remaining tasks of a failed release to do nothing."""
-    return f"{write_store.rstrip('/')}/{PROGRESS_DIR}/ABORT"
+    return ProgressLog(write_store).abort_marker
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,6 @@ from mvg_dask.errors import DataError
 from mvg_dask.plan.release_plan import InputMetadata
 from mvg_dask.spec import InputSpec, ReleaseSpec, is_local
 
-#: An output store's progress directory (completion markers, the saved plan, the claim),
-#: removed at the commit; named here so that the dry run's checks need no dask.
-PROGRESS_DIR = ".mvg_dask_progress"
-#: The object an object-store output is claimed with, in the progress directory.
-CLAIM_FILE = "claim"
-
 MAX_FEATURE_NAMES = 1_000_000
 
 

@@ -1,19 +1,22 @@
-"""The release format: where a release is written, what it contains, commit and abort.
+"""The release writer: where a release is written, what it contains, commit and abort.
 
-A release is an xarray-readable Zarr v3 group: the privatized variable (identity: the input's
-name, dims and coordinates; covariance: ``covariance`` over ``{feature}_row``/``{feature}_col``),
-the noise description as variables (``row_cov``, ``col_cov`` for equi-modal and symmetric noise,
-``symmetric_ratio`` for a symmetric published noise ``B S B^T`` (symmetric noise, and equi-modal
-covariance noise, which is published averaged with its transpose),
-``directions``, ``noise_variances``, and ``dp_pca_eigenvalues`` for DP-PCA directions) and the
-provenance attributes named in :data:`ATTRS`. Every attribute is a function of the plan, never of
-the data (the README's trust model); values that depend on the data are noisy data variables.
+A release is an xarray-readable Zarr v3 group in the format of :mod:`mvg_dask.release_format`
+(names, dimensions, completeness, the progress directory): the privatized variable (identity:
+the input's name, dims and coordinates; covariance: ``covariance`` over
+``{feature}_row``/``{feature}_col``), the noise description as variables (``row_cov``,
+``col_cov`` for equi-modal and symmetric noise, ``symmetric_ratio`` for a symmetric published
+noise ``B S B^T`` (symmetric noise, and equi-modal covariance noise, which is published averaged
+with its transpose), ``directions``, ``noise_variances``, and ``dp_pca_eigenvalues`` for DP-PCA
+directions) and the provenance attributes named in :data:`~mvg_dask.release_format.ATTRS`. Every
+attribute is a function of the plan, never of the data (the README's trust model); values that
+depend on the data are noisy data variables.
 
 Local stores are written to a staging directory and renamed into place; object stores are
 written in place with ``status = incomplete`` until the last metadata write. The commit writes
 consolidated metadata into the root ``zarr.json`` (first with the status still ``incomplete``,
 then, in the one last write, together with the final attributes), so a plain
-``xr.open_zarr(path)`` opens a release without a warning.
+``xr.open_zarr(path)`` opens a release without a warning. Zarr's byte-level shortcuts live in
+:mod:`mvg_dask.engine.zarr_io`.
 """
 
 from __future__ import annotations
@@ -30,48 +33,65 @@ import numpy as np
 import xarray as xr
 
 from mvg_dask._version import __version__
-from mvg_dask.engine.metadata import CLAIM_FILE, PROGRESS_DIR, local_path
-from mvg_dask.engine.skeleton import consolidated_root, write_skeleton
+from mvg_dask.engine.metadata import local_path
+from mvg_dask.engine.zarr_io.arrays import create_scratch_matrix, write_arrays
+from mvg_dask.engine.zarr_io.consolidated import write_consolidated_root
+from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
-from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.release_format import (
+    ATTRS,
+    COL_COV,
+    COMPLETE,
+    DIRECTION_DIM,
+    DIRECTIONS,
+    DP_PCA_EIGENVALUES,
+    GRAM,
+    INCOMPLETE,
+    NOISE_MATRICES,
+    NOISE_VARIANCES,
+    PLAN_ATTR,
+    PLAN_FILE,
+    PREFIX,
+    RECORD_COUNT,
+    RELEASE_ID_ATTR,
+    ROW_COV,
+    STATUS_ATTR,
+    SYMMETRIC_RATIO,
+    ProgressLog,
+    describe,
+    dims_for,
+    is_complete,
+    provenance_attrs,
+    stored_directions,
+)
 from mvg_dask.spec import is_local
 
-PREFIX = "mvg_dask_"
-STATUS_ATTR = f"{PREFIX}status"
-RELEASE_ID_ATTR = f"{PREFIX}release_id"
-PLAN_ATTR = f"{PREFIX}plan"
-#: every provenance attribute a release carries (without the prefix), in writing order
-ATTRS = (
-    "release_id",
-    "name",
-    "version",
-    "created",
-    "query",
-    "algorithm",
-    "calibration",
-    "epsilon",
-    "delta",
-    "neighbours",
-    "sensitivity",
-    "gamma",
-    "mahalanobis_sensitivity",
-    "precision_budget",
-    "composition",
-    "noise",
-    "lattice_log2_grid",
-    "record_domain",
-    "on_violation",
-    "seeded",
-    "seeded_note",
-    "tile_records",
-    "input_store",
-    "input_variable",
-    "plan",
-)
-PLAN_FILE = "plan.json"
+__all__ = [
+    "ATTRS",
+    "MATRIX_CHUNK",
+    "NOISE_MATRICES",
+    "NOISE_MATRIX_CHUNK",
+    "PLAN_ATTR",
+    "PLAN_FILE",
+    "PREFIX",
+    "RELEASE_ID_ATTR",
+    "STATUS_ATTR",
+    "OutputTarget",
+    "compressors",
+    "eager_noise_matrices",
+    "noise_matrix_encoding",
+    "noise_variables",
+    "open_release",
+    "placeholder",
+    "provenance",
+    "small_coords",
+    "store_name",
+    "stored_plan",
+]
+
 MAX_EAGER_COORD = 10_000_000
 
 
@@ -116,7 +136,7 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "input_variable": rplan.input.variable,
         "plan": json.dumps(public),
     }
-    return {f"{PREFIX}{name}": values[name] for name in ATTRS if values[name] is not None}
+    return provenance_attrs(values)
 
 
 def store_name(store: str) -> str:
@@ -139,7 +159,7 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     # S_ii ~ N(0, 1), S_ij ~ N(0, ratio): symmetric noise, or equi-modal noise averaged with its
     # transpose (ratio 1/2); row_cov = col_cov = B B^T
     return {
-        "symmetric_ratio": xr.DataArray(
+        SYMMETRIC_RATIO: xr.DataArray(
             ratio,
             attrs={
                 "description": "published noise B S B^T, B = directions * sqrt(noise_variances),"
@@ -149,9 +169,6 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     }
 
 
-#: The noise-description matrices (``m x m``, ``directions`` ``m x k``): chunked, zstd-compressed
-#: (diagonal for standard directions: their zero blocks cost almost nothing).
-NOISE_MATRICES = ("row_cov", "col_cov", "directions")
 #: Chunk of a whole-matrix covariance output (``m <= WIDE_FEATURES``) and of its noisy sum:
 #: 8 MiB of float64, the input's chunk size; one chunk up to 1,024 features.
 MATRIX_CHUNK = 1024
@@ -191,23 +208,22 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     ``row_cov``, ``col_cov`` and ``directions`` are lazy placeholders whose values
     :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix
     for standard directions); their encoding: :func:`noise_matrix_encoding`."""
-    fd = rplan.input.feature_dim
-    rows, cols = f"{fd}_row", f"{fd}_col"
+    rows, cols = dims_for(rplan.input.feature_dim)
     m, k = plan.directions.shape
     eager = eager_noise_matrices(plan)
     sigma = plan.row_cov if eager else placeholder((m, m))
     out = {
-        "row_cov": xr.DataArray(sigma, dims=(rows, cols)),
-        "directions": xr.DataArray(
-            plan.directions.matrix if eager else placeholder((m, k)), dims=(rows, "direction")
+        ROW_COV: xr.DataArray(sigma, dims=(rows, cols)),
+        DIRECTIONS: xr.DataArray(
+            plan.directions.matrix if eager else placeholder((m, k)), dims=(rows, DIRECTION_DIM)
         ),
-        "noise_variances": xr.DataArray(plan.row_variances, dims=("direction",)),
+        NOISE_VARIANCES: xr.DataArray(plan.row_variances, dims=(DIRECTION_DIM,)),
     }
     if plan.algorithm != "unimodal":
-        out["col_cov"] = xr.DataArray(sigma, dims=(rows, cols))
+        out[COL_COV] = xr.DataArray(sigma, dims=(rows, cols))
     out |= _ratio_variable(plan)
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
-        out["dp_pca_eigenvalues"] = xr.DataArray(plan.directions.eigenvalues, dims=("direction",))
+        out[DP_PCA_EIGENVALUES] = xr.DataArray(plan.directions.eigenvalues, dims=(DIRECTION_DIM,))
     return out
 
 
@@ -241,10 +257,9 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     names = rplan.input.feature_names
     if names is None:
         return {}
-    fd = rplan.input.feature_dim
     # strings as objects: xarray stores them as Zarr v3 variable-length strings
     values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
-    return {f"{fd}_row": values, f"{fd}_col": values}
+    return dict.fromkeys(dims_for(rplan.input.feature_dim), values)
 
 
 def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
@@ -254,6 +269,46 @@ def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
         for name, coord in variable.coords.items()
         if coord.size <= MAX_EAGER_COORD
     }
+
+
+def _identity_dataset(
+    rplan: ReleasePlan, variable: xr.DataArray
+) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+    """The identity output's skeleton and encoding (see :meth:`OutputTarget.
+    write_identity_skeleton`)."""
+    info = rplan.input
+    rec = info.record_chunk
+    chunks = (rec, info.features) if info.records_first else (info.features, rec)
+    out = xr.Dataset(
+        {
+            info.variable: xr.DataArray(
+                placeholder(info.shape, np.dtype(rplan.output_dtype)), dims=info.dims
+            ),
+            **noise_variables(rplan, rplan.noise_plan()),
+        },
+        coords={**small_coords(variable), **_feature_coords(rplan)},
+    )
+    encoding = {info.variable: {"chunks": chunks, "compressors": compressors(rplan)}}
+    return out, encoding | noise_matrix_encoding(out)
+
+
+def _matrix_dataset(
+    rplan: ReleasePlan, name: str, count: float | None
+) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+    """A whole-matrix covariance output's skeleton and encoding (see :meth:`OutputTarget.
+    write_matrix_skeleton`)."""
+    m = rplan.input.features
+    square = dims_for(rplan.input.feature_dim)
+    names = [name] if count is None else [name, GRAM]
+    variables = {k: xr.DataArray(placeholder((m, m)), dims=square) for k in names}
+    if count is not None:
+        variables[RECORD_COUNT] = xr.DataArray(count)
+    ds = xr.Dataset(
+        {**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=_feature_coords(rplan)
+    )
+    c = min(MATRIX_CHUNK, m)
+    encoding = {k: {"chunks": (c, c), "compressors": compressors(rplan)} for k in names}
+    return ds, encoding | noise_matrix_encoding(ds)
 
 
 class OutputTarget:
@@ -294,6 +349,11 @@ class OutputTarget:
         fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
         return fs, root
 
+    def progress(self) -> ProgressLog:
+        """The progress directory of the output being written (markers, saved plan, claim)."""
+        fs, root = self._fs()
+        return ProgressLog(root, fs, local=self.local)
+
     def _open(self) -> xr.Dataset | None:
         try:
             return xr.open_zarr(
@@ -321,11 +381,7 @@ class OutputTarget:
     def is_complete(self) -> bool:
         """True when the final location holds this release, complete."""
         ds = self._open()
-        return bool(
-            ds is not None
-            and ds.attrs.get(STATUS_ATTR) == "complete"
-            and ds.attrs.get(RELEASE_ID_ATTR) == self.release_id
-        )
+        return ds is not None and is_complete(ds.attrs, self.release_id)
 
     def has_skeleton(self) -> bool:
         """True when an earlier run of this release created the whole output skeleton: its
@@ -348,18 +404,7 @@ class OutputTarget:
         """
         if self.local:
             return
-        fs, root = self._fs()
-        path = f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}"
-        try:
-            fs.pipe_file(path, self.release_id.encode(), mode="create")
-            return
-        except FileExistsError:
-            pass
-        try:
-            owner = fs.cat_file(path).decode()
-        except FileNotFoundError:  # removed meanwhile by the owner's commit or abort
-            owner = None
-        if owner != self.release_id:
+        if self.progress().claim(self.release_id) != self.release_id:
             raise ReleaseError(
                 f"output.store: {self.store} is being written by another release; choose "
                 "another output.store"
@@ -367,77 +412,38 @@ class OutputTarget:
 
     def unclaim(self) -> None:
         """Remove this release's claim (its reservation was refused: nothing was written)."""
-        if self.local:
-            return
-        fs, root = self._fs()
-        path = f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}"
-        try:
-            if fs.cat_file(path).decode() == self.release_id:
-                fs.rm_file(path)
-        except FileNotFoundError:
-            pass
+        if not self.local:
+            self.progress().unclaim(self.release_id)
 
     def clear_abort(self) -> None:
         """Remove the abort marker a failed run of this release left (a disk that filled up, a
         lost scheduler): the resumed run's tasks must write their chunks, not skip them."""
-        fs, root = self._fs()
-        path = f"{root}/{PROGRESS_DIR}/ABORT"
-        if fs.exists(path):
-            fs.rm_file(path)
+        self.progress().clear_abort()
 
     def make_progress_dir(self) -> None:
         """Create the directory of per-chunk completion markers."""
-        fs, root = self._fs()
-        fs.makedirs(f"{root}/{PROGRESS_DIR}", exist_ok=True)
-        if not self.local:  # object stores have no directories: keep a key there
-            fs.pipe_file(f"{root}/{PROGRESS_DIR}/.keep", b"")
+        self.progress().make()
 
     def save_plan(self, rplan: ReleasePlan) -> None:
         """Keep the plan beside the progress markers (removed at commit), for a resume."""
-        fs, root = self._fs()
-        path, payload = f"{root}/{PROGRESS_DIR}/{PLAN_FILE}", json.dumps(rplan.to_dict()).encode()
-        if self.local:  # a temporary file renamed into place: never a half-written plan
-            tmp = Path(f"{path}.{os.getpid()}.tmp")
-            tmp.write_bytes(payload)
-            os.replace(tmp, path)
-        else:  # an object store's PUT is whole
-            fs.pipe_file(path, payload)
+        self.progress().save_plan(rplan.to_dict())
 
     def load_plan(self) -> dict[str, Any] | None:
         """The plan an interrupted run of this release saved, if any."""
-        fs, root = self._fs()
-        path = f"{root}/{PROGRESS_DIR}/{PLAN_FILE}"
-        try:
-            saved = json.loads(fs.cat_file(path))
-        except (FileNotFoundError, ValueError):  # none, or unreadable (a disk that filled up)
-            return None
-        return dict(saved) if isinstance(saved, dict) else None
+        return self.progress().load_plan()
 
     def scratch_matrix(self, name: str, m: int, chunk: int) -> str:
         """Create (afresh) a scratch Zarr group ``name`` with an ``m x m`` float64 array ``gram``
         of ``chunk x chunk`` raw chunks, inside the progress directory: an abort removes it
         with the rest, and :meth:`remove_scratch` once it has served. Returns its location."""
-        import zarr
-
-        path = f"{self.write_store.rstrip('/')}/{PROGRESS_DIR}/{name}"
+        path = ProgressLog(self.write_store).entry(name)
         self.remove_scratch(name)
-        zarr.create_array(
-            store=path,
-            name="gram",
-            shape=(m, m),
-            chunks=(chunk, chunk),
-            dtype="float64",
-            compressors=None,
-            storage_options=self.storage_options,
-        )
+        create_scratch_matrix(path, m, chunk, self.storage_options)
         return path
 
     def remove_scratch(self, name: str) -> None:
         """Remove the scratch group ``name``, if any."""
-        fs, root = self._fs()
-        path = f"{root}/{PROGRESS_DIR}/{name}"
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        self.progress().remove(name)
 
     def clear_staging(self) -> None:
         """Remove a leftover staging directory of this release id; in an object store, a
@@ -453,9 +459,9 @@ class OutputTarget:
         except (FileNotFoundError, ValueError):
             attrs = None
         ours = attrs is not None and attrs.get(RELEASE_ID_ATTR) == self.release_id
-        if ours and attrs.get(STATUS_ATTR) == "incomplete":
+        if ours and attrs.get(STATUS_ATTR) == INCOMPLETE:
             fs.rm(root, recursive=True)
-            fs.pipe_file(f"{root}/{PROGRESS_DIR}/{CLAIM_FILE}", self.release_id.encode())
+            self.progress().restore_claim(self.release_id)
 
     def abort(self) -> None:
         """Remove everything this release wrote: the staging directory (local stores) or the
@@ -472,23 +478,8 @@ class OutputTarget:
         """Create the identity output: same name, dims and (small) coords as the input, the
         input's record chunks, the noise variables (the values of the noise matrices are
         written by :meth:`write_noise_matrices`), ``status = incomplete``."""
-        plan = rplan.noise_plan()
-        info = rplan.input
         self.clear_staging()
-        rec = info.record_chunk
-        chunks = (rec, info.features) if info.records_first else (info.features, rec)
-        out = xr.Dataset(
-            {
-                info.variable: xr.DataArray(
-                    placeholder(info.shape, np.dtype(rplan.output_dtype)), dims=info.dims
-                ),
-                **noise_variables(rplan, plan),
-            },
-            coords={**small_coords(variable), **_feature_coords(rplan)},
-        )
-        encoding = {info.variable: {"chunks": chunks, "compressors": compressors(rplan)}}
-        encoding |= noise_matrix_encoding(out)
-        self._write_skeleton(rplan, out, encoding)
+        self._write_skeleton(rplan, *_identity_dataset(rplan, variable))
 
     def write_matrix_skeleton(
         self, rplan: ReleasePlan, name: str, *, count: float | None = None
@@ -499,34 +490,15 @@ class OutputTarget:
         chunks of :data:`MATRIX_CHUNK`. Everything here is a function of the plan (and of the
         key, for the count), so a release writes it while its Gram pass runs; the values follow
         with :meth:`write_matrix_values`."""
-        plan = rplan.noise_plan()
-        m = rplan.input.features
-        fd = rplan.input.feature_dim
-        square = (f"{fd}_row", f"{fd}_col")
-        names = [name] if count is None else [name, "gram"]
-        variables = {k: xr.DataArray(placeholder((m, m)), dims=square) for k in names}
-        if count is not None:
-            variables["record_count"] = xr.DataArray(count)
-        ds = xr.Dataset(
-            {**variables, **noise_variables(rplan, plan)}, coords=_feature_coords(rplan)
-        )
+        ds, encoding = _matrix_dataset(rplan, name, count)
         self.clear_staging()
-        c = min(MATRIX_CHUNK, m)
-        encoding = {k: {"chunks": (c, c), "compressors": compressors(rplan)} for k in names}
-        encoding |= noise_matrix_encoding(ds)
         # no progress markers or saved plan: a resumed covariance release starts over
         self._write_skeleton(rplan, ds, encoding, resumable=False)
-        self.write_noise_matrices(plan)
+        self.write_noise_matrices(rplan.noise_plan())
 
     def write_matrix_values(self, values: dict[str, np.ndarray]) -> None:
         """Write the privatized square matrices declared by :meth:`write_matrix_skeleton`."""
-        import zarr
-
-        group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
-        for name, value in values.items():
-            arr = group[name]
-            assert isinstance(arr, zarr.Array)
-            arr[...] = value
+        write_arrays(self.write_store, values, self.storage_options)
 
     def write_blocked_skeleton(
         self, rplan: ReleasePlan, names: tuple[str, ...], scalars: dict[str, float]
@@ -540,7 +512,7 @@ class OutputTarget:
         m, fb = rplan.input.features, rplan.matrix_chunk
         assert fb is not None
         fd = rplan.input.feature_dim
-        rows, cols = f"{fd}_row", f"{fd}_col"
+        rows, cols = dims_for(fd)
 
         def lazy(dims: tuple[str, str]) -> xr.DataArray:
             return xr.DataArray(placeholder((m, m)), dims=dims)
@@ -558,7 +530,7 @@ class OutputTarget:
                 )
         else:
             variables["directions"] = lazy((rows, "direction"))
-        variables["noise_variances"] = xr.DataArray(plan.row_variances, dims=("direction",))
+        variables[NOISE_VARIANCES] = xr.DataArray(plan.row_variances, dims=(DIRECTION_DIM,))
         variables |= _ratio_variable(plan)
         variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
         ds = xr.Dataset(variables, coords=_feature_coords(rplan))
@@ -613,7 +585,7 @@ class OutputTarget:
         """Write an output's metadata and small variables with ``status = incomplete`` (the
         large arrays' chunks are written later), and for a ``resumable`` release the progress
         directory and the plan."""
-        ds.attrs[STATUS_ATTR] = "incomplete"
+        ds.attrs[STATUS_ATTR] = INCOMPLETE
         ds.attrs[RELEASE_ID_ATTR] = rplan.release_id
         # the files `ds.to_zarr(mode="w-", compute=False)` writes, in one batch
         write_skeleton(
@@ -624,34 +596,16 @@ class OutputTarget:
             self.save_plan(rplan)
 
     def commit(self, attrs: dict[str, Any]) -> None:
-        """Write the final attrs with ``status = complete`` last, then move into place."""
+        """Write the final attrs with ``status = complete`` last, then move into place: one
+        metadata write, the last of the release, carries the final attributes and the
+        consolidated metadata (:func:`~mvg_dask.engine.zarr_io.consolidated.
+        write_consolidated_root`)."""
         fs, root = self._fs()
-        if fs.exists(f"{root}/{PROGRESS_DIR}"):
-            fs.rm(f"{root}/{PROGRESS_DIR}", recursive=True)
+        self.progress().remove()
         if self.local:  # leftovers of writes interrupted by a crash (zarr writes tmp + rename)
             for partial in Path(self.write_store).rglob("*.partial"):
                 partial.unlink()
-        # consolidated metadata (the children's metadata inlined in the root zarr.json) lets a
-        # plain `xr.open_zarr(path)` open the release without a warning; Zarr v3 readers that do
-        # not know it ignore the key (must_understand: false). Every array is final by now, so
-        # the inlined copies never go stale. One metadata write, the last of the release: the
-        # final attributes with status "complete" and the consolidated metadata, in the root
-        # zarr.json (the document `zarr.consolidate_metadata` and `update_attributes` write).
-        # The children are listed and read one by one, never globbed: fsspec expands the paths
-        # of a batch as patterns, and a store path may hold `[`, `]` or `*`.
-        children = {}
-        for entry in sorted(fs.ls(root, detail=False)):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            try:
-                children[name] = fs.cat_file(f"{root}/{name}/zarr.json")
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # the root's own zarr.json, or not a Zarr node
-        fs.pipe_file(
-            f"{root}/zarr.json",
-            consolidated_root(
-                fs.cat_file(f"{root}/zarr.json"), children, {**attrs, STATUS_ATTR: "complete"}
-            ),
-        )
+        write_consolidated_root(fs, root, {**attrs, STATUS_ATTR: COMPLETE})
         if self.local:
             assert self.final is not None
             os.replace(self.write_store, self.final)
@@ -662,8 +616,7 @@ def _describe_existing(store: str) -> str:
         ds = xr.open_zarr(store, consolidated=False)
     except Exception:
         return "not a Zarr store of mvg_dask"
-    rid = ds.attrs.get(RELEASE_ID_ATTR)
-    return f"release {rid!r}" if rid else "data that is not an mvg_dask release"
+    return describe(ds.attrs, status=False)
 
 
 def open_release(store: str, **kwargs: Any) -> xr.Dataset:
@@ -690,11 +643,11 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
         ds = _open_consolidated_first(store, kwargs)
     except Exception as exc:
         raise IncompleteReleaseError(f"{store} is not a readable release ({exc})") from None
-    status = ds.attrs.get(STATUS_ATTR)
-    if status != "complete":
+    if not is_complete(ds.attrs):
         raise IncompleteReleaseError(
-            f"{store} is not a complete release (status: {status!r}); it may still be running, "
-            "or it crashed: re-run the release with the same release_id to finish it"
+            f"{store} is not a complete release (status: {ds.attrs.get(STATUS_ATTR)!r}); it may "
+            "still be running, or it crashed: re-run the release with the same release_id to "
+            "finish it"
         )
     return ds
 
@@ -714,7 +667,8 @@ def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
     """The plan a complete release was made with, reloaded from the release itself.
 
     The published plan is checked against ``rplan`` (planned again from the same spec); DP-PCA
-    directions and eigenvalues come from the release's noisy data variables.
+    directions and eigenvalues come from the release's noisy data variables
+    (:func:`~mvg_dask.release_format.stored_directions`).
     """
     public = json.loads(ds.attrs[PLAN_ATTR])
     if public != rplan.public_noise_dict():
@@ -724,12 +678,4 @@ def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
         )
     if not rplan.uses_dp_pca:
         return rplan
-    assert rplan.dp_pca is not None
-    eig = ds["dp_pca_eigenvalues"].values if "dp_pca_eigenvalues" in ds else None
-    directions = Directions(
-        "dp-pca",
-        np.asarray(ds["directions"].values, dtype=np.float64),
-        tuple(range(rplan.dp_pca.k)),
-        None if eig is None else np.asarray(eig, dtype=np.float64),
-    )
-    return rplan.resolve(directions)
+    return rplan.resolve(stored_directions(ds, public))

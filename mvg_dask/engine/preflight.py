@@ -25,10 +25,11 @@ from urllib.parse import urlsplit
 from mvg_dask.engine.ledger import LedgerEntry, open_ledger
 from mvg_dask.engine.ledger.base import NoSchemaError, check_registered_budget
 from mvg_dask.engine.ledger.location import parse_location
-from mvg_dask.engine.metadata import CLAIM_FILE, PROGRESS_DIR, local_path
+from mvg_dask.engine.metadata import local_path
 from mvg_dask.engine.preview import budget_after, empty_or_missing
 from mvg_dask.errors import BudgetError, ReleaseError
 from mvg_dask.plan.release_plan import LedgerCharge, ReleasePlan
+from mvg_dask.release_format import RELEASE_ID_ATTR, ProgressLog, describe, is_complete
 from mvg_dask.spec import is_local
 
 __all__ = ["SCHEDULER_PROBE_SECONDS", "preflight", "probe_scheduler", "store_attributes"]
@@ -39,9 +40,6 @@ SCHEDULER_PROBE_SECONDS = 5.0
 DEFAULT_SCHEDULER_PORT = 8786
 #: Schemes whose address is a TCP host and port (the others are not probed).
 _TCP_SCHEMES = ("tcp", "tls")
-#: Attribute names of a release's root group (as in :mod:`mvg_dask.engine.output`).
-_STATUS_ATTR = "mvg_dask_status"
-_RELEASE_ID_ATTR = "mvg_dask_release_id"
 
 
 def store_attributes(
@@ -84,14 +82,6 @@ def store_attributes(
     return {} if fs.exists(root) and fs.ls(root) else None
 
 
-def _describe(attrs: dict[str, Any]) -> str:
-    rid = attrs.get(_RELEASE_ID_ATTR)
-    if rid:
-        status = attrs.get(_STATUS_ATTR)
-        return f"release {rid!r}" if status == "complete" else f"release {rid!r}, {status}"
-    return "data that is not an mvg_dask release"
-
-
 def _check_output_free(rplan: ReleasePlan) -> None:
     """As :meth:`~mvg_dask.engine.output.OutputTarget.check_free`, from the metadata file."""
     store = rplan.output_store
@@ -100,7 +90,7 @@ def _check_output_free(rplan: ReleasePlan) -> None:
         return
     if is_local(store):
         raise ReleaseError(
-            f"output.store: {store} already exists ({_describe(attrs)}); choose another "
+            f"output.store: {store} already exists ({describe(attrs)}); choose another "
             "output.store or remove it"
         )
     owner = _claim_owner(store, rplan.output_storage_options)
@@ -109,9 +99,9 @@ def _check_output_free(rplan: ReleasePlan) -> None:
             f"output.store: {store} is being written by another release; choose another "
             "output.store"
         )
-    if owner is None and attrs.get(_RELEASE_ID_ATTR) != rplan.release_id:
+    if owner is None and attrs.get(RELEASE_ID_ATTR) != rplan.release_id:
         raise ReleaseError(
-            f"output.store: {store} already holds other data ({_describe(attrs)}); choose "
+            f"output.store: {store} already holds other data ({describe(attrs)}); choose "
             "another store"
         )
 
@@ -121,17 +111,12 @@ def _claim_owner(store: str, storage_options: dict[str, Any] | None) -> str | No
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
-    try:
-        return bytes(fs.cat_file(f"{root.rstrip('/')}/{PROGRESS_DIR}/{CLAIM_FILE}")).decode()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return None
+    return ProgressLog(root, fs).claim_owner()
 
 
 def _is_complete(rplan: ReleasePlan) -> bool:
     attrs = store_attributes(rplan.output_store, rplan.output_storage_options) or {}
-    return bool(
-        attrs.get(_STATUS_ATTR) == "complete" and attrs.get(_RELEASE_ID_ATTR) == rplan.release_id
-    )
+    return is_complete(attrs, rplan.release_id)
 
 
 def _read_ledger(

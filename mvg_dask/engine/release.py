@@ -58,6 +58,7 @@ from mvg_dask.plan import BoxDomain, NoisePlan, dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
 from mvg_dask.plan.lattice import panel_inner_groups
 from mvg_dask.plan.release_plan import PANEL_RECORDS, SPLIT_EVERY, ReleasePlan
+from mvg_dask.release_format import SEEDED_ATTR
 from mvg_dask.spec import is_local
 
 log = logging.getLogger("mvg_dask")
@@ -892,7 +893,7 @@ def _result_from_store(rplan: ReleasePlan) -> ReleaseResult:
         release_id=rplan.release_id,
         output=rplan.output_store,
         plan=done.noise_plan(),
-        seeded=bool(ds.attrs["mvg_dask_seeded"]),
+        seeded=bool(ds.attrs[SEEDED_ATTR]),
     )
 
 

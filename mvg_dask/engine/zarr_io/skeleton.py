@@ -2,8 +2,8 @@
 
 ``Dataset.to_zarr(compute=False)`` makes about three Zarr calls per variable, each a round trip
 to Zarr's event-loop thread and, for a local store, one more to a file-writing thread: client
-CPU for each of a covariance output's eight variables, on a machine whose cores the workers
-are using (the skeleton is written while the Gram pass runs).
+CPU time on a machine whose cores the workers are using (the skeleton is written while the Gram
+pass runs).
 
 :func:`write_skeleton` writes the same files in one batch:
 
@@ -160,41 +160,3 @@ def _is_lazy(data: Any) -> bool:
     from xarray.namedarray.pycompat import is_chunked_array
 
     return bool(is_chunked_array(data))
-
-
-def consolidated_root(root: bytes, children: dict[str, bytes], attributes: dict[str, Any]) -> bytes:
-    """The root ``zarr.json`` of a flat group with its children's metadata consolidated in it
-    and ``attributes`` merged into its own: the document ``zarr.consolidate_metadata`` followed
-    by ``Group.update_attributes`` writes, made in memory (one write instead of two, and none
-    of the reads through Zarr's event loop).
-
-    Parameters
-    ----------
-    root : bytes
-        The group's ``zarr.json``.
-    children : dict
-        Each child array's name and ``zarr.json``.
-    attributes : dict
-        Attributes to add to (or replace in) the group's.
-
-    Returns
-    -------
-    bytes
-        The new root ``zarr.json``.
-    """
-    import json
-
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.group import ConsolidatedMetadata, GroupMetadata
-    from zarr.core.metadata import ArrayV2Metadata
-    from zarr.core.metadata.v3 import ArrayV3Metadata
-
-    group = GroupMetadata.from_dict(json.loads(root))
-    members: dict[str, ArrayV2Metadata | ArrayV3Metadata | GroupMetadata] = {
-        name: ArrayV3Metadata.from_dict(json.loads(doc)) for name, doc in sorted(children.items())
-    }
-    final = GroupMetadata(
-        attributes={**group.attributes, **attributes},
-        consolidated_metadata=ConsolidatedMetadata(metadata=members),
-    )
-    return final.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
