@@ -41,13 +41,13 @@ from mvg_dask.plan.estimators import (
     spiked_shrinkage,
 )
 from mvg_dask.plan.noise_plan import (
-    AllocationSpec,
+    Allocation,
     NoisePlan,
     build_noise_plan,
     lattice_context_from_dict,
     noise_plan_from_dict,
 )
-from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
 from mvg_dask.release_format import (
     COVARIANCE,
@@ -403,7 +403,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     entry of row ``i``; the symmetrised equi-modal noise ``(Z + Z^T) / 2`` of a covariance
     ``sqrt((Sigma_ii Sigma_jj + Sigma_ij^2) / 2)``; symmetric noise ``B S B^T`` with ratio ``r``
     ``sqrt(r (Sigma_ii Sigma_jj + Sigma_ij^2) + (1 - 2r) sum_k B_ik^2 B_jk^2)``. An identity
-    release's std is computed from its published ``row_cov`` and broadcast over the records.
+    release's std is one value per feature, broadcast over the records.
 
     Parameters
     ----------
@@ -430,10 +430,11 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
             f"{gaussian_variable(ds)!r}"
         )
     var = ds[name]
-    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
-        std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), var.shape)
+    std = release_noise_plan(ds).released_entry_std()
+    if std.shape[1] != 1:
+        std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
-    d = np.sqrt(np.diag(ds[ROW_COV].values))
+    d = std[:, 0]  # one std per row, alike for every record: broadcast lazily by xarray
     fd = feature_dim(ds[ROW_COV].dims)
     out = xr.DataArray(d, dims=(fd,), name="noise_std")
     if fd in var.coords:
@@ -559,7 +560,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
     if public.get("row_variances") is not None:
         plan = noise_plan_from_dict(public)
     else:  # DP-PCA: the directions are noisy data variables of the release
-        query = QuerySpec.from_dict(public["query"])
+        query = query_from_dict(public["query"])
         a = public["allocation"]
         comp = public["composition"]
         plan = build_noise_plan(
@@ -570,7 +571,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             algorithm=public["algorithm"],
             calibration=public["calibration"],
             directions=stored_directions(ds, public),
-            allocation=AllocationSpec(
+            allocation=Allocation(
                 strategy=a["strategy"], important=a.get("important"), share=a.get("share")
             ),
             neighbours=public["neighbours"],

@@ -39,12 +39,14 @@ from mvg_dask.engine.zarr_io.consolidated import write_consolidated_root
 from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
+from mvg_dask.plan.covariance import Diagonal, LowRank
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import (
     ATTRS,
     COL_COV,
     COMPLETE,
+    COMPONENT_DIM,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
@@ -230,8 +232,8 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
 def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Any:
     """A lazy array that declares a skeleton variable and is never computed (its chunks are
     written by the tasks): one dask chunk, so declaring it builds no per-chunk graph (the Zarr
-    chunks come from the encoding). Named, not tokenized: tokenizing pickles the array's
-    constructor, milliseconds of the client's time in every release."""
+    chunks come from the encoding). Named, not tokenized: tokenizing would pickle the array's
+    constructor on the client in every release."""
     import dask.array as da
 
     return da.zeros(shape, chunks=shape, dtype=dtype, name=f"placeholder-{uuid.uuid4().hex}")
@@ -518,18 +520,18 @@ class OutputTarget:
             return xr.DataArray(placeholder((m, m)), dims=dims)
 
         variables = {name: lazy((rows, cols)) for name in names}
-        variables["row_cov"] = lazy((rows, cols))
+        variables[ROW_COV] = lazy((rows, cols))
         if plan.algorithm != "unimodal":
-            variables["col_cov"] = lazy((rows, cols))
-        low_rank = plan.directions.is_low_rank
+            variables[COL_COV] = lazy((rows, cols))
+        low_rank = isinstance(plan.covariance, LowRank)
         if low_rank:  # DP-PCA's top k, published whole (m x k)
-            variables["directions"] = xr.DataArray(plan.directions.matrix, dims=(rows, "component"))
+            variables[DIRECTIONS] = xr.DataArray(plan.directions.matrix, dims=(rows, COMPONENT_DIM))
             if plan.directions.eigenvalues is not None:
-                variables["dp_pca_eigenvalues"] = xr.DataArray(
-                    plan.directions.eigenvalues, dims=("component",)
+                variables[DP_PCA_EIGENVALUES] = xr.DataArray(
+                    plan.directions.eigenvalues, dims=(COMPONENT_DIM,)
                 )
         else:
-            variables["directions"] = lazy((rows, "direction"))
+            variables[DIRECTIONS] = lazy((rows, DIRECTION_DIM))
         variables[NOISE_VARIANCES] = xr.DataArray(plan.row_variances, dims=(DIRECTION_DIM,))
         variables |= _ratio_variable(plan)
         variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
@@ -538,7 +540,7 @@ class OutputTarget:
             name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
         }
         for name in NOISE_MATRICES:
-            if name in variables and not (low_rank and name == "directions"):
+            if name in variables and not (low_rank and name == DIRECTIONS):
                 # fill value 0: the zero blocks the panel tasks write are not stored
                 encoding[name] = {
                     "chunks": (fb, fb),
@@ -558,17 +560,16 @@ class OutputTarget:
         if eager_noise_matrices(plan):
             return  # written with the metadata
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
-        names = ["row_cov", "directions"] + (["col_cov"] if plan.algorithm != "unimodal" else [])
-        standard = plan.directions.is_standard
-        sigma = None if standard else plan.row_cov
+        names = [ROW_COV, DIRECTIONS] + ([COL_COV] if plan.algorithm != "unimodal" else [])
+        sigma = None if isinstance(plan.covariance, Diagonal) else plan.row_cov
         m = plan.directions.dim
         for name in names:
             arr = group[name]
             assert isinstance(arr, zarr.Array)
             if sigma is not None:  # dense directions: whole matrices (zero chunks not stored)
-                arr[...] = plan.directions.matrix if name == "directions" else sigma
+                arr[...] = plan.directions.matrix if name == DIRECTIONS else sigma
                 continue
-            diagonal = np.ones(m) if name == "directions" else plan.row_variances
+            diagonal = np.ones(m) if name == DIRECTIONS else plan.row_variances
             c = arr.chunks[0]
             for b0 in range(0, m, c):
                 b1 = min(b0 + c, m)
