@@ -15,14 +15,13 @@ charged and its key is erased. A release that fails before any chunk is read is 
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.ledger import schema
 from mvg_dask.engine.ledger.composition import (
     NEIGHBOURS,
@@ -181,13 +180,6 @@ def _entry(row: Sequence[Any]) -> LedgerEntry:
         reason=row[18],
         clipped=row[19],
     )
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the crash tests (``MVG_DASK_CRASH_AT=name``): SIGKILL this process
-    inside a ledger transaction. Unset in production (does nothing)."""
-    if os.environ.get("MVG_DASK_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Ledger(ABC):
