@@ -1,9 +1,9 @@
 """The stages of a release: which passes the engine runs, in order, as plan data.
 
-A release plan carries its stages (:attr:`~mvg_dask.plan.release_plan.ReleasePlan.stages`), a
-tuple of the names below; the dry run prints them and the engine
-(:mod:`mvg_dask.engine.stages`) walks them, one function per name. They follow from the plan
-alone (query, neighbours, direction step, wide panels, noise kind), never from the data.
+A release plan (:class:`~mvg_dask.plan.release_plan.ReleasePlan`) carries its stages, a tuple
+of the names below, in its ``stages`` field; the dry run prints them and the engine
+(``mvg_dask.engine.stages``) walks them, one function per name. They follow from the plan alone
+(query, neighbours, direction step, wide panels, noise kind), never from the data.
 
 ``noisy-count``
     The record count with Gaussian noise (add-remove neighbours without a public ``N0``).
