@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mvg_dask.engine.stages.count import noisy_count
+from mvg_dask.engine.stages.count import draw_noisy_count
 from mvg_dask.engine.stages.covariance import write_covariance, write_covariance_skeleton
 from mvg_dask.engine.stages.dp_pca import dp_pca_directions
 from mvg_dask.noise import NoiseKey
@@ -166,7 +166,7 @@ def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> Capture
     """
     out = CapturedOutput()
     key = NoiseKey.from_seed(seed)
-    count = noisy_count(rplan, key) if rplan.releases_count else None
+    count = draw_noisy_count(rplan, key) if rplan.releases_count else None
     resolved = rplan
     if rplan.uses_dp_pca:
         normaliser = rplan.query.records if count is None else max(count, 1)

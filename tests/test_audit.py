@@ -11,8 +11,8 @@ claimed epsilon; the bounds are printed (``pytest -s``) and reported in the issu
 * covariance: the plan comes from :func:`mvg_dask.api.dry_run`, the clipped Gram matrices of
   ``D`` and ``D'`` from the engine's own Gram pass on the cluster (``submit_gram`` and
   ``finish_gram`` of ``mvg_dask.engine.stages.gram``: the real reads, the real ``Clipper``), and
-  every trial runs the public functions of the engine's stages after that pass (``noisy_count``,
-  ``dp_pca_directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
+  every trial runs the public functions of the engine's stages after that pass
+  (``draw_noisy_count``, ``dp_pca_directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
   ``write_covariance_skeleton`` = the real ``covariance_noise``, i.e. the plan's own draw, and
   ``write_covariance``) with the key
   ``execute_release`` makes from ``--seed`` (``NoiseKey.from_seed(seed)``, and the stages derive

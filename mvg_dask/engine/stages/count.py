@@ -8,7 +8,7 @@ from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
 
 
-def noisy_count(rplan: ReleasePlan, key: NoiseKey) -> float:
+def draw_noisy_count(rplan: ReleasePlan, key: NoiseKey) -> float:
     """The record count with Gaussian noise (sensitivity 1 under add-remove), charged in the
     release's own accounting (its share of the budget: ``split.count_mu``).
 
@@ -33,6 +33,6 @@ def noisy_count(rplan: ReleasePlan, key: NoiseKey) -> float:
 
 
 def run_noisy_count(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
-    """The ``noisy-count`` stage: :func:`noisy_count` into ``ctx.count`` (reads no chunk)."""
-    ctx.count = noisy_count(rplan, ctx.key)
+    """The ``noisy-count`` stage: :func:`draw_noisy_count` into ``ctx.count`` (reads no chunk)."""
+    ctx.count = draw_noisy_count(rplan, ctx.key)
     return rplan

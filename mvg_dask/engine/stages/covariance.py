@@ -7,7 +7,7 @@ import numpy as np
 from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.engine.stages.context import RunContext
-from mvg_dask.engine.stages.gram import gram_matrix
+from mvg_dask.engine.stages.gram import wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
@@ -117,6 +117,6 @@ def run_covariance(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         ``rplan``.
     """
     noise = write_covariance_skeleton(ctx.target, rplan, ctx.key, ctx.count)
-    gram = gram_matrix(ctx, rplan)
+    gram = wait_for_gram(ctx, rplan)
     write_covariance(ctx.target, rplan, ctx.key, gram, noise, ctx.count)
     return rplan

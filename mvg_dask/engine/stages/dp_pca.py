@@ -12,7 +12,7 @@ from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.lattice import StandardSquareLattice
 from mvg_dask.engine.lattice import gram_step as lattice_gram_step
 from mvg_dask.engine.stages.context import RunContext, clipper_for, source_of
-from mvg_dask.engine.stages.gram import gram_matrix
+from mvg_dask.engine.stages.gram import wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
@@ -65,7 +65,7 @@ def dp_pca_directions(
 def run_dp_pca(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     """The ``dp-pca`` stage: waits for the Gram pass, returns the resolved plan
     (:func:`dp_pca_directions`)."""
-    return dp_pca_directions(rplan, ctx.key, gram_matrix(ctx, rplan), ctx.normaliser(rplan))
+    return dp_pca_directions(rplan, ctx.key, wait_for_gram(ctx, rplan), ctx.normaliser(rplan))
 
 
 def _scratch_product(

@@ -19,7 +19,7 @@ CLIENT_REDUCE_BYTES = 64 * 2**20
 
 def run_gram(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     """The ``gram`` stage: submit the Gram pass; the stages after it wait for its sum
-    (:func:`gram_matrix`), so the output's skeleton can be written while it runs.
+    (:func:`wait_for_gram`), so the output's skeleton can be written while it runs.
 
     Parameters
     ----------
@@ -37,7 +37,7 @@ def run_gram(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     return rplan
 
 
-def gram_matrix(ctx: RunContext, rplan: ReleasePlan) -> np.ndarray:
+def wait_for_gram(ctx: RunContext, rplan: ReleasePlan) -> np.ndarray:
     """The sum of the run's Gram pass (waits for it once; raises the first data error met, in
     record order)."""
     if ctx.gram is None:

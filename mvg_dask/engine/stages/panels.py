@@ -60,7 +60,7 @@ def _panels(rplan: ReleasePlan) -> list[tuple[int, int]]:
 def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     """The ``covariance-panels`` stage: each task reads the input, computes one row panel of
     ``X X^T``, adds the noise of its blocks from the noise grid and writes them. With low-rank
-    directions a first pass computes the noise's ``m x k`` projection (:func:`panel_noise`).
+    directions a first pass computes the noise's ``m x k`` projection (:func:`compute_panel_noise`).
 
     Parameters
     ----------
@@ -79,7 +79,7 @@ def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     block = rplan.matrix_chunk
     assert block is not None and (plan.directions.is_standard or plan.directions.is_low_rank)
     _write_skeleton(ctx, rplan)
-    noise = panel_noise(ctx, plan, block)
+    noise = compute_panel_noise(ctx, plan, block)
     lattice = inner = None
     if plan.lattice is not None:
         assert rplan.lattice_context is not None
@@ -117,7 +117,7 @@ def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     return rplan
 
 
-def panel_noise(ctx: RunContext, plan: NoisePlan, block: int) -> PanelNoise:
+def compute_panel_noise(ctx: RunContext, plan: NoisePlan, block: int) -> PanelNoise:
     """The panel tasks' noise: the diagonal factor, or for low-rank directions the factor
     ``Sigma^(1/2)`` with the first pass's projection (computed on the workers, grid block by
     grid block: the same bytes whatever ``block``).
