@@ -6,8 +6,8 @@ is complete. A clean failure (:class:`~mvg_dask.errors.DataError`,
 :class:`~mvg_dask.errors.ReleaseError`, :class:`~mvg_dask.errors.BudgetError`) while publishing
 aborts the release when data was read (it stays charged) and cancels it when not (refunded);
 any other fault of the machinery leaves a charged release pending, for a resume
-(:func:`~mvg_dask.engine.faults.classify`). The module base of :mod:`mvg_dask.engine.ledger`
-states the protocol.
+(:func:`~mvg_dask.engine.faults.classify`). The protocol's rules are stated in
+:mod:`mvg_dask.engine.ledger.base`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mvg_dask.engine.faults import classify, crash_point, scheduler_lost
-from mvg_dask.engine.ledger import Ledger, open_ledger
+from mvg_dask.engine.ledger import Ledger, LedgerEntry, open_ledger
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.errors import BudgetError, ChargedFailure, DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
@@ -252,7 +252,7 @@ def _claim(target: OutputTarget) -> None:
     target.clear_staging()
 
 
-def _resumed_key(rplan: ReleasePlan, target: OutputTarget, entry: Any) -> NoiseKey | None:
+def _resumed_key(rplan: ReleasePlan, target: OutputTarget, entry: LedgerEntry) -> NoiseKey | None:
     """The key of a release already in the ledger (``None``: committed and complete, nothing
     to do), or the reason it cannot run again."""
     charge = rplan.ledger
