@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mvg_dask.engine.release import _Stages
+from mvg_dask.engine.stages.count import draw_noisy_count
+from mvg_dask.engine.stages.covariance import write_covariance, write_covariance_skeleton
+from mvg_dask.engine.stages.dp_pca import dp_pca_directions
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
 
@@ -128,7 +130,8 @@ def whiten_symmetric(residual: np.ndarray, factor: np.ndarray, ratio: float) -> 
 
 class CapturedOutput:
     """Stands where the engine's :class:`~mvg_dask.engine.output.OutputTarget` stands and keeps
-    what ``_Stages.covariance_skeleton`` and ``_Stages.covariance`` hand it to write (the audit
+    what :func:`~mvg_dask.engine.stages.covariance.write_covariance_skeleton` and
+    :func:`~mvg_dask.engine.stages.covariance.write_covariance` hand it to write (the audit
     runs thousands of releases in process; writing each to Zarr would only add time). The values
     are the ones a release publishes: ``test_trial_sampler_is_the_release`` checks them against a
     real release."""
@@ -155,17 +158,19 @@ def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> Capture
     """One covariance release of the dataset whose clipped Gram matrix is ``gram`` (from the
     engine's own Gram pass), with the noise key ``execute_release`` makes for ``seed``.
 
-    The stages run in the order of ``_Stages.run`` around its Gram pass: the noisy count, the
-    DP-PCA step (the real :func:`~mvg_dask.plan.dp_pca` and :meth:`ReleasePlan.resolve`), the
-    skeleton with the noise (the plan's own draw, :meth:`NoisePlan.draw`), then the covariance;
-    every draw comes from the sub-keys those stages derive themselves.
+    The public functions of the plan's stages run in their order around the Gram pass: the
+    noisy count, the DP-PCA step (the real :func:`~mvg_dask.plan.dp_pca` and
+    :meth:`ReleasePlan.resolve`), the skeleton with the noise (the plan's own draw,
+    :meth:`NoisePlan.draw`), then the covariance; every draw comes from the sub-keys those
+    functions derive themselves.
     """
     out = CapturedOutput()
-    stages = _Stages(rplan, None, NoiseKey.from_seed(seed), out)  # type: ignore[arg-type]
-    count = stages.noisy_count() if rplan.releases_count else None
+    key = NoiseKey.from_seed(seed)
+    count = draw_noisy_count(rplan, key) if rplan.releases_count else None
     resolved = rplan
     if rplan.uses_dp_pca:
-        resolved = stages.directions(gram, rplan.query.records if count is None else max(count, 1))
-    noise = stages.covariance_skeleton(resolved, count)
-    stages.covariance(resolved, gram, noise, count)
+        normaliser = rplan.query.records if count is None else max(count, 1)
+        resolved = dp_pca_directions(rplan, key, gram, normaliser)
+    noise = write_covariance_skeleton(out, resolved, key, count)  # type: ignore[arg-type]
+    write_covariance(out, resolved, key, gram, noise, count)  # type: ignore[arg-type]
     return out

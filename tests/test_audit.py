@@ -9,10 +9,12 @@ claimed epsilon; the bounds are printed (``pytest -s``) and reported in the issu
 "Through the real release code":
 
 * covariance: the plan comes from :func:`mvg_dask.api.dry_run`, the clipped Gram matrices of
-  ``D`` and ``D'`` from the engine's own Gram pass on the cluster (``_Stages.gram``: the real
-  reads, the real ``Clipper``), and every trial runs the engine's stages after that pass
-  (``_Stages.noisy_count``, ``_Stages.directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
-  ``_Stages.covariance`` = the real ``covariance_noise``, i.e. the plan's own draw) with the key
+  ``D`` and ``D'`` from the engine's own Gram pass on the cluster (``submit_gram`` and
+  ``finish_gram`` of ``mvg_dask.engine.stages.gram``: the real reads, the real ``Clipper``), and
+  every trial runs the public functions of the engine's stages after that pass
+  (``draw_noisy_count``, ``dp_pca_directions`` = the real ``dp_pca`` + ``ReleasePlan.resolve``,
+  ``write_covariance_skeleton`` = the real ``covariance_noise``, i.e. the plan's own draw, and
+  ``write_covariance``) with the key
   ``execute_release`` makes from ``--seed`` (``NoiseKey.from_seed(seed)``, and the stages derive
   ``count``, ``dp-pca`` and ``release`` from it themselves); trial ``t`` uses seed
   ``SEED + t`` (``D``) or ``SEED + TRIALS + t`` (``D'``). ``test_trial_sampler_is_the_release``
@@ -42,8 +44,9 @@ import pytest
 
 from mvg_dask import api
 from mvg_dask.engine import lattice as engine_lattice
-from mvg_dask.engine import release as engine_release
-from mvg_dask.engine.release import _Stages
+from mvg_dask.engine.stages import covariance as engine_covariance
+from mvg_dask.engine.stages.context import RunContext
+from mvg_dask.engine.stages.gram import finish_gram, submit_gram
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.privacy import calibration as cal
@@ -112,8 +115,8 @@ def _pair(root: Path, neighbours: str, **privacy: Any) -> tuple[ReleasePlan, Rel
 
 def engine_gram(rplan: ReleasePlan, client: Any) -> np.ndarray:
     """The clipped ``X X^T`` from the engine's Gram pass on the cluster."""
-    stages = _Stages(rplan, client, NoiseKey.from_seed(0), CapturedOutput())  # type: ignore[arg-type]
-    return stages.finish_gram(stages.submit_gram(), progress=False)
+    ctx = RunContext(client, NoiseKey.from_seed(0), CapturedOutput(), progress=False)  # type: ignore[arg-type]
+    return finish_gram(ctx, rplan, submit_gram(ctx, rplan))
 
 
 def _trials(rplan: ReleasePlan, gram: np.ndarray, first_seed: int, n: int) -> list[Any]:
@@ -310,8 +313,10 @@ def test_audit_flags_an_under_noised_mechanism(
     Gaussian's scale halved (``StandardSquareLattice.scale``); float noise: ``covariance_noise``
     times 0.5."""
     if noise == "float":
-        real = engine_release.covariance_noise
-        monkeypatch.setattr(engine_release, "covariance_noise", lambda *a, **k: 0.5 * real(*a, **k))
+        real = engine_covariance.covariance_noise
+        monkeypatch.setattr(
+            engine_covariance, "covariance_noise", lambda *a, **k: 0.5 * real(*a, **k)
+        )
     else:
         real_for_plan = engine_lattice.StandardSquareLattice.for_plan
 

@@ -27,6 +27,7 @@ LABELS = (
     "noise std",
     "arithmetic",
     "privacy",
+    "stages",
     "write",
     "budget",
 )

@@ -273,8 +273,8 @@ def test_output_target_stages_commits_and_aborts(tmp_path):
     assert not (tmp_path / "p.zarr.staging-r3").exists() and not (tmp_path / "p.zarr").exists()
 
 
-def test_a_resume_runs_the_plan_its_first_run_saved(tmp_path):
-    from mvg_dask.engine.release import _saved_plan
+def test_a_resume_runs_the_plan_its_first_run_saved(tmp_path, monkeypatch):
+    from mvg_dask.engine.ledger.session import saved_plan
 
     store = make_input(tmp_path / "in.zarr", data(3, 300, seed=7), chunk=100)
     spec = parse_spec(spec_dict(store, str(tmp_path / "o.zarr"), release_id="r4"))
@@ -283,14 +283,18 @@ def test_a_resume_runs_the_plan_its_first_run_saved(tmp_path):
     (tmp_path / "o.zarr.staging-r4" / ".mvg_dask_progress").mkdir(parents=True)
     target.save_plan(first)
     again = plan_release(spec, read_input_metadata(spec.input))  # planned anew, later
-    resumed = _saved_plan(again, target)
+    resumed = saved_plan(again, target)
     assert resumed.created == first.created  # the saved plan runs, not the new one
     assert resumed.to_dict() == first.to_dict()
     # a spec or input that plans differently is refused
     other = parse_spec(spec_dict(store, str(tmp_path / "o.zarr"), release_id="r4",
                                  privacy={"epsilon": 2.0, "delta": 1e-5}))  # fmt: skip
     with pytest.raises(ReleaseError, match="started with another plan"):
-        _saved_plan(plan_release(other, read_input_metadata(other.input)), target)
+        saved_plan(plan_release(other, read_input_metadata(other.input)), target)
+    # a plan saved before plans carried their stages resumes with the stages it implies
+    old = {k: v for k, v in first.to_dict().items() if k != "stages"}
+    monkeypatch.setattr(target, "load_plan", lambda: old)
+    assert saved_plan(again, target).stages == first.stages == ("identity",)
 
 
 def test_a_truncated_marker_means_the_chunk_is_written_again(tmp_path):
@@ -311,3 +315,11 @@ def test_a_truncated_marker_means_the_chunk_is_written_again(tmp_path):
     marker = json.loads((tmp_path / progress_marker("out.zarr", 100)).read_text())
     assert marker == {"clipped": int(res.value[0]), "records": 100}
     assert not list((tmp_path / "out.zarr" / ".mvg_dask_progress").glob("*.tmp"))
+
+
+def test_the_executor_has_a_function_for_every_stage_name():
+    """The engine runs each stage a plan can name (``mvg_dask.plan.stages``), and no other."""
+    from mvg_dask.engine.stages.executor import STAGE_FUNCTIONS
+    from mvg_dask.plan.stages import STAGES
+
+    assert tuple(STAGE_FUNCTIONS) == STAGES

@@ -85,14 +85,14 @@ def test_gram_summed_on_the_client_or_the_workers_gives_the_same_bytes(
     covariance bytes are those of the worker reduction, whose folds run on two workers with
     consecutive leaves placed together (one task per chunk: 71 leaves, three tree levels, so a
     fold over other groups would give other bytes)."""
-    from mvg_dask.engine import release
+    from mvg_dask.engine.stages import gram
     from mvg_dask.plan import release_plan
 
     monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
     store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
     outs = []
-    for limit in (release.CLIENT_REDUCE_BYTES, 0):
-        monkeypatch.setattr(release, "CLIENT_REDUCE_BYTES", limit)
+    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
+        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
         spec = spec_dict(store, str(tmp_path / f"cov{limit}.zarr"), query="covariance")
         res = api.release(spec, client=client, seed=3, progress=False)
         outs.append(api.open_release(res.output)["covariance"].values)

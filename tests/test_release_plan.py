@@ -246,3 +246,106 @@ def test_planning_20000_features_forms_no_m_by_m_matrix(tmp_path, query):
     assert plan.directions.is_standard and plan.directions.shape == (m, m)
     assert variables["row_cov"].shape == (m, m) and diagonal.shape == (m,)
     assert peak < 400 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+# (query, overrides, features, stages) of every release kind the engine runs differently
+STAGE_KINDS = {
+    "identity": ("identity", {}, 5, ("identity",)),
+    "identity-dp-pca": (
+        "identity",
+        {"mechanism": {"directions": {"method": "dp-pca", "k": 2}}},
+        5,
+        ("gram", "dp-pca", "identity"),
+    ),
+    "covariance": ("covariance", {}, 5, ("gram", "covariance")),
+    "covariance-noisy-count": (
+        "covariance",
+        {"privacy": {"neighbours": "add-remove"}},
+        5,
+        ("noisy-count", "gram", "covariance"),
+    ),
+    "covariance-public-n0": (
+        "covariance",
+        {"privacy": {"neighbours": "add-remove", "records": 3000}},
+        5,
+        ("gram", "covariance"),
+    ),
+    "covariance-dp-pca-noisy-count": (
+        "covariance",
+        {
+            "privacy": {"neighbours": "add-remove"},
+            "mechanism": {"directions": {"method": "dp-pca", "k": 2}},
+        },
+        5,
+        ("noisy-count", "gram", "dp-pca", "covariance"),
+    ),
+    "covariance-panels": (
+        "covariance",
+        {"output": {"matrix_chunk": 256}},
+        600,
+        ("covariance-panels",),
+    ),
+    "covariance-panels-lattice": (
+        "covariance",
+        {"output": {"matrix_chunk": 256}, "mechanism": {"noise": "lattice"}},
+        600,
+        ("covariance-panels",),
+    ),
+    "covariance-panels-dp-pca": (
+        "covariance",
+        {
+            "output": {"matrix_chunk": 256},
+            "mechanism": {"noise": "float", "directions": {"method": "dp-pca", "k": 2}},
+        },
+        600,
+        ("dp-pca-panels", "covariance-panels"),
+    ),
+    "covariance-panels-dp-pca-lattice": (
+        "covariance",
+        {
+            "output": {"matrix_chunk": 256},
+            "privacy": {"neighbours": "add-remove"},
+            "mechanism": {"noise": "lattice", "directions": {"method": "dp-pca", "k": 2}},
+        },
+        600,
+        ("noisy-count", "dp-pca-panels", "low-rank-lattice-panels"),
+    ),
+}
+
+
+def _stage_plan(tmp_path: Path, kind: str) -> ReleasePlan:
+    query, overrides, m, _ = STAGE_KINDS[kind]
+    spec, _ = _spec(tmp_path, query, overrides)
+    meta = dataclasses.replace(META, shape=(m, 3000), feature_names=None)
+    return plan_release(spec, meta, created="2026-01-01T00:00:00+00:00")
+
+
+@pytest.mark.parametrize("kind", sorted(STAGE_KINDS))
+def test_the_plan_says_which_stages_run(tmp_path, kind):
+    """Each release kind's stages, in the plan, its JSON (a round trip keeps them) and the dry
+    run's ``stages`` line; they follow from the plan's fields alone."""
+    from mvg_dask.engine.preview import PlanPreview
+
+    rplan = _stage_plan(tmp_path, kind)
+    want = STAGE_KINDS[kind][3]
+    assert rplan.stages == want == rplan.implied_stages()
+    d = json.loads(json.dumps(rplan.to_dict()))
+    assert d["stages"] == list(want) and rplan.public_dict()["stages"] == list(want)
+    back = ReleasePlan.from_dict(d, ledger_location="l.sqlite")
+    assert back.stages == want and back.to_dict() == rplan.to_dict()
+    if rplan.uses_dp_pca:  # the directions do not change what runs
+        assert dataclasses.replace(rplan, stages=()).stages == want
+    line = next(ln for ln in PlanPreview(rplan, None).text().splitlines() if "stages" in ln)
+    assert line.split() == ["stages", *" -> ".join(want).split()]
+
+
+def test_a_plan_saved_without_stages_loads_and_wrong_stages_are_refused(tmp_path):
+    """A plan saved before plans carried their stages (a pending release to resume) gets the
+    stages its fields imply; a plan whose stages disagree with its fields is refused."""
+    rplan = _stage_plan(tmp_path, "covariance-noisy-count")
+    old = rplan.to_dict()
+    del old["stages"]
+    assert ReleasePlan.from_dict(old, ledger_location="l.sqlite").stages == rplan.stages
+    wrong = {**rplan.to_dict(), "stages": ["gram", "covariance"]}
+    with pytest.raises(ValueError, match="this plan runs noisy-count, gram, covariance"):
+        ReleasePlan.from_dict(wrong, ledger_location="l.sqlite")

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from mvg_dask.engine.release import covariance_noise
+from mvg_dask.engine.stages.covariance import covariance_noise
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import matrix_noise, record_noise, symmetric_matrix_noise
 from mvg_dask.plan import (

@@ -7,6 +7,9 @@ uninterrupted run). :func:`classify` turns the exception of such a failure into 
 (lost) or the object store (unreachable, failing or refusing the credentials). The message never
 quotes the original exception's text where it may hold a URL with credentials or a request
 signature: only the kind of fault, the output store and an error code.
+
+It is also the one home of fault injection: :func:`crash_point`, which the crash and fault tests
+use to kill or stop a release (or a ledger transaction) at a named point.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -240,3 +245,35 @@ def scheduler_lost(client: Any) -> bool:
     scheduler."""
     status = getattr(client, "status", "running")
     return status not in ("running", "newly-created")
+
+
+def crash_point(name: str, index: int | None = None) -> None:
+    """Fault injection for the crash tests; unset in production (does nothing).
+
+    ``MVG_DASK_CRASH_AT=name[:index]`` SIGKILLs this process when the release reaches that point
+    (``chunk:k``: once ``k`` tasks of the record pass have finished; the ``ledger-*`` points sit
+    inside a ledger transaction). With ``MVG_DASK_CRASH_SIGNAL=SIGSTOP`` it stops there instead
+    (until a SIGCONT: the fault tests break the scheduler meanwhile).
+
+    Parameters
+    ----------
+    name : str
+        The point (``reserved``, ``skeleton``, ``chunk``, ``before-commit``,
+        ``before-ledger-commit``, ``ledger-reserve``, ``ledger-committed``, ...).
+    index : int, optional
+        How many tasks have finished (``chunk``).
+    """
+    target = os.environ.get("MVG_DASK_CRASH_AT")
+    if not target:
+        return
+    want, _, at = target.partition(":")
+    if want == name and (not at or (index is not None and index >= int(at))):
+        if os.environ.get("MVG_DASK_CRASH_SIGNAL") != "SIGSTOP":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif target not in _STOPPED:  # once
+            _STOPPED.add(target)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
+#: the crash points this process has stopped at
+_STOPPED: set[str] = set()

@@ -165,8 +165,25 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
     if split.share > 0 or split.count_share > 0:
         parts.append(f"{split.composition} composition of its steps")
     rows.append(("privacy", "; ".join(parts)))
+    rows.append(("stages", stages_text(rplan)))
     rows.append(("write", rplan.output_store))
     return rows
+
+
+def stages_text(rplan: ReleasePlan) -> str:
+    """The passes the release runs, in order (:mod:`mvg_dask.plan.stages`), as one line.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    str
+        The stage names joined by arrows, e.g. ``noisy-count -> gram -> covariance``.
+    """
+    return " -> ".join(rplan.stages)
 
 
 def render_text(title: str, rows: Sequence[Row]) -> str:

@@ -30,10 +30,8 @@ from mvg_dask.plan.domain import (
     L2BallDomain,
     Neighbours,
     RecordDomain,
-    domain_from_dict,
 )
 from mvg_dask.plan.lattice import (
-    Lattice,
     LatticeContext,
     gram_depth,
     panel_depth,
@@ -44,10 +42,12 @@ from mvg_dask.plan.noise_plan import (
     NoisePlan,
     build_noise_plan,
     gram_step_lattice,
-    noise_plan_from_dict,
     split_budget,
 )
+from mvg_dask.plan.plan_json import plan_fields
 from mvg_dask.plan.query import DeclaredBoundError, QuerySpec
+from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
+from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.spec import ReleaseSpec, SpecError, spec_hash
@@ -75,8 +75,9 @@ GRAM_RECORDS_PER_FEATURE = 8
 TASK_ELEMENTS = 2**22
 #: ... while keeping at least this many tasks where there are that many chunks.
 GRAM_MIN_TASKS = 8
-#: The Gram pass sums its task partials with a fixed tree of groups of this many nodes.
-SPLIT_EVERY = 8
+#: The fan-in of the Gram pass's reduction tree: it sums its task partials in fixed groups of
+#: this many consecutive nodes, level by level.
+TREE_FAN_IN = 8
 #: A panel task reads at least this many records at a time (wide inputs have short chunks,
 #: and the panel product is a matrix product over the records read).
 PANEL_RECORDS = 256
@@ -231,114 +232,6 @@ class InputMetadata:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class LedgerCharge:
-    """What the release charges to which dataset's budget (the ledger's location is not part
-    of the serialised plan: it may hold credentials).
-
-    Attributes
-    ----------
-    location : str
-        Ledger file path or URL.
-    password_file : str or None
-        PostgreSQL password file (not serialised).
-    dataset : str
-        Dataset name.
-    budget_epsilon, budget_delta : float
-        The dataset's total budget.
-    budget_neighbours : str
-        The neighbour relation the budget is kept in.
-    convert_neighbours : bool
-        Charge an add-remove release to a replace-one budget by group privacy.
-    epsilon, delta : float
-        This release's guarantee (direction step included).
-    calibration : str
-        The release's calibration.
-    mu : float or None
-        Gaussian-DP parameter (``exact``).
-    neighbours : str
-        Neighbouring relation of the guarantee.
-    """
-
-    location: str = field(compare=False)
-    password_file: str | None = field(default=None, compare=False)
-    dataset: str
-    budget_epsilon: float
-    budget_delta: float
-    budget_neighbours: Neighbours = "replace-one"
-    convert_neighbours: bool = False
-    epsilon: float
-    delta: float
-    calibration: str
-    mu: float | None
-    neighbours: Neighbours
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (without the location)."""
-        return {
-            "dataset": self.dataset,
-            "budget": {
-                "epsilon": self.budget_epsilon,
-                "delta": self.budget_delta,
-                "neighbours": self.budget_neighbours,
-            },
-            "convert_neighbours": self.convert_neighbours,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "calibration": self.calibration,
-            "mu": self.mu,
-            "neighbours": self.neighbours,
-        }
-
-    @classmethod
-    def from_dict(
-        cls, data: dict[str, Any], location: str, password_file: str | None = None
-    ) -> LedgerCharge:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            location=location,
-            password_file=password_file,
-            dataset=data["dataset"],
-            budget_epsilon=float(data["budget"]["epsilon"]),
-            budget_delta=float(data["budget"]["delta"]),
-            budget_neighbours=data["budget"].get("neighbours", "replace-one"),
-            convert_neighbours=bool(data.get("convert_neighbours", False)),
-            epsilon=float(data["epsilon"]),
-            delta=float(data["delta"]),
-            calibration=data["calibration"],
-            mu=data["mu"],
-            neighbours=data["neighbours"],
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DpPcaStep:
-    """A DP-PCA direction step that runs before the release (Analyze Gauss).
-
-    Attributes
-    ----------
-    k : int
-        Number of important directions.
-    budget_share : float
-        Fraction of the budget the step spends.
-    lattice : Lattice or None
-        The step's lattice (Analyze Gauss on the lattice of ``vech(X X^T) / sigma``) when the
-        release uses lattice noise.
-    """
-
-    k: int
-    budget_share: float
-    lattice: Lattice | None = None
-
-    def noise_std(self, domain: RecordDomain, neighbours: str, mu: float) -> float:
-        """``sigma``: the standard deviation of the step's noise on the Gram matrix (its
-        effective sensitivity over ``mu``; ``Delta / mu`` for float noise)."""
-        sens = gram_sensitivity(domain, neighbours)  # type: ignore[arg-type]
-        if self.lattice is None:
-            return sens / mu
-        return sens / self.lattice.sensitivity
-
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ReleasePlan:
     """A release, fully planned from its spec and the input's metadata.
@@ -392,6 +285,9 @@ class ReleasePlan:
         How the noise is added (:mod:`mvg_dask.plan.lattice`).
     lattice_context : LatticeContext or None
         How the engine sums the query, for the float-error bound of a lattice release.
+    stages : tuple of str
+        The passes the engine runs, in order (:mod:`mvg_dask.plan.stages`): implied by the
+        other fields (filled in when not given, checked when given).
     """
 
     release_id: str
@@ -420,6 +316,26 @@ class ReleasePlan:
     tile_records: int = TILE_RECORDS
     noise_kind: str = "float"
     lattice_context: LatticeContext | None = None
+    stages: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        implied = self.implied_stages()
+        if not self.stages:
+            object.__setattr__(self, "stages", implied)
+        elif tuple(self.stages) != implied:
+            raise ValueError(
+                f"stages: this plan runs {', '.join(implied)}, not {', '.join(self.stages)}"
+            )
+
+    def implied_stages(self) -> tuple[str, ...]:
+        """The stages the plan's fields imply (:func:`~mvg_dask.plan.stages.release_stages`)."""
+        return release_stages(
+            self.query.kind,
+            noisy_count=self.releases_count,
+            dp_pca=self.uses_dp_pca,
+            panels=self.matrix_chunk is not None,
+            lattice=self.noise_kind == "lattice",
+        )
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -516,19 +432,8 @@ class ReleasePlan:
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
             "on_violation": self.on_violation,
             "tile_records": self.tile_records,
-            "dp_pca": (
-                None
-                if self.dp_pca is None
-                else {
-                    "k": self.dp_pca.k,
-                    "budget_share": self.dp_pca.budget_share,
-                    **(
-                        {}
-                        if self.dp_pca.lattice is None
-                        else {"lattice": self.dp_pca.lattice.to_dict()}
-                    ),
-                }
-            ),
+            "stages": list(self.stages),
+            "dp_pca": None if self.dp_pca is None else self.dp_pca.to_dict(),
             "plan": self.public_noise_dict(),
         }
         if self.dp_pca is not None and self.noise is not None:
@@ -554,7 +459,8 @@ class ReleasePlan:
         ledger_location: str | None = None,
         ledger_password_file: str | None = None,
     ) -> ReleasePlan:
-        """Rebuild a plan from :meth:`to_dict` (the noise plan is recomputed and checked).
+        """Rebuild a plan from :meth:`to_dict` (the noise plan is recomputed and checked; the
+        stages are checked, and implied when a plan saved without them is read back).
 
         Parameters
         ----------
@@ -564,82 +470,19 @@ class ReleasePlan:
             fsspec options (not part of the serialised plan).
         ledger_location : str, optional
             The ledger's path or URL (required when the plan charges a ledger).
+        ledger_password_file : str, optional
+            The ledger's PostgreSQL password file.
 
         Returns
         -------
         ReleasePlan
             The plan.
         """
-        inp = InputMetadata.from_dict(data["input"], input_storage_options)
-        noise_d = data["plan"]
-        query = QuerySpec.from_dict(noise_d["query"])
-        domain = domain_from_dict(noise_d["domain"], query.features)
-        a = noise_d["allocation"]
-        allocation = AllocationSpec(
-            strategy=a["strategy"],
-            important=a.get("important"),
-            share=a.get("share"),
-            theta=a.get("theta") if a["strategy"] == "custom" else None,
-        )
-        step = data.get("dp_pca")
-        dp = (
-            None
-            if step is None
-            else DpPcaStep(
-                k=int(step["k"]),
-                budget_share=step["budget_share"],
-                lattice=None if step.get("lattice") is None else Lattice.from_dict(step["lattice"]),
-            )
-        )
-        ctx = noise_d.get("lattice_context")
-        split = split_budget(
-            noise_d["calibration"],
-            float(noise_d["epsilon"]),
-            float(noise_d["delta"]),
-            0.0 if dp is None else dp.budget_share,
-            float(noise_d["composition"].get("count_share", 0.0)),
-        )
-        if dp is None:
-            noise: NoisePlan | None = noise_plan_from_dict(noise_d)
-        elif "resolved" in data:
-            noise = noise_plan_from_dict(data["resolved"])
-        else:
-            noise = None
-        ledger = data.get("ledger")
-        if ledger is not None and ledger_location is None:
-            raise ValueError("this plan charges a ledger: pass ledger_location")
         return cls(
-            release_id=data["release_id"],
-            name=data["name"],
-            created=data["created"],
-            spec_hash=data["spec_hash"],
-            input=inp,
-            output_store=data["output"]["store"],
+            input=InputMetadata.from_dict(data["input"], input_storage_options),
             output_storage_options=output_storage_options,
-            output_codec=data["output"].get("codec", "none"),
-            output_dtype=data["output"].get("dtype", "float64"),
-            matrix_chunk=data["output"].get("matrix_chunk"),
-            ledger=(
-                None if ledger is None else LedgerCharge.from_dict(ledger, ledger_location or "")
-            ),
-            query=query,
-            domain=domain,
-            on_violation=data["on_violation"],
-            epsilon=float(noise_d["epsilon"]),
-            delta=float(noise_d["delta"]),
-            neighbours=noise_d["neighbours"],
-            algorithm=noise_d["algorithm"],
-            calibration=noise_d["calibration"],
-            allocation=allocation,
-            split=split,
-            dp_pca=dp,
-            noise=noise,
-            tile_records=int(data["tile_records"]),
-            noise_kind=noise_d.get("noise", "float"),
-            lattice_context=(
-                None
-                if ctx is None
-                else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+            **plan_fields(
+                data, ledger_location=ledger_location, ledger_password_file=ledger_password_file
             ),
         )
 
@@ -674,85 +517,117 @@ class ReleasePlan:
 
     # -- presentation ------------------------------------------------------------------------
     def declared_bounds_text(self) -> str | None:
-        """What declared bounds above the proved ones cost, in one line (``None``: none).
-
-        A declared ``sensitivity`` (``gamma``, ``entry_range``) of a built-in query is at least
-        the bound the record domain proves (smaller ones are refused by :func:`plan_release`)
-        and is used as declared. With ``exact`` the noise grows by exactly ``declared s2 /
-        proved s2`` (``Delta_M`` is scaled by that factor); with a paper calibration the factor
-        is measured against the plan the proved bounds give (for fixed directions). A function
-        of the spec and public metadata only.
-        """
-        q, domain, nb = self.query, self.domain, self.neighbours
-        neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
-        parts: list[str] = []
-        drop: dict[str, None] = {}
-        s2 = q.proved_l2_sensitivity(domain, neighbours)
-        if q.sensitivity is not None and s2 is not None:
-            parts.append(f"s2 = {q.sensitivity:.4g} (proved bound {s2:.4g})")
-            drop["sensitivity"] = None
-        gamma = q.proved_sup_frobenius(domain)
-        uses = get_calibration(self.calibration)
-        if q.gamma is not None and gamma is not None:
-            unused = "" if uses.uses_gamma else f", not used by {self.calibration}"
-            parts.append(f"gamma = {q.gamma:.4g} (proved bound {gamma:.4g}{unused})")
-            drop["gamma"] = None
-        span = q.proved_entry_range(domain)
-        if q.entry_range is not None and span is not None:
-            a, b = q.entry_range
-            unused = "" if uses.uses_entry_range else f", not used by {self.calibration}"
-            parts.append(
-                f"entry range [{a:.4g}, {b:.4g}] (proved [{span[0]:.4g}, {span[1]:.4g}]{unused})"
-            )
-            drop["entry_range"] = None
-        if not parts:
-            return None
-        text = "declared " + ", ".join(parts)
-        factor: float | None = None
-        if self.calibration == "exact":
-            factor = q.sensitivity_excess(domain, neighbours)
-        elif self.noise is not None and self.dp_pca is None:
-            base = build_noise_plan(
-                replace(q, **drop),  # type: ignore[arg-type]
-                domain,
-                epsilon=self.epsilon,
-                delta=self.delta,
-                algorithm=self.algorithm,  # type: ignore[arg-type]
-                calibration=self.calibration,  # type: ignore[arg-type]
-                directions=self.noise.directions,
-                allocation=self.allocation,
-                neighbours=neighbours,
-                direction_share=self.split.share,
-                count_share=self.split.count_share,
-            )
-            factor = float(np.max(self.noise.entry_std()) / np.max(base.entry_std()))
-        if factor is None:
-            return f"{text}: used as declared by {self.calibration}"
-        return f"{text}: noise x{factor:.3g} against the proved bounds"
+        """What declared bounds above the proved ones cost, in one line (``None``: none; see
+        :func:`declared_bounds_text`)."""
+        return declared_bounds_text(self)
 
     def summary(self) -> str:
-        """Human-readable lines: input, output and the noise plan."""
-        inp = self.input
-        records = "?" if self.neighbours == "add-remove" else str(inp.records)
-        head = (
-            f"release {self.release_id}: {self.query.kind} of {inp.store} "
-            f"({inp.features} features x {records} records) -> {self.output_store}"
-        )
-        declared = self.declared_bounds_text()
-        tail = "" if declared is None else f"\n  {declared}"
-        if self.dp_pca is None:
-            return f"{head}\n{self.noise_plan().summary()}{tail}"
-        assert self.dp_pca is not None
-        return (
-            f"{head}\n  directions by DP-PCA at run time ({self.split.share:.0%} of the budget, "
-            f"{self.split.composition} composition); calibration {self.calibration}{tail}"
-        )
+        """Human-readable lines: input, output and the noise plan (:func:`plan_summary`)."""
+        return plan_summary(self)
 
     def __repr__(self) -> str:
         return self.summary()
 
     def _repr_html_(self) -> str:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def plan_summary(rplan: ReleasePlan) -> str:
+    """Human-readable lines: input, output and the noise plan.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    str
+        The lines (the first one names the release, its input and its output).
+    """
+    inp = rplan.input
+    records = "?" if rplan.neighbours == "add-remove" else str(inp.records)
+    head = (
+        f"release {rplan.release_id}: {rplan.query.kind} of {inp.store} "
+        f"({inp.features} features x {records} records) -> {rplan.output_store}"
+    )
+    declared = rplan.declared_bounds_text()
+    tail = "" if declared is None else f"\n  {declared}"
+    if rplan.dp_pca is None:
+        return f"{head}\n{rplan.noise_plan().summary()}{tail}"
+    assert rplan.dp_pca is not None
+    return (
+        f"{head}\n  directions by DP-PCA at run time ({rplan.split.share:.0%} of the budget, "
+        f"{rplan.split.composition} composition); calibration {rplan.calibration}{tail}"
+    )
+
+
+def declared_bounds_text(rplan: ReleasePlan) -> str | None:
+    """What declared bounds above the proved ones cost, in one line (``None``: none).
+
+    A declared ``sensitivity`` (``gamma``, ``entry_range``) of a built-in query is at least
+    the bound the record domain proves (smaller ones are refused by :func:`plan_release`)
+    and is used as declared. With ``exact`` the noise grows by exactly ``declared s2 /
+    proved s2`` (``Delta_M`` is scaled by that factor); with a paper calibration the factor
+    is measured against the plan the proved bounds give (for fixed directions). A function
+    of the spec and public metadata only.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    str or None
+        The line, or ``None`` when no bound is declared above the proved one.
+    """
+    q, domain, nb = rplan.query, rplan.domain, rplan.neighbours
+    neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
+    parts: list[str] = []
+    drop: dict[str, None] = {}
+    s2 = q.proved_l2_sensitivity(domain, neighbours)
+    if q.sensitivity is not None and s2 is not None:
+        parts.append(f"s2 = {q.sensitivity:.4g} (proved bound {s2:.4g})")
+        drop["sensitivity"] = None
+    gamma = q.proved_sup_frobenius(domain)
+    uses = get_calibration(rplan.calibration)
+    if q.gamma is not None and gamma is not None:
+        unused = "" if uses.uses_gamma else f", not used by {rplan.calibration}"
+        parts.append(f"gamma = {q.gamma:.4g} (proved bound {gamma:.4g}{unused})")
+        drop["gamma"] = None
+    span = q.proved_entry_range(domain)
+    if q.entry_range is not None and span is not None:
+        a, b = q.entry_range
+        unused = "" if uses.uses_entry_range else f", not used by {rplan.calibration}"
+        parts.append(
+            f"entry range [{a:.4g}, {b:.4g}] (proved [{span[0]:.4g}, {span[1]:.4g}]{unused})"
+        )
+        drop["entry_range"] = None
+    if not parts:
+        return None
+    text = "declared " + ", ".join(parts)
+    factor: float | None = None
+    if rplan.calibration == "exact":
+        factor = q.sensitivity_excess(domain, neighbours)
+    elif rplan.noise is not None and rplan.dp_pca is None:
+        base = build_noise_plan(
+            replace(q, **drop),  # type: ignore[arg-type]
+            domain,
+            epsilon=rplan.epsilon,
+            delta=rplan.delta,
+            algorithm=rplan.algorithm,  # type: ignore[arg-type]
+            calibration=rplan.calibration,  # type: ignore[arg-type]
+            directions=rplan.noise.directions,
+            allocation=rplan.allocation,
+            neighbours=neighbours,
+            direction_share=rplan.split.share,
+            count_share=rplan.split.count_share,
+        )
+        factor = float(np.max(rplan.noise.entry_std()) / np.max(base.entry_std()))
+    if factor is None:
+        return f"{text}: used as declared by {rplan.calibration}"
+    return f"{text}: noise x{factor:.3g} against the proved bounds"
 
 
 def new_release_id(name: str) -> str:
@@ -859,7 +734,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
     # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so that
     # the plan, and the bytes of a release with standard directions, never depend on
     # output.matrix_chunk
-    depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), SPLIT_EVERY)
+    depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), TREE_FAN_IN)
     if spec.query == "covariance":
         depth = max(depth, panel_depth(records, PANEL_RECORDS, chunk))
     return LatticeContext(records=records, depth=depth)
@@ -905,16 +780,77 @@ def plan_release(
     m = metadata.features
     matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
     domain = _domain(spec, m)
-    mech = spec.mechanism
+    query = _query(spec, metadata, domain)
+    mech, privacy = spec.mechanism, spec.privacy
+    a = mech.allocation
+    allocation = AllocationSpec(
+        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
+    )
+    directions, step = _fixed_directions(spec, m, directions_matrix)
+    context = _lattice_context(spec, metadata)
+    split, step, noise = _split_and_noise(
+        spec, query, domain, allocation, directions, step, context
+    )
+    plan = ReleasePlan(
+        tile_records=tile_records_for(m),
+        release_id=rid,
+        name=spec.name,
+        created=created or datetime.now(UTC).isoformat(timespec="seconds"),
+        spec_hash=spec_hash(spec),
+        input=metadata,
+        output_store=spec.output.store,
+        output_storage_options=spec.output.storage_options,
+        output_codec=spec.output.codec,
+        output_dtype=_output_dtype(spec.output.dtype, metadata.dtype),
+        matrix_chunk=matrix_chunk,
+        ledger=_ledger_charge(spec),
+        query=query,
+        domain=domain,
+        on_violation=spec.domain.on_violation,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        neighbours=privacy.neighbours,
+        algorithm=mech.algorithm,
+        calibration=mech.calibration,
+        allocation=allocation,
+        split=split,
+        dp_pca=step,
+        noise=noise,
+        noise_kind=mech.noise,
+        lattice_context=context,
+        stages=release_stages(
+            spec.query,
+            noisy_count=split.count_share > 0,
+            dp_pca=step is not None,
+            panels=matrix_chunk is not None,
+            lattice=mech.noise == "lattice",
+        ),
+    )
+    if step is not None:
+        try:  # the pending form must build (it checks the calibration against the query)
+            plan.public_noise_dict()
+        except ValueError as exc:
+            raise DataError(f"mechanism: {exc}") from None
+    return plan
+
+
+def _count_share(spec: ReleaseSpec) -> float:
+    """The budget share of the noisy record count. Add-remove: the record count is private;
+    divide by a public N0, or release the sum and a noisy count (docs/guide/privacy.md,
+    "Neighbours and the record count")."""
     privacy = spec.privacy
-    # add-remove: the record count is private; divide by a public N0, or release the sum and
-    # a noisy count (docs/guide/privacy.md, "Neighbours and the record count")
     private_count = privacy.neighbours == "add-remove"
-    count_share = privacy.count_share if private_count and privacy.records is None else 0.0
+    return privacy.count_share if private_count and privacy.records is None else 0.0
+
+
+def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> QuerySpec:
+    """The query, its declared bounds checked against the ones the domain proves."""
+    mech, privacy = spec.mechanism, spec.privacy
+    private_count = privacy.neighbours == "add-remove"
     try:
         query = QuerySpec(
             kind=spec.query,
-            features=m,
+            features=metadata.features,
             records=(privacy.records or 1) if private_count else metadata.records,
             sensitivity=mech.sensitivity,
             gamma=mech.gamma,
@@ -927,13 +863,23 @@ def plan_release(
         query.check_declared(domain, privacy.neighbours)
     except DeclaredBoundError as exc:
         raise SpecError(str(exc)) from None
-    a = mech.allocation
-    allocation = AllocationSpec(
-        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
-    )
-    directions, step = _fixed_directions(spec, m, directions_matrix)
+    return query
+
+
+def _split_and_noise(
+    spec: ReleaseSpec,
+    query: QuerySpec,
+    domain: RecordDomain,
+    allocation: AllocationSpec,
+    directions: Directions | None,
+    step: DpPcaStep | None,
+    context: LatticeContext | None,
+) -> tuple[BudgetSplit, DpPcaStep | None, NoisePlan | None]:
+    """The budget split, the direction step (with its lattice) and, for fixed directions, the
+    noise plan."""
+    mech, privacy = spec.mechanism, spec.privacy
     share = 0.0 if step is None else step.budget_share
-    context = _lattice_context(spec, metadata)
+    count_share = _count_share(spec)
     try:
         split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
         if step is not None and context is not None:
@@ -962,6 +908,12 @@ def plan_release(
             )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
+    return split, step, noise
+
+
+def _ledger_charge(spec: ReleaseSpec) -> LedgerCharge | None:
+    """What the release charges to its dataset's budget (``None``: no ledger)."""
+    mech, privacy = spec.mechanism, spec.privacy
     ledger = None
     if spec.ledger is not None:
         mu = (
@@ -983,37 +935,4 @@ def plan_release(
             mu=mu,
             neighbours=privacy.neighbours,
         )
-    plan = ReleasePlan(
-        tile_records=tile_records_for(m),
-        release_id=rid,
-        name=spec.name,
-        created=created or datetime.now(UTC).isoformat(timespec="seconds"),
-        spec_hash=spec_hash(spec),
-        input=metadata,
-        output_store=spec.output.store,
-        output_storage_options=spec.output.storage_options,
-        output_codec=spec.output.codec,
-        output_dtype=_output_dtype(spec.output.dtype, metadata.dtype),
-        matrix_chunk=matrix_chunk,
-        ledger=ledger,
-        query=query,
-        domain=domain,
-        on_violation=spec.domain.on_violation,
-        epsilon=privacy.epsilon,
-        delta=privacy.delta,
-        neighbours=privacy.neighbours,
-        algorithm=mech.algorithm,
-        calibration=mech.calibration,
-        allocation=allocation,
-        split=split,
-        dp_pca=step,
-        noise=noise,
-        noise_kind=mech.noise,
-        lattice_context=context,
-    )
-    if step is not None:
-        try:  # the pending form must build (it checks the calibration against the query)
-            plan.public_noise_dict()
-        except ValueError as exc:
-            raise DataError(f"mechanism: {exc}") from None
-    return plan
+    return ledger

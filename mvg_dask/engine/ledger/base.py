@@ -15,14 +15,13 @@ charged and its key is erased. A release that fails before any chunk is read is 
 from __future__ import annotations
 
 import math
-import os
-import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.ledger import schema
 from mvg_dask.engine.ledger.composition import (
     NEIGHBOURS,
@@ -183,11 +182,147 @@ def _entry(row: Sequence[Any]) -> LedgerEntry:
     )
 
 
-def crash_point(name: str) -> None:
-    """Fault injection for the crash tests (``MVG_DASK_CRASH_AT=name``): SIGKILL this process
-    inside a ledger transaction. Unset in production (does nothing)."""
-    if os.environ.get("MVG_DASK_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+def _charges(ex: Executor, dataset: str) -> list[tuple[Any, ...]]:
+    """What every release of ``dataset`` counts against its budget."""
+    rows = ex.execute(
+        "SELECT charge_epsilon, charge_delta, calibration, charge_mu FROM releases "
+        "WHERE dataset = ?",
+        (dataset,),
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def _already_reserved(ex: Executor, release_id: str, own: tuple[str, str], retrying: bool) -> bool:
+    """True when ``release_id`` is this very reservation, committed by an attempt whose
+    connection was lost (``own``: its key and spec hash); refuses any other existing entry."""
+    existing = ex.execute(
+        "SELECT noise_key, spec_hash FROM releases WHERE release_id = ?", (release_id,)
+    ).fetchone()
+    if existing is None:
+        return False
+    if retrying and tuple(existing) == own:
+        return True
+    raise ReleaseError(
+        f"release_id {release_id!r} is already in the ledger; resume it with the "
+        "same spec, or choose another release_id"
+    )
+
+
+def _check_fits(
+    dataset: str,
+    charges: list[tuple[Any, ...]],
+    charge: Guarantee,
+    calibration: str,
+    budget: tuple[float, float],
+    *,
+    converted: bool,
+) -> Spending:
+    """The dataset's spending with the new charge (``converted``: to the budget's neighbour
+    relation); refused when it exceeds the budget."""
+    b_eps, b_delta = budget
+    before = spending(charges, b_delta)
+    after = spending([*charges, (charge.epsilon, charge.delta, calibration, charge.mu)], b_delta)
+    if not after.fits(b_eps, b_delta):
+        how = " after conversion to replace-one" if converted else ""
+        raise BudgetError(
+            f"privacy budget of dataset {dataset!r} would be exceeded: spent "
+            f"epsilon={before.epsilon:.6g}, delta={before.delta:.3g} ({before.composition})"
+            f" of epsilon={b_eps:g}, delta={b_delta:g}; this release needs "
+            f"epsilon={charge.epsilon:g}, delta={charge.delta:.3g}{how}. Nothing "
+            "was read or charged"
+        )
+    return after
+
+
+def _insert_release(
+    ex: Executor,
+    row: tuple[Any, ...],
+    charge: Guarantee,
+    recorded: tuple[str, str, str],
+) -> None:
+    """The pending entry: the release's own guarantee (``row``), its charge, and its spec hash,
+    output and key (``recorded``)."""
+    release_id, dataset, epsilon, delta, calibration, mu, neighbours = row
+    spec_hash, output, noise_key = recorded
+    ex.execute(
+        "INSERT INTO releases (release_id, dataset, status, epsilon, delta, calibration, "
+        "mu, neighbours, charge_epsilon, charge_delta, charge_mu, spec_hash, output, "
+        "noise_key, seeded, created) "
+        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            release_id,
+            dataset,
+            epsilon,
+            delta,
+            calibration,
+            mu,
+            neighbours,
+            charge.epsilon,
+            charge.delta,
+            charge.mu,
+            spec_hash,
+            output,
+            noise_key,
+            False,
+            time.time(),
+        ),
+    )
+
+
+def _schema_version(ex: Executor, table_exists: Callable[[Executor, str], bool], where: str) -> int:
+    """The ledger's schema version (0: no ledger yet)."""
+    if table_exists(ex, "schema_version"):
+        (v,) = ex.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        if v is None:
+            raise LedgerError(f"ledger {where}: its schema_version table is empty")
+        return int(v)
+    if table_exists(ex, "releases"):
+        return 1  # the first SQLite format had no schema_version table
+    return 0
+
+
+def _read_budget(
+    ex: Executor, dataset: str, lock_clause: str, where: str
+) -> tuple[float, float, Neighbours]:
+    """The dataset's budget, read (and locked by ``lock_clause``, where the backend can) for a
+    reservation."""
+    budget = ex.execute(
+        "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?" + lock_clause,
+        (dataset,),
+    ).fetchone()
+    if budget is None:
+        raise BudgetError(f"ledger.dataset: {dataset!r} has no budget in {where}")
+    return tuple(budget)
+
+
+def _create_or_upgrade(
+    ex: Executor, backend: str, found: int, where: str, create: bool, migrate: bool
+) -> None:
+    """Create the schema (``found == 0``) or migrate it from version ``found`` to the current
+    one, as allowed; refuse a schema newer than this mvg_dask understands."""
+    if found == 0:
+        if not create:
+            raise NoSchemaError(f"ledger {where} holds no mvg_dask ledger")
+        for statement in schema.CREATE[backend]:
+            ex.execute(statement)
+        ex.execute("INSERT INTO schema_version VALUES (?, ?)", (schema.CURRENT, time.time()))
+        return
+    if found > schema.CURRENT:
+        raise LedgerError(
+            f"ledger {where} is at schema version {found}, newer than this "
+            f"mvg_dask understands ({schema.CURRENT}): upgrade mvg_dask"
+        )
+    if found < schema.CURRENT:
+        if not migrate:
+            raise LedgerError(
+                f"ledger {where} is at schema version {found}; this mvg_dask "
+                f"uses version {schema.CURRENT}: back it up, then run `mvg-dask ledger "
+                f"migrate --ledger {where}`"
+            )
+        for step in range(found, schema.CURRENT):
+            for statement in schema.UPGRADE[backend][step]:
+                ex.execute(statement)
+            ex.execute("INSERT INTO schema_version VALUES (?, ?)", (step + 1, time.time()))
 
 
 class Ledger(ABC):
@@ -238,47 +373,13 @@ class Ledger(ABC):
         self.close()
 
     # -- schema -----------------------------------------------------------------------------------
-    def _version(self, ex: Executor) -> int:
-        if self._table_exists(ex, "schema_version"):
-            (v,) = ex.execute("SELECT MAX(version) FROM schema_version").fetchone()
-            if v is None:
-                raise LedgerError(f"ledger {self.display()}: its schema_version table is empty")
-            return int(v)
-        if self._table_exists(ex, "releases"):
-            return 1  # the first SQLite format had no schema_version table
-        return 0
-
     def _init_schema(self, *, create: bool, migrate: bool) -> tuple[int, int]:
         """Check (or create, or migrate) the schema; ``(version found, version now)``."""
 
         def fn(ex: Executor, retrying: bool) -> tuple[int, int]:
             self._schema_lock(ex)
-            found = self._version(ex)
-            if found == 0:
-                if not create:
-                    raise NoSchemaError(f"ledger {self.display()} holds no mvg_dask ledger")
-                for statement in schema.CREATE[self.backend]:
-                    ex.execute(statement)
-                ex.execute(
-                    "INSERT INTO schema_version VALUES (?, ?)", (schema.CURRENT, time.time())
-                )
-                return 0, schema.CURRENT
-            if found > schema.CURRENT:
-                raise LedgerError(
-                    f"ledger {self.display()} is at schema version {found}, newer than this "
-                    f"mvg_dask understands ({schema.CURRENT}): upgrade mvg_dask"
-                )
-            if found < schema.CURRENT:
-                if not migrate:
-                    raise LedgerError(
-                        f"ledger {self.display()} is at schema version {found}; this mvg_dask "
-                        f"uses version {schema.CURRENT}: back it up, then run `mvg-dask ledger "
-                        f"migrate --ledger {self.display()}`"
-                    )
-                for step in range(found, schema.CURRENT):
-                    for statement in schema.UPGRADE[self.backend][step]:
-                        ex.execute(statement)
-                    ex.execute("INSERT INTO schema_version VALUES (?, ?)", (step + 1, time.time()))
+            found = _schema_version(ex, self._table_exists, self.display())
+            _create_or_upgrade(ex, self.backend, found, self.display(), create, migrate)
             return found, schema.CURRENT
 
         result = self._run(fn)
@@ -393,70 +494,22 @@ class Ledger(ABC):
                 "it; release without a seed, or without a ledger for test or demo data"
             )
         own = Guarantee(epsilon, delta, mu, neighbours)
+        row = (release_id, dataset, epsilon, delta, calibration, mu, neighbours)
+        recorded = (spec_hash, output, noise_key)
 
         def fn(ex: Executor, retrying: bool) -> Spending:
-            budget = ex.execute(
-                "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?"
-                + self._lock_clause,
-                (dataset,),
-            ).fetchone()
-            if budget is None:
-                raise BudgetError(f"ledger.dataset: {dataset!r} has no budget in {self.display()}")
-            b_eps, b_delta, b_neighbours = budget
-            existing = ex.execute(
-                "SELECT noise_key, spec_hash FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone()
-            rows = ex.execute(
-                "SELECT charge_epsilon, charge_delta, calibration, charge_mu FROM releases "
-                "WHERE dataset = ?",
-                (dataset,),
-            ).fetchall()
-            if existing is not None:
-                if retrying and tuple(existing) == (noise_key, spec_hash):
-                    # our reservation committed before the connection was lost
-                    return spending([tuple(r) for r in rows], b_delta)
-                raise ReleaseError(
-                    f"release_id {release_id!r} is already in the ledger; resume it with the "
-                    "same spec, or choose another release_id"
-                )
+            b_eps, b_delta, b_neighbours = _read_budget(
+                ex, dataset, self._lock_clause, self.display()
+            )
+            charges = _charges(ex, dataset)
+            if _already_reserved(ex, release_id, (noise_key, spec_hash), retrying):
+                # our reservation committed before the connection was lost
+                return spending(charges, b_delta)
             charge = _convert(own, b_neighbours, allow=convert_neighbours)
-            charges = [tuple(r) for r in rows]
-            before = spending(charges, b_delta)
-            after = spending(
-                [*charges, (charge.epsilon, charge.delta, calibration, charge.mu)], b_delta
+            after = _check_fits(
+                dataset, charges, charge, calibration, (b_eps, b_delta), converted=charge is not own
             )
-            if not after.fits(b_eps, b_delta):
-                converted = "" if charge is own else " after conversion to replace-one"
-                raise BudgetError(
-                    f"privacy budget of dataset {dataset!r} would be exceeded: spent "
-                    f"epsilon={before.epsilon:.6g}, delta={before.delta:.3g} ({before.composition})"
-                    f" of epsilon={b_eps:g}, delta={b_delta:g}; this release needs "
-                    f"epsilon={charge.epsilon:g}, delta={charge.delta:.3g}{converted}. Nothing "
-                    "was read or charged"
-                )
-            ex.execute(
-                "INSERT INTO releases (release_id, dataset, status, epsilon, delta, calibration, "
-                "mu, neighbours, charge_epsilon, charge_delta, charge_mu, spec_hash, output, "
-                "noise_key, seeded, created) "
-                "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    release_id,
-                    dataset,
-                    epsilon,
-                    delta,
-                    calibration,
-                    mu,
-                    neighbours,
-                    charge.epsilon,
-                    charge.delta,
-                    charge.mu,
-                    spec_hash,
-                    output,
-                    noise_key,
-                    bool(seeded),
-                    time.time(),
-                ),
-            )
+            _insert_release(ex, row, charge, recorded)
             crash_point("ledger-reserve")
             return after
 
@@ -542,20 +595,9 @@ class Ledger(ABC):
 
     def releases(self, dataset: str | None = None) -> list[LedgerEntry]:
         """Every release (optionally of one dataset), oldest first."""
-        cols = schema.RELEASE_COLUMNS
-        if dataset is None:
-            rows = self._run(
-                lambda ex, _: ex.execute(
-                    f"SELECT {cols} FROM releases ORDER BY created, release_id"
-                ).fetchall()
-            )
-        else:
-            rows = self._run(
-                lambda ex, _: ex.execute(
-                    f"SELECT {cols} FROM releases WHERE dataset = ? ORDER BY created, release_id",
-                    (dataset,),
-                ).fetchall()
-            )
+        where, params = ("", ()) if dataset is None else (" WHERE dataset = ?", (dataset,))
+        sql = f"SELECT {schema.RELEASE_COLUMNS} FROM releases{where} ORDER BY created, release_id"
+        rows = self._run(lambda ex, _: ex.execute(sql, params).fetchall())
         return [_entry(r) for r in rows]
 
     def summary(self) -> list[dict[str, Any]]:
@@ -572,36 +614,35 @@ class Ledger(ABC):
 
         datasets, rows = self._run(fn)
         entries = [_entry(r) for r in rows]
-        out = []
-        for name, eps, delta, neighbours in datasets:
-            mine = [e for e in entries if e.dataset == name]
-            spent = spending(
-                [
-                    (_f(e.charge_epsilon), _f(e.charge_delta), e.calibration, e.charge_mu)
-                    for e in mine
-                ],
-                delta,
-            )
-            out.append(
-                {
-                    "dataset": name,
-                    "budget": {"epsilon": eps, "delta": delta, "neighbours": neighbours},
-                    "composition": spent.composition,
-                    "spent": {"epsilon": spent.epsilon, "delta": spent.delta, "mu": spent.mu},
-                    "left": {
-                        "epsilon": max(eps - spent.epsilon, 0.0),
-                        # under Gaussian-DP and PLD composition epsilon is reported at the
-                        # budget's delta
-                        "delta": None
-                        if spent.composition != "basic"
-                        else max(delta - spent.delta, 0.0),
-                    },
-                    "releases": [e.public() for e in mine],
-                }
-            )
-        return out
+        return [
+            _dataset_summary(tuple(d), [e for e in entries if e.dataset == d[0]]) for d in datasets
+        ]
 
 
-def _f(x: float | None) -> float:
+def _dataset_summary(dataset: tuple[Any, ...], mine: list[LedgerEntry]) -> dict[str, Any]:
+    """One dataset's budget (``(name, epsilon, delta, neighbours)``), spending and what is
+    left, with its releases."""
+    name, eps, delta, neighbours = dataset
+    spent = spending(
+        [(_charged(e.charge_epsilon), _charged(e.charge_delta), e.calibration, e.charge_mu)
+         for e in mine],
+        delta,
+    )  # fmt: skip
+    return {
+        "dataset": name,
+        "budget": {"epsilon": eps, "delta": delta, "neighbours": neighbours},
+        "composition": spent.composition,
+        "spent": {"epsilon": spent.epsilon, "delta": spent.delta, "mu": spent.mu},
+        "left": {
+            "epsilon": max(eps - spent.epsilon, 0.0),
+            # under Gaussian-DP and PLD composition epsilon is reported at the budget's delta
+            "delta": None if spent.composition != "basic" else max(delta - spent.delta, 0.0),
+        },
+        "releases": [e.public() for e in mine],
+    }
+
+
+def _charged(x: float | None) -> float:
+    """A charge column of an entry, which every entry has since the schema gained them."""
     assert x is not None
     return float(x)

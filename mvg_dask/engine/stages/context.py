@@ -1,0 +1,115 @@
+"""What the stages of one run share: the client, the key, the output and what the run has done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from distributed import Client, Future
+
+from mvg_dask.engine.blocks import Clipper, ZarrMatrix, abort_marker
+from mvg_dask.engine.output import OutputTarget
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.plan import BoxDomain
+from mvg_dask.plan.release_plan import ReleasePlan
+
+
+@dataclass(frozen=True)
+class GramPass:
+    """A submitted Gram pass: its leaf tasks (for progress) and the root of its reduction on
+    the workers (``None``: the client sums the leaves).
+
+    Attributes
+    ----------
+    leaves : list of Future
+        One partial ``X X^T`` per task.
+    root : Future or None
+        The sum, when the workers reduce.
+    """
+
+    leaves: list[Future]
+    root: Future | None
+
+
+@dataclass
+class RunContext:
+    """One run of a release, as its stages see it.
+
+    Attributes
+    ----------
+    client : distributed.Client
+        Where to compute.
+    key : NoiseKey
+        The release key (each stage derives its own sub-key).
+    target : OutputTarget
+        The output.
+    progress : bool
+        Show progress bars.
+    resume : bool
+        The run resumes a pending release (chunks already written are skipped).
+    read_started : bool
+        Whether any chunk of the input has been read (a failure after a read stays charged).
+    clipped : int
+        Values clipped so far (curator side only: the ledger keeps it, no output does).
+    count : float or None
+        The noisy record count, once the ``noisy-count`` stage has run.
+    gram_pass : GramPass or None
+        The submitted Gram pass, once the ``gram`` stage has run.
+    gram : ndarray or None
+        Its sum ``X X^T``, once a later stage has waited for it.
+    """
+
+    client: Client
+    key: NoiseKey
+    target: OutputTarget
+    progress: bool = True
+    resume: bool = False
+    read_started: bool = False
+    clipped: int = 0
+    count: float | None = None
+    gram_pass: GramPass | None = None
+    gram: np.ndarray | None = None
+
+    def private_total(self, rplan: ReleasePlan) -> bool:
+        """Whether the progress bars must hide their totals (a private record count)."""
+        return rplan.neighbours == "add-remove"
+
+    def normaliser(self, rplan: ReleasePlan) -> float:
+        """What DP-PCA divides the Gram matrix by: the public ``N`` (or ``N0``), or the noisy
+        count (at least 1)."""
+        return rplan.query.records if self.count is None else max(self.count, 1.0)
+
+
+def clipper_for(rplan: ReleasePlan) -> Clipper:
+    """The block clipper of a plan's record domain.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    Clipper
+        Box or L2-ball clipping, with the plan's ``on_violation``.
+    """
+    d = rplan.domain
+    if isinstance(d, BoxDomain):
+        return Clipper("box", d.lower[:, None], d.upper[:, None], None, rplan.on_violation)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation)
+
+
+def source_of(rplan: ReleasePlan) -> ZarrMatrix:
+    """The plan's input, as the tasks read it."""
+    inp = rplan.input
+    return ZarrMatrix(inp.store, inp.variable, inp.records_first, inp.storage_options)
+
+
+def mark_aborted(target: OutputTarget) -> None:
+    """Tell the release's remaining tasks to do nothing (they check before reading)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(
+        abort_marker(target.write_store), **(target.storage_options or {})
+    )
+    fs.pipe_file(path, b"")

@@ -1,0 +1,121 @@
+"""A release plan's JSON form, read back: the fields of
+:class:`~mvg_dask.plan.release_plan.ReleasePlan` from
+:meth:`~mvg_dask.plan.release_plan.ReleasePlan.to_dict`'s output.
+
+The noise plan is recomputed and checked (:func:`~mvg_dask.plan.noise_plan.noise_plan_from_dict`),
+the budget split is recomputed from the published composition, and a plan saved before plans
+carried their stages gets the stages its fields imply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mvg_dask.plan.domain import domain_from_dict
+from mvg_dask.plan.lattice import LatticeContext
+from mvg_dask.plan.noise_plan import (
+    AllocationSpec,
+    NoisePlan,
+    noise_plan_from_dict,
+    split_budget,
+)
+from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
+
+
+def _allocation(a: dict[str, Any]) -> AllocationSpec:
+    return AllocationSpec(
+        strategy=a["strategy"],
+        important=a.get("important"),
+        share=a.get("share"),
+        theta=a.get("theta") if a["strategy"] == "custom" else None,
+    )
+
+
+def _noise(data: dict[str, Any], dp: DpPcaStep | None) -> NoisePlan | None:
+    """The complete noise plan: the published one, or a DP-PCA release's resolved one (``None``
+    while its directions are pending)."""
+    if dp is None:
+        return noise_plan_from_dict(data["plan"])
+    if "resolved" in data:
+        return noise_plan_from_dict(data["resolved"])
+    return None
+
+
+def _ledger(
+    data: dict[str, Any], location: str | None, password_file: str | None
+) -> LedgerCharge | None:
+    ledger = data.get("ledger")
+    if ledger is None:
+        return None
+    if location is None:
+        raise ValueError("this plan charges a ledger: pass ledger_location")
+    return LedgerCharge.from_dict(ledger, location, password_file)
+
+
+def plan_fields(
+    data: dict[str, Any],
+    *,
+    ledger_location: str | None = None,
+    ledger_password_file: str | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of a :class:`~mvg_dask.plan.release_plan.ReleasePlan` saved as
+    ``data``, all but ``input`` and ``output_storage_options`` (the caller's).
+
+    Parameters
+    ----------
+    data : dict
+        A plan dictionary.
+    ledger_location, ledger_password_file : str, optional
+        The ledger's path or URL (required when the plan charges a ledger) and password file.
+
+    Returns
+    -------
+    dict
+        Field name to value.
+    """
+    noise_d = data["plan"]
+    query = QuerySpec.from_dict(noise_d["query"])
+    step = data.get("dp_pca")
+    dp = None if step is None else DpPcaStep.from_dict(step)
+    ctx = noise_d.get("lattice_context")
+    split = split_budget(
+        noise_d["calibration"],
+        float(noise_d["epsilon"]),
+        float(noise_d["delta"]),
+        0.0 if dp is None else dp.budget_share,
+        float(noise_d["composition"].get("count_share", 0.0)),
+    )
+    output = data["output"]
+    return {
+        "release_id": data["release_id"],
+        "name": data["name"],
+        "created": data["created"],
+        "spec_hash": data["spec_hash"],
+        "output_store": output["store"],
+        "output_codec": output.get("codec", "none"),
+        "output_dtype": output.get("dtype", "float64"),
+        "matrix_chunk": output.get("matrix_chunk"),
+        "ledger": _ledger(data, ledger_location, ledger_password_file),
+        "query": query,
+        "domain": domain_from_dict(noise_d["domain"], query.features),
+        "on_violation": data["on_violation"],
+        "epsilon": float(noise_d["epsilon"]),
+        "delta": float(noise_d["delta"]),
+        "neighbours": noise_d["neighbours"],
+        "algorithm": noise_d["algorithm"],
+        "calibration": noise_d["calibration"],
+        "allocation": _allocation(noise_d["allocation"]),
+        "split": split,
+        "dp_pca": dp,
+        "noise": _noise(data, dp),
+        "tile_records": int(data["tile_records"]),
+        "noise_kind": noise_d.get("noise", "float"),
+        "lattice_context": (
+            None
+            if ctx is None
+            else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+        ),
+        # absent from plans saved before plans carried their stages: implied by the fields
+        "stages": tuple(data.get("stages", ())),
+    }

@@ -1,0 +1,87 @@
+"""The stages of a release: which passes the engine runs, in order, as plan data.
+
+A release plan (:class:`~mvg_dask.plan.release_plan.ReleasePlan`) carries its stages, a tuple
+of the names below, in its ``stages`` field; the dry run prints them and the engine
+(``mvg_dask.engine.stages``) walks them, one function per name. They follow from the plan alone
+(query, neighbours, direction step, wide panels, noise kind), never from the data.
+
+``noisy-count``
+    The record count with Gaussian noise (add-remove neighbours without a public ``N0``).
+``gram``
+    One pass over the records: the Gram matrix ``X X^T`` of the clipped records, summed by a
+    fixed tree (the query of a covariance, the input of DP-PCA).
+``dp-pca``
+    DP-PCA on the Gram matrix (Analyze Gauss): the directions of the noise.
+``dp-pca-panels``
+    DP-PCA of a wide release, panel by panel on the workers, without an ``m x m`` matrix.
+``identity``
+    Read, clip, add noise to and write every chunk of the records (the identity query).
+``covariance``
+    Add the noise to ``X X^T / N`` and write it (with a noisy count: also the noisy sum).
+``covariance-panels``
+    A wide covariance, one row panel of ``X X^T`` plus noise per task.
+``low-rank-lattice-panels``
+    A wide lattice covariance with DP-PCA's low-rank directions, in four passes over panels.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NOISY_COUNT: Final = "noisy-count"
+GRAM: Final = "gram"
+DP_PCA: Final = "dp-pca"
+DP_PCA_PANELS: Final = "dp-pca-panels"
+IDENTITY: Final = "identity"
+COVARIANCE: Final = "covariance"
+COVARIANCE_PANELS: Final = "covariance-panels"
+LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
+
+#: every stage name, in the order they can run
+STAGES: Final = (
+    NOISY_COUNT,
+    GRAM,
+    DP_PCA,
+    DP_PCA_PANELS,
+    IDENTITY,
+    COVARIANCE,
+    COVARIANCE_PANELS,
+    LOW_RANK_LATTICE_PANELS,
+)
+
+
+def release_stages(
+    query: str, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+) -> tuple[str, ...]:
+    """The stages a release runs, in order.
+
+    Parameters
+    ----------
+    query : {"identity", "covariance"}
+        The query.
+    noisy_count : bool
+        The release adds a noisy record count.
+    dp_pca : bool
+        DP-PCA chooses the directions at run time.
+    panels : bool
+        A covariance computed blockwise on the workers (``matrix_chunk``).
+    lattice : bool
+        Lattice noise.
+
+    Returns
+    -------
+    tuple of str
+        Stage names (see the module's description).
+    """
+    stages: list[str] = [NOISY_COUNT] if noisy_count else []
+    if query == "covariance" and panels:
+        if dp_pca:  # a wide DP-PCA keeps its top k: low-rank directions
+            stages.append(DP_PCA_PANELS)
+        stages.append(LOW_RANK_LATTICE_PANELS if dp_pca and lattice else COVARIANCE_PANELS)
+        return tuple(stages)
+    if query == "covariance" or dp_pca:
+        stages.append(GRAM)
+    if dp_pca:
+        stages.append(DP_PCA)
+    stages.append(COVARIANCE if query == "covariance" else IDENTITY)
+    return tuple(stages)
