@@ -452,7 +452,7 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     release needs); its coverage is measured in the tests.
     """
     plan = release_noise_plan(ds)
-    count_mu = plan.split.count_mu
+    count_mu = plan.budgets.count_mu
     if count_mu is None:
         raise ValueError("this release has no noisy record count to take a ratio with")
     cov = ds[COVARIANCE]

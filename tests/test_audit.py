@@ -212,7 +212,7 @@ def test_covariance_add_remove_noisy_count(tmp_path: Path, client) -> None:
     gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
     noise = plan_d.noise_plan()
     B = noise.row_factor
-    count_mu = plan_d.split.count_mu
+    count_mu = plan_d.budgets.count_mu
     assert count_mu is not None and plan_d.query.records == 1
     shift = whiten(gram_d2 - gram_d, B, True)
     # worst case: the pair's whitened shift is the plan's exact-arithmetic Delta_M; the release's
@@ -247,11 +247,11 @@ def test_exact_with_dp_pca(tmp_path: Path, client) -> None:
     n = TRIALS // 3  # a trial also runs DP-PCA and resolves the plan
     mech = {"directions": {"method": "dp-pca", "k": 2, "budget_share": 0.25}}
     plan_d, plan_d2 = _pair(tmp_path, "replace-one", mechanism=mech)
-    assert plan_d.uses_dp_pca and plan_d.split.step_mu is not None
+    assert plan_d.uses_dp_pca and plan_d.budgets.step_mu is not None
     gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
     from mvg_dask.plan import gram_sensitivity
 
-    sigma1 = gram_sensitivity(plan_d.domain, "replace-one") / plan_d.split.step_mu
+    sigma1 = gram_sensitivity(plan_d.domain, "replace-one") / plan_d.budgets.step_mu
     iu = np.triu_indices(M)
     step_shift = (gram_d2 - gram_d)[iu] / sigma1
     f_d, f_d2 = gram_d / N, gram_d2 / N

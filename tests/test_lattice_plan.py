@@ -98,7 +98,7 @@ def test_effective_sensitivity_meets_mu(case: tuple[str, str, str, str]) -> None
     assert effective <= mu * (1 + 1e-9)
     assert effective >= mu * (1 - 1e-6)  # calibrated, not over-noised
     # the grid's rule: public, from mu, c and E
-    assert lat.log2_grid == choose_log2_grid(plan.split.release_mu, lat.coordinates, err)
+    assert lat.log2_grid == choose_log2_grid(plan.budgets.release_mu, lat.coordinates, err)
     assert math.ldexp(math.sqrt(lat.coordinates), lat.log2_grid) <= GRID_SHARE * mu * 1.0000001
     # the coordinates one record moves
     c = {"identity": M, "symmetric": M * (M + 1) // 2}.get(case[0], None) or {

@@ -559,7 +559,7 @@ def test_blockwise_lattice_release_is_the_whole_matrix_sequence(
     rplan = api.dry_run(spec)
     step = rplan.dp_pca
     assert step is not None and step.lattice is not None
-    sigma = step.noise_std(rplan.domain, rplan.neighbours, rplan.split.step_mu)
+    sigma = step.noise_std(rplan.domain, rplan.neighbours, rplan.budgets.step_mu)
     noisy = lattice_gram_step(
         X @ X.T, step.lattice, sigma, NoiseKey.from_seed(SEED).derive("dp-pca")
     )

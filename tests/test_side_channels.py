@@ -76,11 +76,11 @@ def test_add_remove_noisy_count_composes_as_gaussian_dp():
         neighbours="add-remove",
         count_share=0.1,
     )
-    split = plan.split
+    budgets = plan.budgets
     mu = cal.analytic_gaussian_mu(1.0, 1e-6)
-    assert split.count_mu == pytest.approx(math.sqrt(0.1) * mu)
+    assert budgets.count_mu == pytest.approx(math.sqrt(0.1) * mu)
     assert plan.mahalanobis_sensitivity <= math.sqrt(0.9) * mu * (1 + 1e-12)
-    total = math.hypot(plan.mahalanobis_sensitivity, split.count_mu)
+    total = math.hypot(plan.mahalanobis_sensitivity, budgets.count_mu)
     assert cal.analytic_gaussian_delta(1.0, total) <= 1e-6
 
 

@@ -300,7 +300,7 @@ def test_registry_and_spec_rules_for_symmetric_noise():
     plan = build_noise_plan(
         sym, BoxDomain.create(0, 1, 3), epsilon=1, delta=1e-5, algorithm="symmetric"
     )
-    assert plan.mahalanobis_sensitivity <= plan.split.release_mu * (1 + 1e-12)
+    assert plan.mahalanobis_sensitivity <= plan.budgets.release_mu * (1 + 1e-12)
     with pytest.raises(ValueError, match="needs a symmetric query"):
         build_noise_plan(
             CustomQuery(features=3, records=10, shape_=(3, 3), sensitivity=1.0),

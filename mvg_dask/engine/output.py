@@ -120,7 +120,7 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "gamma": public["gamma"],
         "mahalanobis_sensitivity": public["mahalanobis_sensitivity"],
         "precision_budget": public["precision_budget"],
-        "composition": rplan.split.composition,
+        "composition": rplan.budgets.composition,
         # lattice (floating-point safe) or float; the grid 2^k of a lattice release (null while
         # DP-PCA's directions are pending: it follows their whitening)
         "noise": rplan.noise_kind,

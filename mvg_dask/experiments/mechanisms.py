@@ -384,8 +384,8 @@ def plan_implied_epsilon(plan: NoisePlan) -> float:
         The implied epsilon (for a paper calibration far below its nominal epsilon).
     """
     mu = plan.release_sensitivity
-    if plan.split.step_mu is not None:
-        mu = math.hypot(mu, plan.split.step_mu)
+    if plan.budgets.step_mu is not None:
+        mu = math.hypot(mu, plan.budgets.step_mu)
     return analytic_gaussian_epsilon(mu, plan.delta)
 
 

@@ -51,8 +51,6 @@ from mvg_dask.privacy.registry import CalibrationRule, check_compatible, get_cal
 
 __all__ = [
     "Allocation",
-    "AllocationSpec",
-    "BudgetSplit",
     "Composition",
     "NoisePlan",
     "StepBudgets",
@@ -63,16 +61,9 @@ __all__ = [
     "paper_budget",
     "release_float_error",
     "share_budget",
-    "split_budget",
     "symmetric_entry_std",
     "symmetric_error_factors",
 ]
-
-#: Former names, imported by :mod:`mvg_dask.plan.release_plan` (kept until it imports the new
-#: ones).
-AllocationSpec = Allocation
-BudgetSplit = StepBudgets
-split_budget = share_budget
 
 
 def _check_compatible(
@@ -175,7 +166,7 @@ class NoisePlan:
         ``sup ||f(X)||_F`` where the calibration uses it.
     mahalanobis_sensitivity : float
         ``Delta_M`` of the release step.
-    split : StepBudgets
+    budgets : StepBudgets
         How the budget was shared with the direction step.
     symmetric_ratio : float or None
         ``r = b^2 / a^2`` of symmetric noise (``None`` for the other noise types).
@@ -205,7 +196,7 @@ class NoisePlan:
     sensitivity: float
     gamma: float | None
     mahalanobis_sensitivity: float
-    split: StepBudgets
+    budgets: StepBudgets
     budget_detail: cal.PrecisionBudget | None = field(default=None, repr=False)
     symmetric_ratio: float | None = None
     noise: NoiseKind = "float"
@@ -350,7 +341,7 @@ class NoisePlan:
 
         For a paper calibration this shows how conservative its sufficient condition is.
         """
-        return cal.analytic_gaussian_epsilon(self.release_sensitivity, self.split.release_delta)
+        return cal.analytic_gaussian_epsilon(self.release_sensitivity, self.budgets.release_delta)
 
     def theorem_check(self) -> tuple[float, float]:
         """The calibration's own inequality evaluated on ``Sigma``/``Psi``: ``(lhs, rhs)``.
@@ -362,7 +353,7 @@ class NoisePlan:
         rule = get_calibration(self.calibration)
         if not rule.has_precision_budget:  # exact: the analytic Gaussian on Delta_M
             mu = math.hypot(
-                self.release_sensitivity, self.split.step_mu or 0.0, self.split.count_mu or 0.0
+                self.release_sensitivity, self.budgets.step_mu or 0.0, self.budgets.count_mu or 0.0
             )
             return cal.analytic_gaussian_delta(self.epsilon, mu), self.delta
         budget = self.budget_detail
@@ -395,7 +386,7 @@ class NoisePlan:
             **self._lattice_dict(),
             "directions": self.directions.to_dict(),
             "allocation": {**self.allocation.to_dict(), "theta": self.theta.tolist()},
-            "composition": self.split.to_dict(),
+            "composition": self.budgets.to_dict(),
         }
 
     def _lattice_dict(self) -> dict[str, Any]:
@@ -486,7 +477,7 @@ def build_noise_plan(
     directions : Directions, optional
         Noise directions; the standard basis by default.
     allocation : Allocation, optional
-        Budget split over the directions; uniform by default.
+        How the budget is allocated over the directions; uniform by default.
     neighbours : {"replace-one", "add-remove"}
         Neighbouring relation.
     direction_share : float, default 0
@@ -516,17 +507,17 @@ def build_noise_plan(
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
     rule = _check_compatible(query, algorithm, calibration, directions)
-    split = share_budget(calibration, epsilon, delta, direction_share, count_share)
+    budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     setting = _Setting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(ratio=_choose_ratio(setting, allocation, rule, symmetric_ratio))
     budget: cal.PrecisionBudget | None = None
     gamma: float | None = None
     if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
-        theta, row_variances = _exact_variances(setting, allocation, rule, split)
+        theta, row_variances = _exact_variances(setting, allocation, rule, budgets)
     else:
         budget = paper_budget(
-            query, domain, neighbours, algorithm, calibration, *split.release_privacy
+            query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
         )
         total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
         theta = resolve_allocation(
@@ -538,7 +529,7 @@ def build_noise_plan(
     lattice = None
     if noise == "lattice":
         # a paper calibration: the lattice's Gaussian must meet its (eps, delta)
-        mu = split.release_mu or cal.analytic_gaussian_mu(*split.release_privacy)
+        mu = budgets.release_mu or cal.analytic_gaussian_mu(*budgets.release_privacy)
         row_variances, d_m, lattice = _calibrate_lattice(
             setting, np.asarray(row_variances), mu, lattice_context
         )
@@ -561,7 +552,7 @@ def build_noise_plan(
         sensitivity=s2,
         gamma=gamma,
         mahalanobis_sensitivity=d_m,
-        split=split,
+        budgets=budgets,
         budget_detail=budget,
         symmetric_ratio=setting.ratio,
         noise=noise,
@@ -616,11 +607,11 @@ def _choose_ratio(
 
 
 def _exact_variances(
-    setting: _Setting, allocation: Allocation, rule: CalibrationRule, split: StepBudgets
+    setting: _Setting, allocation: Allocation, rule: CalibrationRule, budgets: StepBudgets
 ) -> tuple[np.ndarray, np.ndarray]:
     """``exact``: the allocation ``theta`` and the variances ``1 / (c theta)`` whose
     ``Delta_M`` meets the release's ``mu``, rounded toward more privacy."""
-    mu = split.release_mu
+    mu = budgets.release_mu
     assert mu is not None
     query, domain, _, _, directions, _ = setting
     weights = None

@@ -3,7 +3,7 @@
 :meth:`~mvg_dask.plan.release_plan.ReleasePlan.to_dict`'s output.
 
 The noise plan is recomputed and checked (:func:`~mvg_dask.plan.noise_plan.noise_plan_from_dict`),
-the budget split is recomputed from the published composition, and a plan saved before plans
+the budget shares are recomputed from the published composition, and a plan saved before plans
 carried their stages gets the stages its fields imply.
 """
 
@@ -11,20 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from mvg_dask.plan.budget import Allocation, share_budget
 from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.lattice import LatticeContext
-from mvg_dask.plan.noise_plan import (
-    AllocationSpec,
-    NoisePlan,
-    noise_plan_from_dict,
-    split_budget,
-)
-from mvg_dask.plan.query import QuerySpec
+from mvg_dask.plan.noise_plan import NoisePlan, noise_plan_from_dict
+from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 
 
-def _allocation(a: dict[str, Any]) -> AllocationSpec:
-    return AllocationSpec(
+def _allocation(a: dict[str, Any]) -> Allocation:
+    return Allocation(
         strategy=a["strategy"],
         important=a.get("important"),
         share=a.get("share"),
@@ -75,11 +71,11 @@ def plan_fields(
         Field name to value.
     """
     noise_d = data["plan"]
-    query = QuerySpec.from_dict(noise_d["query"])
+    query = query_from_dict(noise_d["query"])
     step = data.get("dp_pca")
     dp = None if step is None else DpPcaStep.from_dict(step)
     ctx = noise_d.get("lattice_context")
-    split = split_budget(
+    budgets = share_budget(
         noise_d["calibration"],
         float(noise_d["epsilon"]),
         float(noise_d["delta"]),
@@ -106,7 +102,7 @@ def plan_fields(
         "algorithm": noise_d["algorithm"],
         "calibration": noise_d["calibration"],
         "allocation": _allocation(noise_d["allocation"]),
-        "split": split,
+        "budgets": budgets,
         "dp_pca": dp,
         "noise": _noise(data, dp),
         "tile_records": int(data["tile_records"]),

@@ -61,7 +61,7 @@ def _query_text(rplan: ReleasePlan) -> str:
     if not rplan.releases_count:
         return f"covariance X X^T / N0 ({m} x {m}), N0 = {rplan.query.records} declared public"
     return (
-        f"sum X X^T ({m} x {m}) and a noisy record count ({rplan.split.count_share:.0%} of the "
+        f"sum X X^T ({m} x {m}) and a noisy record count ({rplan.budgets.count_share:.0%} of the "
         "budget); covariance = sum / count"
     )
 
@@ -160,10 +160,10 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
         rows.append(("declared", declared.removeprefix("declared ")))
     rows.append(("noise std", _noise_std_text(rplan)))
     rows.append(("arithmetic", _noise_kind_text(rplan)))
-    split = rplan.split
+    budgets = rplan.budgets
     parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
-    if split.share > 0 or split.count_share > 0:
-        parts.append(f"{split.composition} composition of its steps")
+    if budgets.share > 0 or budgets.count_share > 0:
+        parts.append(f"{budgets.composition} composition of its steps")
     rows.append(("privacy", "; ".join(parts)))
     rows.append(("stages", stages_text(rplan)))
     rows.append(("write", rplan.output_store))

@@ -2,7 +2,7 @@
 
 :func:`plan_release` is pure: from a validated spec and the input's metadata (read by the engine
 without touching a chunk) it builds a :class:`ReleasePlan` — input and output references, the
-record domain, the query, the budget split, the ledger charge and either a complete
+record domain, the query, the budget shares, the ledger charge and either a complete
 :class:`~mvg_dask.plan.noise_plan.NoisePlan` or, when DP-PCA chooses the directions, a pending
 plan whose directions the engine fills in at run time (:meth:`ReleasePlan.resolve`). The engine
 only executes a plan. A plan round-trips through :meth:`ReleasePlan.to_dict` /
@@ -24,6 +24,7 @@ import numpy as np
 
 from mvg_dask.errors import DataError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, TILE_RECORDS, tile_records_for
+from mvg_dask.plan.budget import Allocation, StepBudgets, share_budget
 from mvg_dask.plan.directions import Directions, gram_sensitivity
 from mvg_dask.plan.domain import (
     BoxDomain,
@@ -37,15 +38,12 @@ from mvg_dask.plan.lattice import (
     panel_depth,
 )
 from mvg_dask.plan.noise_plan import (
-    AllocationSpec,
-    BudgetSplit,
     NoisePlan,
     build_noise_plan,
     gram_step_lattice,
-    split_budget,
 )
 from mvg_dask.plan.plan_json import plan_fields
-from mvg_dask.plan.query import DeclaredBoundError, QuerySpec
+from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
@@ -70,8 +68,8 @@ WIDE_BLOCK = 2048
 #: A Gram task holds at least this many records per feature (see ``gram_ranges``).
 GRAM_RECORDS_PER_FEATURE = 8
 #: A task of a pass over the records holds at least this many elements (runs of whole chunks):
-#: a Dask task costs milliseconds of scheduling whatever its size, which at one 8 MiB chunk per
-#: task was a quarter of a release's time on two workers (see ``task_ranges``) ...
+#: a Dask task has a fixed scheduling cost whatever its size, which with one 8 MiB chunk per
+#: task dominated a release on two workers (see ``task_ranges``) ...
 TASK_ELEMENTS = 2**22
 #: ... while keeping at least this many tasks where there are that many chunks.
 GRAM_MIN_TASKS = 8
@@ -259,7 +257,7 @@ class ReleasePlan:
         ``matrix_chunk`` rows); ``None``: one chunk, assembled on the client.
     ledger : LedgerCharge or None
         The budget charge.
-    query : QuerySpec
+    query : MatrixQuery
         The query.
     domain : BoxDomain or L2BallDomain
         The declared record domain.
@@ -271,10 +269,10 @@ class ReleasePlan:
         Neighbouring relation.
     algorithm, calibration : str
         The mechanism.
-    allocation : AllocationSpec
+    allocation : Allocation
         Precision allocation.
-    split : BudgetSplit
-        Budget split between the DP-PCA step and the release.
+    budgets : StepBudgets
+        The budget shares of the DP-PCA step, the noisy count and the release.
     dp_pca : DpPcaStep or None
         The direction step, when directions are chosen at run time.
     noise : NoisePlan or None
@@ -301,7 +299,7 @@ class ReleasePlan:
     output_dtype: str = "float64"
     matrix_chunk: int | None = None
     ledger: LedgerCharge | None
-    query: QuerySpec
+    query: MatrixQuery
     domain: RecordDomain
     on_violation: str
     epsilon: float
@@ -309,8 +307,8 @@ class ReleasePlan:
     neighbours: str
     algorithm: str
     calibration: str
-    allocation: AllocationSpec
-    split: BudgetSplit
+    allocation: Allocation
+    budgets: StepBudgets
     dp_pca: DpPcaStep | None
     noise: NoisePlan | None
     tile_records: int = TILE_RECORDS
@@ -346,7 +344,7 @@ class ReleasePlan:
     @property
     def releases_count(self) -> bool:
         """True when the release adds a noisy record count (add-remove, no public ``N0``)."""
-        return self.split.count_share > 0
+        return self.budgets.count_share > 0
 
     @property
     def is_resolved(self) -> bool:
@@ -367,8 +365,8 @@ class ReleasePlan:
             directions=directions,
             allocation=self.allocation,
             neighbours=self.neighbours,  # type: ignore[arg-type]
-            direction_share=self.split.share,
-            count_share=self.split.count_share,
+            direction_share=self.budgets.share,
+            count_share=self.budgets.count_share,
             noise=self.noise_kind,  # type: ignore[arg-type]
             lattice_context=self.lattice_context,
         )
@@ -557,8 +555,8 @@ def plan_summary(rplan: ReleasePlan) -> str:
         return f"{head}\n{rplan.noise_plan().summary()}{tail}"
     assert rplan.dp_pca is not None
     return (
-        f"{head}\n  directions by DP-PCA at run time ({rplan.split.share:.0%} of the budget, "
-        f"{rplan.split.composition} composition); calibration {rplan.calibration}{tail}"
+        f"{head}\n  directions by DP-PCA at run time ({rplan.budgets.share:.0%} of the budget, "
+        f"{rplan.budgets.composition} composition); calibration {rplan.calibration}{tail}"
     )
 
 
@@ -621,8 +619,8 @@ def declared_bounds_text(rplan: ReleasePlan) -> str | None:
             directions=rplan.noise.directions,
             allocation=rplan.allocation,
             neighbours=neighbours,
-            direction_share=rplan.split.share,
-            count_share=rplan.split.count_share,
+            direction_share=rplan.budgets.share,
+            count_share=rplan.budgets.count_share,
         )
         factor = float(np.max(rplan.noise.entry_std()) / np.max(base.entry_std()))
     if factor is None:
@@ -783,12 +781,12 @@ def plan_release(
     query = _query(spec, metadata, domain)
     mech, privacy = spec.mechanism, spec.privacy
     a = mech.allocation
-    allocation = AllocationSpec(
+    allocation = Allocation(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
     )
     directions, step = _fixed_directions(spec, m, directions_matrix)
     context = _lattice_context(spec, metadata)
-    split, step, noise = _split_and_noise(
+    budgets, step, noise = _budgets_and_noise(
         spec, query, domain, allocation, directions, step, context
     )
     plan = ReleasePlan(
@@ -813,14 +811,14 @@ def plan_release(
         algorithm=mech.algorithm,
         calibration=mech.calibration,
         allocation=allocation,
-        split=split,
+        budgets=budgets,
         dp_pca=step,
         noise=noise,
         noise_kind=mech.noise,
         lattice_context=context,
         stages=release_stages(
             spec.query,
-            noisy_count=split.count_share > 0,
+            noisy_count=budgets.count_share > 0,
             dp_pca=step is not None,
             panels=matrix_chunk is not None,
             lattice=mech.noise == "lattice",
@@ -843,13 +841,13 @@ def _count_share(spec: ReleaseSpec) -> float:
     return privacy.count_share if private_count and privacy.records is None else 0.0
 
 
-def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> QuerySpec:
+def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> MatrixQuery:
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
     try:
-        query = QuerySpec(
-            kind=spec.query,
+        query = make_query(
+            spec.query,
             features=metadata.features,
             records=(privacy.records or 1) if private_count else metadata.records,
             sensitivity=mech.sensitivity,
@@ -866,28 +864,28 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     return query
 
 
-def _split_and_noise(
+def _budgets_and_noise(
     spec: ReleaseSpec,
-    query: QuerySpec,
+    query: MatrixQuery,
     domain: RecordDomain,
-    allocation: AllocationSpec,
+    allocation: Allocation,
     directions: Directions | None,
     step: DpPcaStep | None,
     context: LatticeContext | None,
-) -> tuple[BudgetSplit, DpPcaStep | None, NoisePlan | None]:
-    """The budget split, the direction step (with its lattice) and, for fixed directions, the
+) -> tuple[StepBudgets, DpPcaStep | None, NoisePlan | None]:
+    """The budget shares, the direction step (with its lattice) and, for fixed directions, the
     noise plan."""
     mech, privacy = spec.mechanism, spec.privacy
     share = 0.0 if step is None else step.budget_share
     count_share = _count_share(spec)
     try:
-        split = split_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
+        budgets = share_budget(mech.calibration, privacy.epsilon, privacy.delta, share, count_share)
         if step is not None and context is not None:
-            assert split.step_mu is not None
+            assert budgets.step_mu is not None
             step = replace(
                 step,
                 lattice=gram_step_lattice(
-                    domain, gram_sensitivity(domain, privacy.neighbours), split.step_mu, context
+                    domain, gram_sensitivity(domain, privacy.neighbours), budgets.step_mu, context
                 ),
             )
         noise = None
@@ -908,7 +906,7 @@ def _split_and_noise(
             )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
-    return split, step, noise
+    return budgets, step, noise
 
 
 def _ledger_charge(spec: ReleaseSpec) -> LedgerCharge | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, ZarrMatrix, abort_marker
+from mvg_dask.engine.blocks import Clipper, ZarrMatrix
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain
@@ -107,9 +107,4 @@ def source_of(rplan: ReleasePlan) -> ZarrMatrix:
 
 def mark_aborted(target: OutputTarget) -> None:
     """Tell the release's remaining tasks to do nothing (they check before reading)."""
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(
-        abort_marker(target.write_store), **(target.storage_options or {})
-    )
-    fs.pipe_file(path, b"")
+    target.progress().mark_aborted()

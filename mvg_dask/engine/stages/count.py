@@ -10,7 +10,7 @@ from mvg_dask.plan.release_plan import ReleasePlan
 
 def draw_noisy_count(rplan: ReleasePlan, key: NoiseKey) -> float:
     """The record count with Gaussian noise (sensitivity 1 under add-remove), charged in the
-    release's own accounting (its share of the budget: ``split.count_mu``).
+    release's own accounting (its share of the budget: ``budgets.count_mu``).
 
     Parameters
     ----------
@@ -24,7 +24,7 @@ def draw_noisy_count(rplan: ReleasePlan, key: NoiseKey) -> float:
     float
         The noisy count.
     """
-    count_mu = rplan.split.count_mu
+    count_mu = rplan.budgets.count_mu
     assert count_mu is not None
     if rplan.noise_kind == "lattice":
         return lattice_noisy_count(rplan.input.records, count_mu, key.derive("count"))

@@ -11,6 +11,7 @@ from mvg_dask.engine.stages.gram import wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.release_format import COVARIANCE, GRAM
 
 
 def covariance_noise(plan: NoisePlan, key: NoiseKey) -> np.ndarray:
@@ -56,7 +57,7 @@ def write_covariance_skeleton(
     ndarray or None
         The noise.
     """
-    target.write_matrix_skeleton(rplan, "covariance", count=count)
+    target.write_matrix_skeleton(rplan, COVARIANCE, count=count)
     if rplan.noise_kind == "lattice":
         return None
     return covariance_noise(rplan.noise_plan(), key.derive("release"))
@@ -95,9 +96,9 @@ def write_covariance(
     else:
         noisy = query + noise
     if count is None:
-        target.write_matrix_values({"covariance": noisy})
+        target.write_matrix_values({COVARIANCE: noisy})
     else:
-        target.write_matrix_values({"covariance": noisy / max(count, 1.0), "gram": noisy})
+        target.write_matrix_values({COVARIANCE: noisy / max(count, 1.0), GRAM: noisy})
 
 
 def run_covariance(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:

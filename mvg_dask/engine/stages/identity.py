@@ -49,9 +49,8 @@ def run_identity(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     info, target, client = rplan.input, ctx.target, ctx.client
     _write_skeleton(ctx, rplan)
     sink = ZarrMatrix(target.write_store, info.variable, info.records_first, target.storage_options)
-    # standard directions: the tasks need the diagonal only (no m x m matrix is shipped)
-    standard = plan.directions.is_standard
-    factor: Any = np.sqrt(plan.row_variances) if standard else plan.row_factor
+    # a diagonal covariance: the tasks need sqrt(v) only (no m x m matrix is shipped)
+    factor: Any = plan.covariance.sampler_factor()
     lattice: Any = RecordLattice.for_plan(plan) if plan.lattice is not None else None
     ranges = info.task_ranges()
     if len(ranges) > 1:
@@ -71,7 +70,7 @@ def run_identity(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         factor=factor,
         tile=rplan.tile_records,
         n_total=info.records,
-        diagonal=plan.directions.is_standard,
+        diagonal=plan.covariance.diagonal,
         step=info.record_chunk,
         lattice=lattice,
         pure=False,

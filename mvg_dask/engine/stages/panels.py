@@ -24,8 +24,10 @@ from mvg_dask.engine.lattice import LowRankSquareLattice, StandardSquareLattice
 from mvg_dask.engine.stages.context import RunContext, clipper_for, mark_aborted, source_of
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import NoisePlan
+from mvg_dask.plan.covariance import Dense, LowRank
 from mvg_dask.plan.lattice import panel_inner_groups
 from mvg_dask.plan.release_plan import PANEL_RECORDS, ReleasePlan
+from mvg_dask.release_format import COVARIANCE, GRAM, RECORD_COUNT
 
 #: the lattice values of a wide low-rank lattice release, between its passes
 LOW_RANK_SCRATCH = "low-rank-lattice"
@@ -44,9 +46,9 @@ def grid_sum(parts: list[np.ndarray]) -> np.ndarray:
 def _write_skeleton(ctx: RunContext, rplan: ReleasePlan) -> None:
     """The blocked output's skeleton (kept when a resume finds it)."""
     count = ctx.count
-    names = ("covariance",) if count is None else ("covariance", "gram")
+    names = (COVARIANCE,) if count is None else (COVARIANCE, GRAM)
     if not (ctx.resume and ctx.target.has_skeleton()):
-        scalars = {} if count is None else {"record_count": count}
+        scalars = {} if count is None else {RECORD_COUNT: count}
         ctx.target.write_blocked_skeleton(rplan, names, scalars)
     crash_point("skeleton")
 
@@ -77,7 +79,7 @@ def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     target = ctx.target
     plan = rplan.noise_plan()
     block = rplan.matrix_chunk
-    assert block is not None and (plan.directions.is_standard or plan.directions.is_low_rank)
+    assert block is not None and not isinstance(plan.covariance, Dense)
     _write_skeleton(ctx, rplan)
     noise = compute_panel_noise(ctx, plan, block)
     lattice = inner = None
@@ -137,10 +139,9 @@ def compute_panel_noise(ctx: RunContext, plan: NoisePlan, block: int) -> PanelNo
         What every panel task needs of the noise.
     """
     key = ctx.key.derive("release")
-    directions = plan.directions
-    if not directions.is_low_rank:
+    if not isinstance(plan.covariance, LowRank):
         return PanelNoise(key, plan.row_variances, plan.algorithm, plan.symmetric_ratio)
-    U = directions.matrix
+    U = plan.directions.matrix
     nb = len(feature_blocks(U.shape[0]))
     per = max(1, block // NOISE_TILE_FEATURES)
     u = ctx.client.scatter(U, broadcast=True)
