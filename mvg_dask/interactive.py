@@ -431,10 +431,10 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if std.shape[1] != 1:
+    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
         std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
-    d = std[:, 0]  # one std per row, alike for every record: broadcast lazily by xarray
+    d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
     fd = feature_dim(ds[ROW_COV].dims)
     out = xr.DataArray(d, dims=(fd,), name="noise_std")
     if fd in var.coords:
