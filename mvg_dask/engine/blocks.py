@@ -18,6 +18,7 @@ from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
 from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
+from mvg_dask.plan.queries.moment import augment
 from mvg_dask.plan.release_plan import PANEL_RECORDS
 from mvg_dask.release_format import ProgressLog
 
@@ -39,6 +40,9 @@ class Clipper:
         L2-ball radius.
     on_violation : {"clip", "error"}
         What to do with values outside the domain.
+    augment : bool
+        Append a row of ones to the clipped block: the augmented records ``[x; 1]`` of a
+        moment query (:func:`mvg_dask.plan.queries.moment.augment`).
     """
 
     kind: str
@@ -46,9 +50,29 @@ class Clipper:
     upper: np.ndarray | None
     radius: float | None
     on_violation: str
+    augment: bool = False
 
     def __call__(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
-        """Return the block inside the domain (float64) and the number of clipped values.
+        """Return the block inside the domain (float64; with a row of ones appended when
+        ``augment``) and the number of clipped values.
+
+        Parameters
+        ----------
+        block : ndarray
+            ``M x b`` (features x records).
+        start : int
+            Index of the block's first record (for messages).
+
+        Returns
+        -------
+        tuple
+            ``(block, clipped)``: clipped counts values (box) or records (L2 ball).
+        """
+        x, clipped = self._clip(block, start)
+        return (augment(x) if self.augment else x), clipped
+
+    def _clip(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
+        """The block inside the domain (float64) and the number of clipped values.
 
         Parameters
         ----------

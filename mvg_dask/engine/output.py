@@ -47,11 +47,15 @@ from mvg_dask.release_format import (
     COL_COV,
     COMPLETE,
     COMPONENT_DIM,
+    CONSTANT_TERM,
+    COVARIANCE,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
     GRAM,
     INCOMPLETE,
+    MEAN,
+    MOMENT,
     NOISE_MATRICES,
     NOISE_VARIANCES,
     PLAN_ATTR,
@@ -62,6 +66,7 @@ from mvg_dask.release_format import (
     ROW_COV,
     STATUS_ATTR,
     SYMMETRIC_RATIO,
+    TERM_DIM,
     ProgressLog,
     describe,
     dims_for,
@@ -137,6 +142,8 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "input_store": store_name(rplan.input.store),
         "input_variable": rplan.input.variable,
         "plan": json.dumps(public),
+        # a regression's response feature (a label from the spec, public)
+        "target": getattr(rplan.query, "target_label", None),
     }
     return provenance_attrs(values)
 
@@ -210,7 +217,7 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     ``row_cov``, ``col_cov`` and ``directions`` are lazy placeholders whose values
     :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix
     for standard directions); their encoding: :func:`noise_matrix_encoding`."""
-    rows, cols = dims_for(rplan.input.feature_dim)
+    rows, cols = matrix_dims(rplan)
     m, k = plan.directions.shape
     eager = eager_noise_matrices(plan)
     sigma = plan.row_cov if eager else placeholder((m, m))
@@ -255,13 +262,25 @@ def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
     }
 
 
+def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
+    """The dimensions of the query's square matrices and of the noise description: the
+    feature dimension's, or the augmented terms' (:data:`TERM_DIM`) of a moment query."""
+    return dims_for(TERM_DIM if rplan.query.augmented else rplan.input.feature_dim)
+
+
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     names = rplan.input.feature_names
     if names is None:
         return {}
     # strings as objects: xarray stores them as Zarr v3 variable-length strings
     values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
-    return dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    coords = dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    if rplan.query.augmented:
+        coords[rplan.input.feature_dim] = values
+        if isinstance(names[0], str):  # the constant term's label beside the feature names
+            terms = np.asarray([*names, CONSTANT_TERM], dtype=object)
+            coords |= dict.fromkeys(dims_for(TERM_DIM), terms)
+    return coords
 
 
 def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
@@ -303,13 +322,25 @@ def _matrix_dataset(
     square = dims_for(rplan.input.feature_dim)
     names = [name] if count is None else [name, GRAM]
     variables = {k: xr.DataArray(placeholder((m, m)), dims=square) for k in names}
+    if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
+        names = [MOMENT, MEAN, COVARIANCE]
+        variables = {
+            MOMENT: xr.DataArray(placeholder((m + 1, m + 1)), dims=matrix_dims(rplan)),
+            MEAN: xr.DataArray(placeholder((m,)), dims=(rplan.input.feature_dim,)),
+            COVARIANCE: xr.DataArray(placeholder((m, m)), dims=square),
+        }
     if count is not None:
         variables[RECORD_COUNT] = xr.DataArray(count)
     ds = xr.Dataset(
         {**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=_feature_coords(rplan)
     )
-    c = min(MATRIX_CHUNK, m)
-    encoding = {k: {"chunks": (c, c), "compressors": compressors(rplan)} for k in names}
+    encoding = {
+        k: {
+            "chunks": tuple(min(MATRIX_CHUNK, n) for n in variables[k].shape),
+            "compressors": compressors(rplan),
+        }
+        for k in names
+    }
     return ds, encoding | noise_matrix_encoding(ds)
 
 

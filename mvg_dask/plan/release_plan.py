@@ -48,7 +48,7 @@ from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.spec import ReleaseSpec, SpecError, spec_hash
+from mvg_dask.spec import MOMENT_QUERY_KINDS, ReleaseSpec, SpecError, spec_hash
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
@@ -351,13 +351,19 @@ class ReleasePlan:
         """True when the noise plan is complete."""
         return self.noise is not None
 
+    @property
+    def query_domain(self) -> RecordDomain:
+        """The domain of what one record contributes through (:meth:`MatrixQuery.record_domain`:
+        the declared domain, or the augmented records' of a moment query)."""
+        return self.query.record_domain(self.domain)
+
     def build(self, directions: Directions) -> NoisePlan:
         """The noise plan for DP-PCA's ``directions``."""
         if self.dp_pca is None:
             raise ValueError("this release has fixed directions; its noise plan is `noise`")
         return build_noise_plan(
             self.query,
-            self.domain,
+            self.query_domain,
             epsilon=self.epsilon,
             delta=self.delta,
             algorithm=self.algorithm,  # type: ignore[arg-type]
@@ -580,7 +586,7 @@ def declared_bounds_text(rplan: ReleasePlan) -> str | None:
     str or None
         The line, or ``None`` when no bound is declared above the proved one.
     """
-    q, domain, nb = rplan.query, rplan.domain, rplan.neighbours
+    q, domain, nb = rplan.query, rplan.query_domain, rplan.neighbours
     neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
     parts: list[str] = []
     drop: dict[str, None] = {}
@@ -667,7 +673,7 @@ def _fixed_directions(
 
 def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
     """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
-    if spec.query != "covariance":
+    if spec.query_kind != "covariance":
         return None
     chunk = spec.output.matrix_chunk
     if chunk is None:
@@ -733,7 +739,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
     # the plan, and the bytes of a release with standard directions, never depend on
     # output.matrix_chunk
     depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), TREE_FAN_IN)
-    if spec.query == "covariance":
+    if spec.query_kind == "covariance":
         depth = max(depth, panel_depth(records, PANEL_RECORDS, chunk))
     return LatticeContext(records=records, depth=depth)
 
@@ -784,7 +790,7 @@ def plan_release(
     allocation = Allocation(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
     )
-    directions, step = _fixed_directions(spec, m, directions_matrix)
+    directions, step = _fixed_directions(spec, query.features, directions_matrix)
     context = _lattice_context(spec, metadata)
     budgets, step, noise = _budgets_and_noise(
         spec, query, domain, allocation, directions, step, context
@@ -817,7 +823,7 @@ def plan_release(
         noise_kind=mech.noise,
         lattice_context=context,
         stages=release_stages(
-            spec.query,
+            spec.query_kind,
             noisy_count=budgets.count_share > 0,
             dp_pca=step is not None,
             panels=matrix_chunk is not None,
@@ -845,23 +851,50 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
+    kind = spec.query_kind
+    fields: dict[str, Any] = {}
+    if kind in MOMENT_QUERY_KINDS:
+        fields["features"] = metadata.features + 1  # the constant term
+    if spec.regression_target is not None:
+        fields["target"] = _target_position(spec.regression_target, metadata)
+        fields["target_label"] = spec.regression_target
     try:
         query = make_query(
-            spec.query,
-            features=metadata.features,
-            records=(privacy.records or 1) if private_count else metadata.records,
-            sensitivity=mech.sensitivity,
-            gamma=mech.gamma,
-            entry_range=mech.entry_range,
-            records_known=not private_count,
+            kind,
+            **{
+                "features": metadata.features,
+                "records": (privacy.records or 1) if private_count else metadata.records,
+                "sensitivity": mech.sensitivity,
+                "gamma": mech.gamma,
+                "entry_range": mech.entry_range,
+                "records_known": not private_count,
+                **fields,
+            },
         )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
     try:  # a declared bound below the proved one would under-noise the release: refused here
-        query.check_declared(domain, privacy.neighbours)
+        query.check_declared(query.record_domain(domain), privacy.neighbours)
     except DeclaredBoundError as exc:
         raise SpecError(str(exc)) from None
     return query
+
+
+def _target_position(target: str | int, metadata: InputMetadata) -> int:
+    """The position of a regression's ``target`` among the input's features: a label of its
+    feature coordinate, or a position when the input has none."""
+    names, m = metadata.feature_names, metadata.features
+    if names is not None:
+        if target in names:
+            return list(names).index(target)
+        shown = ", ".join(map(str, names[:8])) + (", ..." if len(names) > 8 else "")
+        raise DataError(f"query.regression.target: {target!r} is not a feature ({shown})")
+    if isinstance(target, int) and 0 <= target < m:
+        return target
+    raise DataError(
+        f"query.regression.target: the input has no feature names; give the target's "
+        f"position 0..{m - 1}, got {target!r}"
+    )
 
 
 def _budgets_and_noise(
@@ -876,6 +909,7 @@ def _budgets_and_noise(
     """The budget shares, the direction step (with its lattice) and, for fixed directions, the
     noise plan."""
     mech, privacy = spec.mechanism, spec.privacy
+    domain = query.record_domain(domain)  # what one record contributes through
     share = 0.0 if step is None else step.budget_share
     count_share = _count_share(spec)
     try:

@@ -15,17 +15,20 @@ from mvg_dask.plan.queries.base import DECLARED_RTOL, DeclaredBoundError, Matrix
 from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.plan.queries.custom import CustomQuery
 from mvg_dask.plan.queries.identity import IdentityQuery
+from mvg_dask.plan.queries.moment import CenteredCovarianceQuery, RegressionQuery
 
 __all__ = [
     "DECLARED_RTOL",
     "QUERIES",
     "QUERY_TYPES",
+    "CenteredCovarianceQuery",
     "CovarianceQuery",
     "CustomQuery",
     "DeclaredBoundError",
     "IdentityQuery",
     "MatrixQuery",
     "Query",
+    "RegressionQuery",
     "make_query",
     "query_from_dict",
 ]
@@ -35,6 +38,8 @@ QUERY_TYPES: dict[str, type[MatrixQuery]] = {
     IdentityQuery.kind: IdentityQuery,
     CovarianceQuery.kind: CovarianceQuery,
     CustomQuery.kind: CustomQuery,
+    CenteredCovarianceQuery.kind: CenteredCovarianceQuery,
+    RegressionQuery.kind: RegressionQuery,
 }
 #: The registered names.
 QUERIES: tuple[str, ...] = tuple(QUERY_TYPES)
