@@ -3,6 +3,7 @@ on the client, written with the mean and the covariance around it (post-processi
 
 from __future__ import annotations
 
+from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.stages.context import RunContext
 from mvg_dask.engine.stages.covariance import covariance_noise
@@ -30,6 +31,7 @@ def run_moment(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         ``rplan``.
     """
     ctx.target.write_matrix_skeleton(rplan, MOMENT)
+    crash_point("skeleton")
     release_key = ctx.key.derive("release")
     noise = (
         None if rplan.noise_kind == "lattice" else covariance_noise(rplan.noise_plan(), release_key)
