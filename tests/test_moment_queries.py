@@ -20,10 +20,10 @@ from scipy import stats
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.errors import DataError
-from mvg_dask.spec import SpecError
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan.queries import CenteredCovarianceQuery, query_from_dict
 from mvg_dask.plan.queries.moment import augmented_domain, centered_from_moment
+from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
 HUGE = {"epsilon": 1e9, "delta": 1e-5}

@@ -673,6 +673,12 @@ def _fixed_directions(
 
 def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
     """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
+    if spec.query_kind in MOMENT_QUERY_KINDS and spec.output.matrix_chunk is not None:
+        if spec.output.matrix_chunk <= m:
+            raise DataError(
+                f"output.matrix_chunk: a {spec.query_kind} release is assembled whole on the "
+                f"client ({m + 1} x {m + 1}); remove matrix_chunk"
+            )
     if spec.query_kind != "covariance":
         return None
     chunk = spec.output.matrix_chunk
