@@ -120,16 +120,16 @@ def test_refusals() -> None:
 # -- the ridge rule against the noise's spectral norm -------------------------------------------
 def _sandwich_std(B: np.ndarray, sd: float, so: float) -> np.ndarray:
     """Exact per-entry std of ``B W B^T``, ``W`` symmetric with independent entries (std ``sd``
-    on the diagonal, ``so`` above it): ``E_ij = sum_k B_ik B_jk W_kk + sum_{k<l} (B_ik B_jl +
-    B_il B_jk) W_kl``."""
+    on the diagonal, ``so`` above it): ``E_ij = sum_k B_ik B_jk W_kk + sum_{k<q} (B_ik B_jq +
+    B_iq B_jk) W_kq``."""
     m = B.shape[0]
     var = np.zeros((m, m))
     for i in range(m):
         for j in range(m):
             var[i, j] = sd**2 * np.sum((B[i] * B[j]) ** 2)
             for k in range(m):
-                for l in range(k + 1, m):
-                    var[i, j] += so**2 * (B[i, k] * B[j, l] + B[i, l] * B[j, k]) ** 2
+                for q in range(k + 1, m):
+                    var[i, j] += so**2 * (B[i, k] * B[j, q] + B[i, q] * B[j, k]) ** 2
     return np.sqrt(var)
 
 

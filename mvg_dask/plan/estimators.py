@@ -341,7 +341,7 @@ class MomentRegression:
         Parameters
         ----------
         x : array_like
-            Records, one per row, the predictors in the order of :attr:`terms`.
+            Records, one per row, the predictors in the order of ``terms``.
 
         Returns
         -------
