@@ -240,3 +240,44 @@ def test_accessor_regression_on_a_real_release(tmp_path: Path, client) -> None:
     del no_target.attrs["mvg_dask_target"]
     with pytest.raises(ValueError, match="target"):
         no_target.mvg.regression()
+
+
+def test_a_hand_built_release_in_the_published_format() -> None:
+    """The published layout (``moment`` over ``term_row``/``term_col`` labelled by the features
+    and ``"1"``, ``mean``, ``covariance``, the target attribute) feeds the estimator as is: the
+    labels come from the coordinate, the target from the attribute; exact moments give least
+    squares, and ``covariance = moment[:m, :m] - mean mean^T`` is the records' covariance."""
+    import xarray as xr
+
+    x = _records(300, seed=2)
+    M = _moment(x)
+    feats = LABELS[:-1]
+    ds = xr.Dataset(
+        {
+            "moment": (("term_row", "term_col"), M),
+            "mean": (("feature",), M[:-1, -1]),
+            "covariance": (
+                ("feature_row", "feature_col"),
+                M[:-1, :-1] - np.outer(M[:-1, -1], M[:-1, -1]),
+            ),
+        },
+        coords={
+            "term_row": LABELS,
+            "term_col": LABELS,
+            "feature": feats,
+            "feature_row": feats,
+            "feature_col": feats,
+        },
+        attrs={"mvg_dask_target": TARGET},
+    )
+    np.testing.assert_allclose(ds["covariance"].values, np.cov(x.T, bias=True), atol=1e-12)
+    fit = moment_regression(
+        ds["moment"].values,
+        ds["term_row"].values,
+        ds.attrs["mvg_dask_target"],
+        intercept=True,
+        ridge=0,
+    )
+    design = np.column_stack([x[:, [0, 1, 3]], np.ones(len(x))])
+    ref = np.linalg.lstsq(design, x[:, 2], rcond=None)[0]
+    np.testing.assert_allclose(fit.coefficients, ref, rtol=1e-9, atol=1e-12)
