@@ -34,9 +34,12 @@ import xarray as xr
 from mvg_dask import interactive
 from mvg_dask.plan.estimators import moment_regression
 from mvg_dask.release_format import (
+    CONSTANT_TERM,
+    MOMENT,
     PLAN_ATTR,
     PREFIX,
     RELEASE_ID_ATTR,
+    TARGET_ATTR,
     check_complete,
     released_variable,
 )
@@ -244,19 +247,24 @@ class MvgAccessor(_ReleaseAccessor):
         Returns
         -------
         xarray.DataArray
-            ``coefficients`` over ``term`` (the predictors, then ``"1"``), the ``ridge`` used
-            and the ``target`` as attributes.
+            ``coefficients`` over ``term`` (the predictors, then ``"1"``; features by their
+            labels, or ``"#i"`` by position when the input had no feature names), the ``ridge``
+            used and the ``target`` as attributes.
         """
         ds = self.check()
-        target = ds.attrs.get(f"{PREFIX}target")
-        if "moment" not in ds.data_vars or target is None:
+        target = ds.attrs.get(TARGET_ATTR)
+        if MOMENT not in ds.data_vars or target is None:
             raise ValueError(
                 "regression needs a second-moment release with a target (a 'moment' variable "
-                f"and the {PREFIX}target attribute: query {{regression: {{target: ...}}}})"
+                f"and the {TARGET_ATTR} attribute: query {{regression: {{target: ...}}}})"
             )
-        moment = ds["moment"]
-        std = self.noise_std("moment").values if ridge == "adassp" else None
-        labels = [str(v) for v in moment[moment.dims[0]].values]
+        moment = ds[MOMENT]
+        std = self.noise_std(MOMENT).values if ridge == "adassp" else None
+        if moment.dims[0] in moment.coords:
+            labels = [str(v) for v in moment[moment.dims[0]].values]
+        else:  # an input without feature names: the features by position, "#0", "#1", ...
+            labels = [*(f"#{i}" for i in range(moment.shape[0] - 1)), CONSTANT_TERM]
+            target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
         fit = moment_regression(
             moment.values, labels, str(target), intercept=intercept, noise_std=std, ridge=ridge
         )

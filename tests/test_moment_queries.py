@@ -198,3 +198,24 @@ def test_noise_std_of_mean_and_covariance_match_the_measured_noise(tmp_path, cli
     s = ds.mvg.noise_std("moment").values
     e = np.stack([plan.draw(NoiseKey.from_seed(10_000 + t))[0, 4] for t in range(2000)]) / s[0, 4]
     assert stats.chi2.sf(float(e @ e), 2000) > 1e-3 and stats.chi2.cdf(float(e @ e), 2000) > 1e-3
+
+
+def test_regression_accessor_without_feature_names(tmp_path, client):
+    """An input without feature names: the target by position, the terms by position, and the
+    constant's label the estimators' (one label on both sides of the format)."""
+    from mvg_dask import release_format
+    from mvg_dask.data import write_matrix
+    from mvg_dask.plan import estimators
+
+    assert release_format.CONSTANT_TERM == estimators.CONSTANT_TERM
+    X = data(3, 3000, seed=4)
+    X[2] = 0.5 * X[0] + 0.25
+    store = write_matrix(X, tmp_path / "in.zarr", record_chunk=1000)
+    spec = _spec(store, tmp_path / "o.zarr", {"regression": {"target": 2}}, privacy=HUGE)
+    ds = api.open_release(api.release(spec, client=client, seed=3, progress=False).output)
+    assert "term_row" not in ds.coords and ds.attrs["mvg_dask_target"] == 2
+    fit = ds.mvg.regression(intercept=True, ridge=0.0)
+    assert list(fit["term"].values) == ["#0", "#1", "1"] and fit.attrs["target"] == "#2"
+    Xc = np.clip(X, 0, 1)
+    want = np.linalg.lstsq(np.vstack([Xc[:2], np.ones(3000)]).T, Xc[2], rcond=None)[0]
+    np.testing.assert_allclose(fit.values, want, atol=1e-5)

@@ -18,7 +18,7 @@ from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
 from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
-from mvg_dask.plan.queries.moment import augment
+from mvg_dask.plan.queries.moment import augmented_gram
 from mvg_dask.plan.release_plan import PANEL_RECORDS
 from mvg_dask.release_format import ProgressLog
 
@@ -41,8 +41,8 @@ class Clipper:
     on_violation : {"clip", "error"}
         What to do with values outside the domain.
     augment : bool
-        Append a row of ones to the clipped block: the augmented records ``[x; 1]`` of a
-        moment query (:func:`mvg_dask.plan.queries.moment.augment`).
+        The records are summed augmented, ``[x; 1]`` (a moment query): :func:`gram_task` forms
+        their Gram matrix (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
     """
 
     kind: str
@@ -53,26 +53,7 @@ class Clipper:
     augment: bool = False
 
     def __call__(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
-        """Return the block inside the domain (float64; with a row of ones appended when
-        ``augment``) and the number of clipped values.
-
-        Parameters
-        ----------
-        block : ndarray
-            ``M x b`` (features x records).
-        start : int
-            Index of the block's first record (for messages).
-
-        Returns
-        -------
-        tuple
-            ``(block, clipped)``: clipped counts values (box) or records (L2 ball).
-        """
-        x, clipped = self._clip(block, start)
-        return (augment(x) if self.augment else x), clipped
-
-    def _clip(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
-        """The block inside the domain (float64) and the number of clipped values.
+        """Return the block inside the domain (float64) and the number of clipped values.
 
         Parameters
         ----------
@@ -351,7 +332,7 @@ def gram_task(
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        part = x @ x.T
+        part = augmented_gram(x) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:

@@ -91,8 +91,8 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     Returns
     -------
     Clipper
-        Box or L2-ball clipping, with the plan's ``on_violation`` (and the constant term of a
-        moment query).
+        Box or L2-ball clipping, with the plan's ``on_violation`` (and, for a moment query, the
+        Gram pass summing the augmented records).
     """
     d, aug = rplan.domain, rplan.query.augmented
     if isinstance(d, BoxDomain):

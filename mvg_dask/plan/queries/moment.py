@@ -11,7 +11,8 @@
   records' features: ``M`` holds ``X^T X / N``, ``X^T y / N`` and the means, the sufficient
   statistics of a linear regression with or without an intercept (``ds.mvg.regression``).
 
-Per record: ``z z^T``; per task: the Gram matrix of the block with a row of ones appended; the
+Per record: ``z z^T``; per task: the Gram matrix of the block with a row of ones appended
+(:func:`augmented_gram`: ``X X^T``, the row sums and the count, without forming ``Z``); the
 fixed-tree combine and the finalize step are the covariance's. Sensitivity: the covariance
 bounds of the augmented domain (:func:`augmented_domain`; docs/bounds.md, "The augmented
 record"), every bound over a superset of the augmented records being a bound over them.
@@ -31,30 +32,35 @@ from mvg_dask.plan.queries.covariance import CovarianceQuery
 __all__ = [
     "CenteredCovarianceQuery",
     "RegressionQuery",
-    "augment",
     "augmented_domain",
+    "augmented_gram",
     "centered_from_moment",
 ]
 
 
-def augment(block: np.ndarray) -> np.ndarray:
-    """The augmented records ``[x; 1]`` of a block ``x`` (``m x b``, float64).
+def augmented_gram(block: np.ndarray) -> np.ndarray:
+    """``Z Z^T`` of the augmented records ``z = [x; 1]`` of a block, without forming ``Z``:
+    ``[[X X^T, X 1], [1^T X^T, b]]``. Each entry is a sum of exact products ``x_i x_j`` or
+    ``x_i 1`` over the block's records, as docs/bounds.md Sec. 11 bounds them.
 
     Parameters
     ----------
     block : ndarray
-        ``m x b`` records (features x records).
+        ``m x b`` records (features x records), float64.
 
     Returns
     -------
     ndarray
-        ``(m + 1) x b``, its last row ones.
+        ``(m + 1) x (m + 1)``.
     """
     m, b = block.shape
-    z = np.empty((m + 1, b), dtype=np.float64)
-    z[:m] = block
-    z[m] = 1.0
-    return z
+    out = np.empty((m + 1, m + 1), dtype=np.float64)
+    out[:m, :m] = block @ block.T
+    sums = block.sum(axis=1)
+    out[:m, m] = sums
+    out[m, :m] = sums
+    out[m, m] = b
+    return out
 
 
 def augmented_domain(domain: RecordDomain) -> RecordDomain:
@@ -128,9 +134,9 @@ class CenteredCovarianceQuery(CovarianceQuery):
         return augmented_domain(domain)
 
     def partial(self, block: np.ndarray) -> np.ndarray:
-        """``Z_b Z_b^T`` of the augmented block."""
-        z = augment(np.asarray(block, dtype=np.float64))
-        return np.asarray(z @ z.T)
+        """``Z_b Z_b^T`` of the augmented block (:func:`augmented_gram`, as the engine forms
+        it)."""
+        return augmented_gram(np.asarray(block, dtype=np.float64))
 
 
 @dataclass(frozen=True)
