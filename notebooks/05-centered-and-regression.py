@@ -86,6 +86,24 @@ cov_std = rel.mvg.noise_std("covariance")
 print(cov_std.attrs["approximate"])
 print("covariance: RMS of error / std", float(np.sqrt(np.mean((cov_err / cov_std.values) ** 2))))
 
+# %%
+import matplotlib.pyplot as plt
+
+upper = np.triu_indices(X.shape[0])
+fig, ax = plt.subplots(figsize=(5, 4))
+ax.errorbar(
+    np.cov(X, bias=True)[upper],
+    rel["covariance"].values[upper],
+    yerr=1.96 * cov_std.values[upper],
+    fmt="o",
+    ms=3,
+)
+lim = ax.get_xlim()
+ax.plot(lim, lim, "k:", lw=1)
+ax.set(xlabel="numpy.cov(X, bias=True)", ylabel="released covariance (± 1.96 std)")
+ax.set_title("Liver, ε = 4: the covariance around the mean")
+plt.show()
+
 # %% [markdown]
 # ## A regression of `drinks` on the blood tests
 # Another release (it is charged too), with `drinks` the declared response. The coefficients
