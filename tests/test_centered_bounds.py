@@ -457,3 +457,64 @@ def test_route_errors_match_monte_carlo():
     assert res.choice == min(totals, key=lambda key: totals[key])
     with pytest.raises(ValueError, match="budget share"):
         sens.centered_route_errors(lo, hi, N, mu, shares=[0.0, 0.5])
+
+
+def test_post_processing_gives_numpy_mean_and_cov_with_ddof():
+    """mean = M[:m, m], cov = M[:m, :m] - mean mean^T = np.cov(bias=True); about c:
+    mean = c + M[:m, m]; ddof: cov N / (N - ddof) = np.cov(ddof=ddof). Seed 8."""
+    rng = np.random.default_rng(8)
+    m, N = 4, 37
+    X = rng.uniform(-1, 2, (m, N))
+    for c in (np.zeros(m), np.full(m, 0.5)):
+        Z = np.vstack([X - c[:, None], np.ones(N)])
+        M = Z @ Z.T / N
+        d = M[:m, m]
+        np.testing.assert_allclose(c + d, X.mean(axis=1), rtol=1e-12)
+        cov = M[:m, :m] - np.outer(d, d)
+        np.testing.assert_allclose(cov, np.cov(X, bias=True), rtol=1e-10, atol=1e-12)
+        for ddof in (0, 1, 2):
+            np.testing.assert_allclose(
+                cov * N / (N - ddof), np.cov(X, ddof=ddof), rtol=1e-10, atol=1e-12
+            )
+        assert M[m, m] == 1.0
+
+
+@pytest.mark.parametrize("box", ["unit", "sym", "asym"])
+def test_group_by_joint_bound_dominates_and_needs_sqrt2(box):
+    """Lemma 15.1: concatenated per-group sums; a record moving between groups changes two
+    blocks by -x x^T and x' x'^T: sup = max(Delta_RO, sqrt(2) Delta_AR) (Frobenius, and
+    symmetric at several r, standard directions). On [0, 1]^m the move needs the sqrt(2):
+    sqrt(2) R > R = Delta_RO. Seed 900 + box index."""
+    m = 3
+    rng = np.random.default_rng(900 + ["unit", "sym", "asym"].index(box))
+    lo, hi = boxes(m, rng)[box]
+    domain = BoxDomain.create(lo, hi, m)
+    q = CovarianceQuery(m, 1)  # unnormalised sums
+
+    def concat_move(x, xp):  # group g loses x, g' gains x'
+        return np.outer(x, x), np.outer(xp, xp)
+
+    joint = max(
+        q.l2_sensitivity(domain, "replace-one"),
+        math.sqrt(2) * q.l2_sensitivity(domain, "add-remove"),
+    )
+    found = maximise(
+        lambda x, xp: math.sqrt(sum(np.sum(b**2) for b in concat_move(x, xp))), lo, hi, True, rng
+    )
+    assert found <= joint * (1 + REL)
+    R = float(np.sum(np.maximum(lo**2, hi**2)))
+    assert found == pytest.approx(math.sqrt(2) * R, rel=1e-9)  # both at the far corner
+    if box == "unit":
+        assert q.l2_sensitivity(domain, "replace-one") == pytest.approx(R)  # so sqrt(2) R > it
+    for r in RATIOS:
+        ro = q.mahalanobis_sensitivity(domain, "replace-one", np.ones(m), "symmetric", ratio=r)
+        ar = q.mahalanobis_sensitivity(domain, "add-remove", np.ones(m), "symmetric", ratio=r)
+        bound = max(ro, math.sqrt(2) * ar)
+        found = maximise(
+            lambda x, xp, r=r: sum(q_weighted(b, r) for b in concat_move(x, xp)) / r,
+            lo,
+            hi,
+            True,
+            rng,
+        )
+        assert math.sqrt(found) <= bound * (1 + REL), r
