@@ -108,6 +108,11 @@ def test_box_with_a_constant_coordinate_is_accepted_only_when_asked():
     assert isinstance(auged, BoxDomain)
     np.testing.assert_array_equal(auged.lower, [-1, -1, -1, 1])
     np.testing.assert_array_equal(auged.upper, [1, 1, 1, 1])
+    centred = augmented_domain(BoxDomain.create(0, 1, 3), shift=np.full(3, 0.5))
+    np.testing.assert_array_equal(centred.lower, [-0.5, -0.5, -0.5, 1])
+    assert not centred.sign_definite
+    with pytest.raises(ValueError, match="centre 0"):
+        augmented_domain(L2BallDomain(1.0, 3), shift=np.ones(3))
     # a stored augmented domain rebuilds (the plan's JSON round trip)
     again = domain_from_dict(auged.to_dict(), 4)
     assert isinstance(again, BoxDomain)
