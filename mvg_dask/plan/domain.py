@@ -45,6 +45,8 @@ class BoxDomain:
         lower: float | list[float] | np.ndarray,
         upper: float | list[float] | np.ndarray,
         m: int,
+        *,
+        allow_equal: bool = False,
     ) -> BoxDomain:
         """Build a box from scalars (broadcast) or per-feature lists, validating it.
 
@@ -54,6 +56,10 @@ class BoxDomain:
             Bounds; scalars apply to every feature.
         m : int
             Number of features.
+        allow_equal : bool, default False
+            Accept ``lower_i == upper_i`` (a constant coordinate, such as the ``1`` of the
+            augmented record ``[x; 1]``; every bound holds on it, docs/bounds.md Sec. 13). A
+            declared domain keeps ``lower < upper``.
 
         Returns
         -------
@@ -62,12 +68,13 @@ class BoxDomain:
         """
         lo = _as_vector("lower", lower, m)
         hi = _as_vector("upper", upper, m)
-        bad = np.flatnonzero(lo >= hi)
+        bad = np.flatnonzero(lo > hi if allow_equal else lo >= hi)
         if bad.size:
             i = int(bad[0])
+            relation = "<=" if allow_equal else "<"
             raise ValueError(
-                f"domain lower must be < upper for every feature; feature {i} has "
-                f"lower={lo[i]:g} >= upper={hi[i]:g}"
+                f"domain lower must be {relation} upper for every feature; feature {i} has "
+                f"lower={lo[i]:g} {'>' if allow_equal else '>='} upper={hi[i]:g}"
             )
         return cls(lo, hi)
 
@@ -264,5 +271,39 @@ def domain_from_dict(data: dict[str, Any], m: int) -> RecordDomain:
         The domain.
     """
     if "box" in data:
-        return BoxDomain.create(data["box"]["lower"], data["box"]["upper"], m)
+        # a stored domain was validated when it was built; an augmented one has a constant
+        # coordinate (lower == upper)
+        return BoxDomain.create(data["box"]["lower"], data["box"]["upper"], m, allow_equal=True)
     return L2BallDomain(float(data["l2_norm"]), m)
+
+
+def augmented_domain(domain: RecordDomain, shift: np.ndarray | None = None) -> RecordDomain:
+    """The domain of the augmented record ``z = [x - c; 1]`` (docs/bounds.md, Sec. 13).
+
+    A box gains the coordinate ``[1, 1]`` (exactly the augmented records), shifted by a public
+    ``c`` if given (docs/bounds.md Sec. 14 recommends the box centre); an L2 ball of radius
+    ``C`` (``c = 0``) is enclosed in the ball of radius ``sqrt(C^2 + 1)`` in ``m + 1``
+    dimensions, rounded up so that the float radius is never below the true one.
+
+    Parameters
+    ----------
+    domain : BoxDomain or L2BallDomain
+        The declared record domain of ``x``.
+    shift : ndarray, optional
+        ``c`` (box only); ``0`` by default.
+
+    Returns
+    -------
+    BoxDomain or L2BallDomain
+        The domain of ``z``, with ``m + 1`` features.
+    """
+    if isinstance(domain, BoxDomain):
+        c = np.zeros(domain.m) if shift is None else _as_vector("shift", shift, domain.m)
+        lo = np.append(domain.lower - c, 1.0)
+        hi = np.append(domain.upper - c, 1.0)
+        return BoxDomain.create(lo, hi, domain.m + 1, allow_equal=True)
+    if shift is not None and np.any(np.asarray(shift) != 0):
+        raise ValueError("an L2-ball domain is augmented about its centre 0 only")
+    # three roundings below sqrt(C^2 + 1) cost at most ~1.5 ulp; 4 ulp more covers them
+    radius = math.sqrt(domain.radius**2 + 1.0) * (1.0 + 4.0 * np.finfo(np.float64).eps)
+    return L2BallDomain(radius, domain.m + 1)
