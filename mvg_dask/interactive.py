@@ -475,18 +475,22 @@ def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
     """The noise std of a moment release's ``mean`` (exact: the last column of the noisy
     ``moment``) or ``covariance`` (the delta method, marked ``approximate``).
 
-    With ``moment = M + E`` (entry std ``s``) the covariance ``C = M~_xx - m~ m~^T`` is, to first
-    order, ``C_xx + E_ij - m_i E_jc - m_j E_ic`` (``c`` the constant term), so ``Var C_ij ~
-    s_ij^2 + m_i^2 s_jc^2 + m_j^2 s_ic^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_ic^2`` on
-    it, evaluated at the released mean (the entries' noises taken as independent, as they are
-    for standard directions). Its coverage is measured in the tests.
+    With ``moment = M + E`` (entry std ``s``; the moment of ``[x - c; 1]``, ``m = M[:m, m]`` the
+    shifted mean) the covariance ``C = M~_xx - m~ m~^T`` is, to first order,
+    ``C_xx + E_ij - m_i E_j1 - m_j E_i1`` (``1`` the constant term), so ``Var C_ij ~ s_ij^2 +
+    m_i^2 s_j1^2 + m_j^2 s_i1^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_i1^2`` on it,
+    evaluated at the released shifted mean (the entries' noises taken as independent, as they
+    are for standard directions). Its coverage is measured in the tests.
     """
     s = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
     m = s.shape[0] - 1
     var = ds[name]
     if name == MEAN:
         return xr.DataArray(s[:m, m].copy(), dims=var.dims, coords=var.coords, name="noise_std")
-    mean = np.asarray(ds[MEAN].values, dtype=np.float64)
+    mean = np.asarray(ds[MEAN].values, dtype=np.float64)  # the released m~_x + c
+    centre = json.loads(ds.attrs[PLAN_ATTR])["query"].get("centre")
+    if centre is not None:
+        mean = mean - np.asarray(centre, dtype=np.float64)
     s_c = s[:m, m]
     v = s[:m, :m] ** 2 + np.outer(s_c**2, mean**2) + np.outer(mean**2, s_c**2)
     v[np.diag_indices(m)] = np.diag(s[:m, :m]) ** 2 + 4.0 * mean**2 * s_c**2

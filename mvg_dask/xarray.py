@@ -265,8 +265,15 @@ class MvgAccessor(_ReleaseAccessor):
         else:  # an input without feature names: the features by position, "#0", "#1", ...
             labels = [*(f"#{i}" for i in range(moment.shape[0] - 1)), CONSTANT_TERM]
             target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
+        centre = json.loads(ds.attrs[PLAN_ATTR])["query"].get("centre")
         fit = moment_regression(
-            moment.values, labels, str(target), intercept=intercept, noise_std=std, ridge=ridge
+            moment.values,
+            labels,
+            str(target),
+            intercept=intercept,
+            noise_std=std,
+            ridge=ridge,
+            centre=centre,
         )
         attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
         attrs["source_release"] = ds.attrs.get(RELEASE_ID_ATTR)

@@ -21,8 +21,9 @@ import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.errors import DataError
 from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.domain import augmented_domain
 from mvg_dask.plan.queries import CenteredCovarianceQuery, query_from_dict
-from mvg_dask.plan.queries.moment import augmented_domain, centered_from_moment
+from mvg_dask.plan.queries.moment import centered_from_moment
 from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
@@ -45,8 +46,9 @@ def test_centered_covariance_at_a_huge_epsilon_is_numpy(tmp_path, client, noise)
     spec["mechanism"]["noise"] = noise
     ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
     Xc = np.clip(X, 0, 1)
-    Z = np.vstack([Xc, np.ones(3000)])
+    Z = np.vstack([Xc - 0.5, np.ones(3000)])  # about the box's centre
     assert ds.attrs["mvg_dask_query"] == "centered-covariance"
+    assert json.loads(ds.attrs["mvg_dask_plan"])["query"]["centre"] == [0.5] * 5
     assert ds["moment"].dims == ("term_row", "term_col")
     assert list(ds["term_row"].values) == ["f0", "f1", "f2", "f3", "f4", "1"]
     assert ds["mean"].dims == ("feature",) and ds["covariance"].dims == (
@@ -60,8 +62,9 @@ def test_centered_covariance_at_a_huge_epsilon_is_numpy(tmp_path, client, noise)
 
 
 def test_regression_moments_give_least_squares(tmp_path, client):
-    """The released moment holds ``X^T X / N``, ``X^T y / N`` and the means: the normal equations
-    from it give numpy's least squares on the clipped data, with and without an intercept."""
+    """The released moment holds ``X^T X / N``, ``X^T y / N`` and the means (about the box's
+    centre): the accessor's fit without a ridge is numpy's least squares on the clipped data,
+    with and without an intercept."""
     X = data(5, 4000, seed=8)
     X[4] = 0.3 * X[0] - 0.2 * X[2] + 0.1 + 0.05 * np.random.default_rng(2).standard_normal(4000)
     store = make_input(tmp_path / "in.zarr", X, chunk=700)
@@ -71,12 +74,13 @@ def test_regression_moments_give_least_squares(tmp_path, client):
     assert ds.attrs["mvg_dask_target"] == "f4"
     assert json.loads(ds.attrs["mvg_dask_plan"])["query"]["target"] == 4
     Xc = np.clip(X, 0, 1)
-    M = ds["moment"].values
-    for terms in ([0, 1, 2, 3], [0, 1, 2, 3, 5]):  # without / with the constant term
-        beta = np.linalg.solve(M[np.ix_(terms, terms)], M[terms, 4])
-        design = np.vstack([Xc, np.ones(4000)])[terms].T
-        want = np.linalg.lstsq(design, Xc[4], rcond=None)[0]
-        np.testing.assert_allclose(beta, want, atol=1e-4)
+    for intercept in (False, True):
+        fit = ds.mvg.regression(intercept=intercept, ridge=0.0)
+        rows = [Xc[:4], np.ones(4000)] if intercept else [Xc[:4]]
+        want = np.linalg.lstsq(np.vstack(rows).T, Xc[4], rcond=None)[0]
+        np.testing.assert_allclose(fit.values, want, atol=1e-5)
+        assert list(fit["term"].values) == ["f0", "f1", "f2", "f3"] + ["1"] * intercept
+    assert ds.mvg.regression(intercept=True).attrs["ridge"] > 0  # the AdaSSP rule
 
 
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
@@ -140,13 +144,17 @@ def test_query_round_trips_and_the_augmented_domain_holds_every_record():
     assert q.to_dict()["target_label"] == "y" and query_from_dict(q.to_dict()) == q
     from mvg_dask.plan import BoxDomain, L2BallDomain
 
-    box = augmented_domain(BoxDomain.create([-1.0, 0.0], [2.0, 1.0], 2))
-    assert list(box.lower) == [-1.0, 0.0, 0.0] and list(box.upper) == [2.0, 1.0, 1.0]
+    declared = BoxDomain.create([-1.0, 0.0], [2.0, 1.0], 2)
+    cq = CenteredCovarianceQuery(3, 100, centre=(0.5, 0.5))
+    box = cq.record_domain(declared)  # about the centre, the constant's interval [1, 1]
+    assert list(box.lower) == [-1.5, -0.5, 1.0] and list(box.upper) == [1.5, 0.5, 1.0]
+    assert query_from_dict(cq.to_dict()) == cq
     ball = augmented_domain(L2BallDomain(3.0, 2))
     assert ball.m == 3 and ball.radius == pytest.approx(np.sqrt(10.0))
-    # the query's sensitivity is the covariance's over the augmented domain
-    cq = CenteredCovarianceQuery(3, 100)
-    assert cq.l2_sensitivity(box, "replace-one") == pytest.approx(np.sqrt(2) * (4 + 1 + 1) / 100)
+    # the query's sensitivity is the covariance's over the augmented domain (mixed signs)
+    assert cq.l2_sensitivity(box, "replace-one") == pytest.approx(
+        np.sqrt(2) * (2.25 + 0.25 + 1) / 100
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,9 +189,10 @@ def test_noise_std_of_mean_and_covariance_match_the_measured_noise(tmp_path, cli
     ds = api.open_release(api.release(spec, client=client, seed=0, progress=False).output)
     plan = api.dry_run(spec).noise_plan()
     Xc = np.clip(X, 0, 1)
-    Z = np.vstack([Xc, np.ones(800)])
+    Z = np.vstack([Xc - 0.5, np.ones(800)])  # the moment about the box's centre
     truth = Z @ Z.T / 800
-    draws = [centered_from_moment(truth + plan.draw(NoiseKey.from_seed(s))) for s in range(4000)]
+    c = np.full(4, 0.5)
+    draws = [centered_from_moment(truth + plan.draw(NoiseKey.from_seed(s)), c) for s in range(4000)]
     means = np.stack([d[0] for d in draws])
     covs = np.stack([d[1] for d in draws])
     rel_se = 1 / np.sqrt(2 * 3999)

@@ -41,8 +41,10 @@ class Clipper:
     on_violation : {"clip", "error"}
         What to do with values outside the domain.
     augment : bool
-        The records are summed augmented, ``[x; 1]`` (a moment query): :func:`gram_task` forms
-        their Gram matrix (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
+        The records are summed augmented, ``[x - c; 1]`` (a moment query): :func:`gram_task`
+        forms their Gram matrix (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
+    centre : ndarray or None
+        ``c`` of a moment query (``None``: no shift).
     """
 
     kind: str
@@ -51,6 +53,7 @@ class Clipper:
     radius: float | None
     on_violation: str
     augment: bool = False
+    centre: np.ndarray | None = None
 
     def __call__(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
         """Return the block inside the domain (float64) and the number of clipped values.
@@ -332,7 +335,7 @@ def gram_task(
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        part = augmented_gram(x) if clipper.augment else x @ x.T
+        part = augmented_gram(x, clipper.centre) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:

@@ -363,6 +363,7 @@ def moment_regression(
     intercept: bool = False,
     noise_std: ArrayLike | None = None,
     ridge: float | str = "adassp",
+    centre: ArrayLike | None = None,
 ) -> MomentRegression:
     """Ridge regression of ``target`` on every other feature from a released second moment.
 
@@ -400,6 +401,12 @@ def moment_regression(
         ``ridge="adassp"``.
     ridge : float or "adassp", default "adassp"
         ``lambda >= 0``, or the rule above.
+    centre : array_like, optional
+        ``c`` (one per feature) when ``moment`` is the moment of ``[x - c; 1]`` (a moment
+        release about its box's centre). With an intercept the fit is the same on shifted
+        data and only ``b_0`` moves (``b_0 + c_y - c_P^T b``); without one the uncentred moment
+        ``T M~ T^T`` (``T = [[I, c], [0, 1]]``) is fitted, its noise std taken entry by entry
+        with independent entries (as for standard directions).
 
     Returns
     -------
@@ -424,6 +431,11 @@ def moment_regression(
     P = [i for i in range(K - 1) if i != t]
     if not P:
         raise ValueError("the regression needs at least one predictor besides the target")
+    c = None if centre is None else np.asarray(centre, dtype=np.float64)
+    if c is not None and c.shape != (K - 1,):
+        raise ValueError(f"the centre must hold one value per feature ({K - 1}), got {c.shape}")
+    if c is not None and not intercept:
+        M, noise_std = _uncentred(M, noise_std, c)
     lam = _ridge_value(ridge, noise_std, M.shape[-2:], P)
     M = 0.5 * (M + np.swapaxes(M, -1, -2))
     gram = M[..., P, :][..., :, P]
@@ -436,9 +448,34 @@ def moment_regression(
     terms = tuple(names[i] for i in P)
     if intercept:
         b0 = my - np.sum(b * mx, axis=-1)
+        if c is not None:  # the fit on [x - c; y - c_y]: only the intercept moves
+            b0 = b0 + c[t] - np.sum(b * c[P], axis=-1)
         b = np.concatenate([b, b0[..., None]], axis=-1)
         terms = (*terms, CONSTANT_TERM)
     return MomentRegression(terms=terms, coefficients=b, ridge=lam, target=target)
+
+
+def _uncentred(
+    M: np.ndarray, noise_std: ArrayLike | None, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``T M T^T`` with ``T = [[I, c], [0, 1]]`` (the moment of ``[x; 1]`` from that of
+    ``[x - c; 1]``) and the std of its entries for independent entries of ``M``'s noise:
+    ``s_ij^2 + c_i^2 s_j1^2 + c_j^2 s_i1^2 + c_i^2 c_j^2 s_11^2`` off the diagonal,
+    ``s_ii^2 + 4 c_i^2 s_i1^2 + c_i^4 s_11^2`` on it (the constant term's row and column:
+    ``s_i1^2 + c_i^2 s_11^2``)."""
+    K = M.shape[-1]
+    T = np.eye(K)
+    T[: K - 1, K - 1] = c
+    out = T @ M @ T.T
+    if noise_std is None:
+        return out, None
+    s2 = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), (K, K)) ** 2
+    cc = np.append(c, 0.0)  # the constant term is not shifted
+    col = s2[:, K - 1]  # s_i1^2
+    var = s2 + np.outer(cc**2, col) + np.outer(col, cc**2) + np.outer(cc**2, cc**2) * s2[-1, -1]
+    diag = np.diag(s2) + 4 * cc**2 * col + cc**4 * s2[-1, -1]
+    var[np.diag_indices(K)] = diag
+    return out, np.sqrt(var)
 
 
 def _ridge_value(

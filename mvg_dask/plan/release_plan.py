@@ -856,6 +856,8 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     fields: dict[str, Any] = {}
     if kind in MOMENT_QUERY_KINDS:
         fields["features"] = metadata.features + 1  # the constant term
+        if isinstance(domain, BoxDomain):  # shifted by the box's centre (docs/bounds.md Sec. 14)
+            fields["centre"] = tuple(float(c) for c in (domain.lower + domain.upper) / 2)
     if spec.regression_target is not None:
         fields["target"] = _target_position(spec.regression_target, metadata)
         fields["target_label"] = spec.regression_target

@@ -4,8 +4,9 @@ Run: ``.venv/bin/python -m tests.benchmarks.bench_centered [--trials 200]``
 
 For records uniform in ``[0, 1]^m`` (seeded), at the same ``(epsilon, delta)``:
 
-* **moment**: the product's ``centered-covariance`` release, the second moment of ``[x; 1]``
-  (symmetric noise, standard directions, exact calibration), ``covariance = M_xx - m m^T``;
+* **moment**: the product's ``centered-covariance`` release, the second moment of
+  ``[x - c; 1]`` about the box's centre ``c`` (symmetric noise, standard directions, exact
+  calibration), ``covariance = M_xx - m m^T``;
 * **separate**: the covariance ``X X^T / N`` released by the product (the same mechanism) and
   the mean by the Gaussian mechanism (L2 sensitivity ``||hi - lo|| / N`` under replace-one),
   composed in Gaussian DP (``mu^2 = mu_cov^2 + mu_mean^2``), then ``X X^T / N - m m^T``. The
@@ -31,7 +32,7 @@ from scipy.optimize import brentq
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, build_noise_plan
 from mvg_dask.plan.queries import CenteredCovarianceQuery, CovarianceQuery
-from mvg_dask.plan.queries.moment import augmented_domain, centered_from_moment
+from mvg_dask.plan.queries.moment import centered_from_moment
 from mvg_dask.privacy import calibration as cal
 
 SPLITS = np.linspace(0.1, 0.9, 9)  # the covariance's share of mu^2 in the separate releases
@@ -46,9 +47,11 @@ def moment_error(X: np.ndarray, epsilon: float, delta: float, trials: int) -> fl
     """RMS Frobenius error of the moment release's covariance."""
     m, n = X.shape
     box = BoxDomain.create(0.0, 1.0, m)
+    c = np.full(m, 0.5)  # the box's centre, as the release plans it
+    query = CenteredCovarianceQuery(m + 1, n, centre=tuple(c))
     plan = build_noise_plan(
-        CenteredCovarianceQuery(m + 1, n),
-        augmented_domain(box),
+        query,
+        query.record_domain(box),
         epsilon=epsilon,
         delta=delta,
         algorithm="symmetric",

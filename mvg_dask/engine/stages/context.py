@@ -95,9 +95,11 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
         Gram pass summing the augmented records).
     """
     d, aug = rplan.domain, rplan.query.augmented
+    centre = getattr(rplan.query, "centre_vector", None)
     if isinstance(d, BoxDomain):
-        return Clipper("box", d.lower[:, None], d.upper[:, None], None, rplan.on_violation, aug)
-    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug)
+        lo, hi = d.lower[:, None], d.upper[:, None]
+        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre)
 
 
 def source_of(rplan: ReleasePlan) -> ZarrMatrix:

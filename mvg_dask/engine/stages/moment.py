@@ -1,5 +1,6 @@
-"""The ``moment`` stage: the augmented second moment ``Z Z^T / N`` of ``z = [x; 1]``, privatized
-on the client, written with the mean and the covariance around it (post-processing)."""
+"""The ``moment`` stage: the augmented second moment ``Z Z^T / N`` of ``z = [x - c; 1]``,
+privatized on the client, written with the mean and the covariance around it
+(post-processing)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,6 @@ def run_moment(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         noisy = lattice_square_release(query, rplan.noise_plan(), release_key)
     else:
         noisy = query + noise
-    mean, covariance = centered_from_moment(noisy)
+    mean, covariance = centered_from_moment(noisy, getattr(rplan.query, "centre_vector", None))
     ctx.target.write_matrix_values({MOMENT: noisy, MEAN: mean, COVARIANCE: covariance})
     return rplan

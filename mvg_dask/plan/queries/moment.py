@@ -14,45 +14,52 @@
 Per record: ``z z^T``; per task: the Gram matrix of the block with a row of ones appended
 (:func:`augmented_gram`: ``X X^T``, the row sums and the count, without forming ``Z``); the
 fixed-tree combine and the finalize step are the covariance's. Sensitivity: the covariance
-bounds of the augmented domain (:func:`augmented_domain`; docs/bounds.md, "The augmented
-record"), every bound over a superset of the augmented records being a bound over them.
+bounds of the augmented domain (``mvg_dask.plan.domain.augmented_domain``; docs/bounds.md
+Sec. 13). A declared box is shifted by its centre ``c`` first, ``z = [x - c; 1]`` (its
+``R = sup ||x - c||^2`` is about a quarter of ``sup ||x||^2`` on ``[0, 1]^m``, and the noise
+with it; docs/bounds.md Sec. 14): the mean adds ``c`` back and the covariance does not depend
+on it.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from mvg_dask.plan.domain import BoxDomain, L2BallDomain, RecordDomain
+from mvg_dask.plan.domain import RecordDomain, augmented_domain
 from mvg_dask.plan.queries.covariance import CovarianceQuery
 
 __all__ = [
     "CenteredCovarianceQuery",
     "RegressionQuery",
-    "augmented_domain",
     "augmented_gram",
     "centered_from_moment",
 ]
 
 
-def augmented_gram(block: np.ndarray) -> np.ndarray:
-    """``Z Z^T`` of the augmented records ``z = [x; 1]`` of a block, without forming ``Z``:
-    ``[[X X^T, X 1], [1^T X^T, b]]``. Each entry is a sum of exact products ``x_i x_j`` or
-    ``x_i 1`` over the block's records, as docs/bounds.md Sec. 11 bounds them.
+def augmented_gram(block: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
+    """``Z Z^T`` of the augmented records ``z = [x - c; 1]`` of a block, without forming ``Z``:
+    ``[[X_c X_c^T, X_c 1], [1^T X_c^T, b]]`` with ``X_c = fl(X - c)``. Each entry is a sum of
+    products ``z_i z_j`` over the block's records, as docs/bounds.md Sec. 11 bounds them (the
+    query is defined on the computed ``fl(x - c)``, a function of one record whose range is
+    the shifted box: rounding is monotone).
 
     Parameters
     ----------
     block : ndarray
         ``m x b`` records (features x records), float64.
+    centre : ndarray, optional
+        ``c`` (``m``), the public centre the records are shifted by; none by default.
 
     Returns
     -------
     ndarray
         ``(m + 1) x (m + 1)``.
     """
+    if centre is not None:
+        block = block - centre.reshape(-1, 1)
     m, b = block.shape
     out = np.empty((m + 1, m + 1), dtype=np.float64)
     out[:m, :m] = block @ block.T
@@ -63,60 +70,50 @@ def augmented_gram(block: np.ndarray) -> np.ndarray:
     return out
 
 
-def augmented_domain(domain: RecordDomain) -> RecordDomain:
-    """A domain holding every augmented record ``[x; 1]`` of ``domain``'s records.
-
-    A box gains the coordinate ``[0, 1]`` (a box's intervals are not degenerate; ``[0, 1]``
-    keeps the box sign-definite exactly when the records' box is); an L2 ball of radius ``r``
-    becomes the ball of radius ``sqrt(r^2 + 1)`` in ``m + 1`` dimensions. Every sensitivity
-    bound over the larger set bounds the augmented records (docs/bounds.md, "The augmented
-    record").
-
-    Parameters
-    ----------
-    domain : BoxDomain or L2BallDomain
-        The records' declared domain.
-
-    Returns
-    -------
-    BoxDomain or L2BallDomain
-        The augmented domain (``m + 1`` features).
-    """
-    if isinstance(domain, BoxDomain):
-        return BoxDomain(np.append(domain.lower, 0.0), np.append(domain.upper, 1.0))
-    assert isinstance(domain, L2BallDomain)
-    return L2BallDomain(math.sqrt(domain.radius**2 + 1.0), domain.m + 1)
-
-
-def centered_from_moment(moment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def centered_from_moment(
+    moment: np.ndarray, centre: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The mean and the covariance around it, from a (noisy) augmented second moment.
 
     Parameters
     ----------
     moment : ndarray
-        ``(m + 1) x (m + 1)``: ``Z Z^T / N`` of ``z = [x; 1]``, plus noise.
+        ``(m + 1) x (m + 1)``: ``Z Z^T / N`` of ``z = [x - c; 1]``, plus noise.
+    centre : ndarray, optional
+        ``c`` (``m``); none by default.
 
     Returns
     -------
     mean : ndarray
-        ``M[:m, m]``, ``(m,)``.
+        ``M[:m, m] + c``, ``(m,)``.
     covariance : ndarray
-        ``M[:m, :m] - mean mean^T`` (``numpy.cov(X, bias=True)`` without noise), symmetric
-        when ``M`` is.
+        ``M[:m, :m] - M[:m, m] M[:m, m]^T`` (``numpy.cov(X, bias=True)`` without noise: the
+        covariance does not depend on ``c``), symmetric when ``M`` is.
     """
     m = moment.shape[0] - 1
-    mean = np.array(moment[:m, m], dtype=np.float64)
-    return mean, np.asarray(moment[:m, :m] - np.outer(mean, mean))
+    shifted = np.array(moment[:m, m], dtype=np.float64)
+    covariance = np.asarray(moment[:m, :m] - np.outer(shifted, shifted))
+    return (shifted if centre is None else shifted + centre), covariance
 
 
 @dataclass(frozen=True)
 class CenteredCovarianceQuery(CovarianceQuery):
-    """The augmented second moment ``Z Z^T / N`` of ``z = [x; 1]``, published with the mean and
-    the covariance around it (parameters of :class:`~mvg_dask.plan.MatrixQuery`; ``features`` counts the
-    augmented terms, ``m + 1``)."""
+    """The augmented second moment ``Z Z^T / N`` of ``z = [x - c; 1]``, published with the mean
+    and the covariance around it (parameters of :class:`~mvg_dask.plan.MatrixQuery`, and the
+    following; ``features`` counts the augmented terms, ``m + 1``).
+
+    Parameters
+    ----------
+    centre : tuple of float, optional
+        ``c``, public: the centre of a declared box (the plan's choice, docs/bounds.md
+        Sec. 14: the shifted box's ``R = sup ||x - c||^2`` is about a quarter of the unshifted
+        one on ``[0, 1]^m``); ``None`` (an L2 ball, centred at 0): no shift.
+    """
 
     kind: ClassVar[str] = "centered-covariance"
     augmented: ClassVar[bool] = True
+
+    centre: tuple[float, ...] | None = None
 
     def _check_fields(self) -> None:
         if self.features < 2:
@@ -129,20 +126,39 @@ class CenteredCovarianceQuery(CovarianceQuery):
         """``m``, the records' features (without the constant)."""
         return self.features - 1
 
+    @property
+    def centre_vector(self) -> np.ndarray | None:
+        """``c`` as an array (``None``: no shift)."""
+        return None if self.centre is None else np.asarray(self.centre, dtype=np.float64)
+
     def record_domain(self, domain: RecordDomain) -> RecordDomain:
-        """:func:`augmented_domain` (its records are what the query sums)."""
-        return augmented_domain(domain)
+        """The augmented records' domain (``mvg_dask.plan.domain.augmented_domain``, shifted
+        by the centre): what the query sums."""
+        return augmented_domain(domain, self.centre_vector)
 
     def partial(self, block: np.ndarray) -> np.ndarray:
         """``Z_b Z_b^T`` of the augmented block (:func:`augmented_gram`, as the engine forms
         it)."""
-        return augmented_gram(np.asarray(block, dtype=np.float64))
+        return augmented_gram(np.asarray(block, dtype=np.float64), self.centre_vector)
+
+    def _extra_dict(self) -> dict[str, object]:
+        return {} if self.centre is None else {"centre": list(self.centre)}
+
+    @classmethod
+    def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`~mvg_dask.plan.MatrixQuery.fields_from_dict` with the centre."""
+        centre = data.get("centre")
+        return {
+            **super().fields_from_dict(data),
+            "centre": None if centre is None else tuple(float(v) for v in centre),
+        }
 
 
 @dataclass(frozen=True)
 class RegressionQuery(CenteredCovarianceQuery):
     """The regression sufficient statistics: the centered-covariance release of the records
-    with a declared response feature (parameters of :class:`~mvg_dask.plan.MatrixQuery` and the following).
+    with a declared response feature (parameters of :class:`CenteredCovarianceQuery` and the
+    following).
 
     Parameters
     ----------
@@ -169,7 +185,7 @@ class RegressionQuery(CenteredCovarianceQuery):
 
     def _extra_dict(self) -> dict[str, object]:
         label = self.target if self.target_label is None else self.target_label
-        return {"target": self.target, "target_label": label}
+        return {**super()._extra_dict(), "target": self.target, "target_label": label}
 
     @classmethod
     def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
