@@ -335,6 +335,40 @@ class LedgerSpec(_Strict):
         return loc
 
 
+#: A feature's label in a query: a value of the input's feature coordinate, or its position
+#: when the input has no feature coordinate.
+FeatureLabel = Annotated[str, Field(min_length=1)] | int
+
+
+class CrossCovarianceSpec(_Strict):
+    """The two groups of features of a cross-covariance ``X_rows X_cols^T / N``."""
+
+    rows: Annotated[list[FeatureLabel], Field(min_length=1)]
+    cols: Annotated[list[FeatureLabel], Field(min_length=1)]
+
+    @field_validator("rows", "cols", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
+            raise ValueError("feature labels are names (strings) or positions (integers)")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> CrossCovarianceSpec:
+        for name in ("rows", "cols"):
+            labels = getattr(self, name)
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"{name} repeat a feature")
+        return self
+
+
+class CrossCovarianceQuerySpec(_Strict):
+    """``{cross-covariance: {rows: [...], cols: [...]}}``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    cross_covariance: CrossCovarianceSpec = Field(alias="cross-covariance")
+
+
 class ReleaseSpec(_Strict):
     """A complete release specification."""
 
@@ -342,7 +376,7 @@ class ReleaseSpec(_Strict):
     release_id: str | None = None
     input: InputSpec
     domain: DomainSpec
-    query: Literal["identity", "covariance"]
+    query: Literal["identity", "covariance"] | CrossCovarianceQuerySpec
     mechanism: MechanismSpec = MechanismSpec()
     privacy: PrivacySpec
     output: OutputSpec
@@ -363,6 +397,13 @@ class ReleaseSpec(_Strict):
             return {**data, "mechanism": {**mech, "algorithm": "symmetric"}}
         return data
 
+    @property
+    def query_kind(self) -> str:
+        """The query's registered name (``identity``, ``covariance``, ``cross-covariance``)."""
+        if isinstance(self.query, CrossCovarianceQuerySpec):
+            return "cross-covariance"
+        return self.query
+
     @field_validator("name", "release_id")
     @classmethod
     def _identifier(cls, value: str | None) -> str | None:
@@ -374,13 +415,14 @@ class ReleaseSpec(_Strict):
 
     @model_validator(mode="after")
     def _mechanism_fits_query(self) -> ReleaseSpec:
+        self._cross_covariance_fits()
         mech = self.mechanism
         try:
             # the identity query is m x N with N unknown here: treated as not square
             check_compatible(
                 mech.calibration,
                 mech.algorithm,
-                query_kind=self.query,
+                query_kind=self.query_kind,
                 psd=self.query == "covariance",
                 square=self.query == "covariance",
                 standard_directions=mech.directions.method == "standard",
@@ -403,6 +445,31 @@ class ReleaseSpec(_Strict):
                 "{method: dp-pca}"
             )
         return self
+
+
+    def _cross_covariance_fits(self) -> None:
+        """What a cross-covariance release offers: unimodal noise, fixed directions,
+        replace-one neighbours."""
+        if not isinstance(self.query, CrossCovarianceQuerySpec):
+            return
+        mech = self.mechanism
+        if mech.algorithm != "unimodal":
+            raise ValueError(
+                f"mechanism.algorithm: a cross-covariance is not symmetric and its columns are "
+                f"other features than its rows; its noise is Sigma on the row features and "
+                f"Psi = I: use unimodal, not {mech.algorithm}"
+            )
+        if mech.directions.method == "dp-pca":
+            raise ValueError(
+                "mechanism.directions: DP-PCA directions are not offered for a cross-covariance "
+                "(they would be the row features' principal directions); use standard or matrix"
+            )
+        if self.privacy.neighbours == "add-remove":
+            raise ValueError(
+                "privacy.neighbours: a cross-covariance release takes replace-one neighbours "
+                "(its add-remove sensitivity is proved, docs/bounds.md Sec. 14, but the release "
+                "with a private record count is not offered yet)"
+            )
 
 
 def spec_hash(spec: ReleaseSpec) -> str:

@@ -72,7 +72,9 @@ N_MAX = 400  # a public bound on the record count (declared gamma, entry range)
 
 #: variables that are allowed to differ between the two releases of a pair; everything else
 #: (every other file, and the zarr.json of these) must be byte-identical
-QUERY_VARIABLE = {"identity": "X", "covariance": "covariance"}
+QUERY_VARIABLE = {"identity": "X", "covariance": "covariance", "cross-covariance": "cross_covariance"}
+#: the cross-covariance cases' query (the input's feature names f0..f3)
+CROSS_QUERY = {"cross-covariance": {"rows": ["f0", "f2"], "cols": ["f1", "f2", "f3"]}}
 # DP-PCA: the directions are the eigenvectors of the noisy Gram matrix (Analyze Gauss) and the
 # eigenvalues its eigenvalues; the noise covariance (row_cov, col_cov) and the per-direction
 # noise variances are computed from those directions (and max-pnr from the eigenvalues). They are
@@ -170,6 +172,10 @@ CASES: list[Case] = [
     Case("covariance", "symmetric", "exact", "add-remove", N0, "l2"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "box"),
     Case("covariance", "symmetric", "exact", "replace-one", None, "box", "dp-pca"),
+    # cross-covariance: unimodal (Sigma on the row features, Psi = I), replace-one only
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box"),
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "l2", allocation="binary"),
+    Case("cross-covariance", "unimodal", "mvg-thm2", "replace-one", None, "box"),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
@@ -226,7 +232,7 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
         "domain": {**domain, "on_violation": "clip"},
-        "query": case.query,
+        "query": CROSS_QUERY if case.query == "cross-covariance" else case.query,
         "mechanism": mech,
         "privacy": privacy,
         "output": {

@@ -56,6 +56,12 @@ def _query_text(rplan: ReleasePlan) -> str:
     n = "N" if private_n else str(rplan.input.records)
     if rplan.query.kind == "identity":
         return f"identity: the {m} x {n} data matrix itself, noise on every entry"
+    if rplan.query.kind == "cross-covariance":
+        m_a, m_b = rplan.query.shape
+        return (
+            f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), N = {n} "
+            "(public under replace-one)"
+        )
     if not private_n:
         return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
     if not rplan.releases_count:

@@ -48,7 +48,7 @@ from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.spec import ReleaseSpec, SpecError, spec_hash
+from mvg_dask.spec import CrossCovarianceQuerySpec, ReleaseSpec, SpecError, spec_hash
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
@@ -667,7 +667,7 @@ def _fixed_directions(
 
 def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
     """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
-    if spec.query != "covariance":
+    if spec.query_kind != "covariance":
         return None
     chunk = spec.output.matrix_chunk
     if chunk is None:
@@ -733,7 +733,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
     # the plan, and the bytes of a release with standard directions, never depend on
     # output.matrix_chunk
     depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), TREE_FAN_IN)
-    if spec.query == "covariance":
+    if spec.query_kind == "covariance":
         depth = max(depth, panel_depth(records, PANEL_RECORDS, chunk))
     return LatticeContext(records=records, depth=depth)
 
@@ -784,7 +784,7 @@ def plan_release(
     allocation = Allocation(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
     )
-    directions, step = _fixed_directions(spec, m, directions_matrix)
+    directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
     context = _lattice_context(spec, metadata)
     budgets, step, noise = _budgets_and_noise(
         spec, query, domain, allocation, directions, step, context
@@ -817,7 +817,7 @@ def plan_release(
         noise_kind=mech.noise,
         lattice_context=context,
         stages=release_stages(
-            spec.query,
+            spec.query_kind,
             noisy_count=budgets.count_share > 0,
             dp_pca=step is not None,
             panels=matrix_chunk is not None,
@@ -845,15 +845,17 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
+    positions = _query_features(spec, metadata)
     try:
         query = make_query(
-            spec.query,
+            spec.query_kind,
             features=metadata.features,
             records=(privacy.records or 1) if private_count else metadata.records,
             sensitivity=mech.sensitivity,
             gamma=mech.gamma,
             entry_range=mech.entry_range,
             records_known=not private_count,
+            **positions,
         )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
@@ -862,6 +864,35 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     except DeclaredBoundError as exc:
         raise SpecError(str(exc)) from None
     return query
+
+
+def _query_features(spec: ReleaseSpec, metadata: InputMetadata) -> dict[str, Any]:
+    """The feature positions a query names (a cross-covariance's ``rows`` and ``cols``): labels
+    of the input's feature coordinate, or positions when it has none (metadata only)."""
+    if not isinstance(spec.query, CrossCovarianceQuerySpec):
+        return {}
+    names = metadata.feature_names
+    out: dict[str, Any] = {}
+    for side in ("rows", "cols"):
+        positions = []
+        for label in getattr(spec.query.cross_covariance, side):
+            if names is not None:
+                found = [i for i, n in enumerate(names) if n == label]
+                if not found:
+                    raise DataError(
+                        f"query.cross-covariance.{side}: {label!r} is not a value of the input's "
+                        f"feature coordinate {metadata.feature_dim!r}"
+                    )
+                positions.append(found[0])
+            elif isinstance(label, int) and 0 <= label < metadata.features:
+                positions.append(label)
+            else:
+                raise DataError(
+                    f"query.cross-covariance.{side}: the input has no feature coordinate, so a "
+                    f"feature is its position 0..{metadata.features - 1}, not {label!r}"
+                )
+        out[side] = tuple(positions)
+    return out
 
 
 def _budgets_and_noise(

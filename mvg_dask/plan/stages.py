@@ -18,6 +18,8 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
     Read, clip, add noise to and write every chunk of the records (the identity query).
 ``covariance``
     Add the noise to ``X X^T / N`` and write it (with a noisy count: also the noisy sum).
+``cross-covariance``
+    Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
 ``covariance-panels``
     A wide covariance, one row panel of ``X X^T`` plus noise per task.
 ``low-rank-lattice-panels``
@@ -35,6 +37,7 @@ DP_PCA_PANELS: Final = "dp-pca-panels"
 IDENTITY: Final = "identity"
 COVARIANCE: Final = "covariance"
 COVARIANCE_PANELS: Final = "covariance-panels"
+CROSS_COVARIANCE: Final = "cross-covariance"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
 
 #: every stage name, in the order they can run
@@ -45,6 +48,7 @@ STAGES: Final = (
     DP_PCA_PANELS,
     IDENTITY,
     COVARIANCE,
+    CROSS_COVARIANCE,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
 )
@@ -57,7 +61,7 @@ def release_stages(
 
     Parameters
     ----------
-    query : {"identity", "covariance"}
+    query : {"identity", "covariance", "cross-covariance"}
         The query.
     noisy_count : bool
         The release adds a noisy record count.
@@ -74,6 +78,8 @@ def release_stages(
         Stage names (see the module's description).
     """
     stages: list[str] = [NOISY_COUNT] if noisy_count else []
+    if query == CROSS_COVARIANCE:  # fixed directions, whole matrix (the plan refuses others)
+        return (*stages, GRAM, CROSS_COVARIANCE)
     if query == "covariance" and panels:
         if dp_pca:  # a wide DP-PCA keeps its top k: low-rank directions
             stages.append(DP_PCA_PANELS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mvg_dask.plan.queries.base import DECLARED_RTOL, DeclaredBoundError, MatrixQuery, Query
 from mvg_dask.plan.queries.covariance import CovarianceQuery
+from mvg_dask.plan.queries.cross import CrossCovarianceQuery
 from mvg_dask.plan.queries.custom import CustomQuery
 from mvg_dask.plan.queries.identity import IdentityQuery
 
@@ -21,6 +22,7 @@ __all__ = [
     "QUERIES",
     "QUERY_TYPES",
     "CovarianceQuery",
+    "CrossCovarianceQuery",
     "CustomQuery",
     "DeclaredBoundError",
     "IdentityQuery",
@@ -35,6 +37,7 @@ QUERY_TYPES: dict[str, type[MatrixQuery]] = {
     IdentityQuery.kind: IdentityQuery,
     CovarianceQuery.kind: CovarianceQuery,
     CustomQuery.kind: CustomQuery,
+    CrossCovarianceQuery.kind: CrossCovarianceQuery,
 }
 #: The registered names.
 QUERIES: tuple[str, ...] = tuple(QUERY_TYPES)
