@@ -446,7 +446,6 @@ class ReleaseSpec(_Strict):
             )
         return self
 
-
     def _cross_covariance_fits(self) -> None:
         """What a cross-covariance release offers: unimodal noise, fixed directions,
         replace-one neighbours."""

@@ -92,7 +92,10 @@ def maximise(objective, domain, pairs: bool, rng: np.random.Generator) -> float:
 
 def corners(domain: BoxDomain, objective, pairs: bool) -> float:
     """Brute force over the box's corners (and pairs of corners)."""
-    pts = [np.where(np.array(c), domain.upper, domain.lower) for c in itertools.product((0, 1), repeat=M)]
+    pts = [
+        np.where(np.array(c), domain.upper, domain.lower)
+        for c in itertools.product((0, 1), repeat=M)
+    ]
     if not pairs:
         return max(objective(x, np.zeros(M)) for x in pts)
     return max(objective(x, xp) for x in pts for xp in pts)
@@ -115,7 +118,9 @@ def _precision(kind: str, m: int, rng: np.random.Generator) -> tuple[np.ndarray,
 @pytest.mark.parametrize("domain_name", DOMAINS)
 @pytest.mark.parametrize("precision", ["identity", "diagonal", "dense"])
 @pytest.mark.parametrize("sides", [OVERLAP, DISJOINT], ids=["overlap", "disjoint"])
-def test_whitened_replace_one_bound_dominates_optimisation_and_corners(domain_name, precision, sides):
+def test_whitened_replace_one_bound_dominates_optimisation_and_corners(
+    domain_name, precision, sides
+):
     """``c sqrt(S_a R_b) / N`` against 20 local optimisations and every pair of corners (seed
     from the case; a bound below any value found fails)."""
     rows, cols = sides
@@ -230,12 +235,16 @@ def test_float_error_bound_dominates_the_engines_error():
     v = np.array([0.3, 1.7])
     white = ferr.Whitening.diagonal(v)
     E = q.float_error(
-        np.ones(M), white, norm_max=None, algorithm="unimodal", ratio=None,
+        np.ones(M),
+        white,
+        norm_max=None,
+        algorithm="unimodal",
+        ratio=None,
         context=LatticeContext(records=N, depth=depth),
     )
     # the engine's sequence: chunk Grams summed in order, the block divided, then whitened
     G = sum(X[:, a : a + chunk] @ X[:, a : a + chunk].T for a in range(0, N, chunk))
-    g_hat = (q.finalize(G) * (1.0 / np.sqrt(v))[:, None])
+    g_hat = q.finalize(G) * (1.0 / np.sqrt(v))[:, None]
     exact = (X[[0, 2]].astype(np.longdouble) @ X[[1, 2, 3, 4]].T.astype(np.longdouble)) / N
     g = exact / np.sqrt(v.astype(np.longdouble))[:, None]
     measured = float(np.sqrt(np.sum((g_hat - g) ** 2)))
@@ -329,13 +338,17 @@ def _equal_depth_chunks(records: int, features: int) -> tuple[int, int]:
     """Two record chunkings whose Gram passes have the same summation depth (the lattice
     plan's float-error bound depends on it; so with these the plans are the same)."""
     from mvg_dask.plan.lattice import gram_depth
-    from mvg_dask.plan.release_plan import TREE_FAN_IN, chunk_runs  # noqa: F401
-    from mvg_dask.plan.release_plan import InputMetadata
+    from mvg_dask.plan.release_plan import TREE_FAN_IN, InputMetadata
 
     def depth(chunk: int) -> int:
         meta = InputMetadata(
-            store="x", variable="X", record_dim="record", feature_dim="feature",
-            dims=("feature", "record"), shape=(features, records), dtype="float64",
+            store="x",
+            variable="X",
+            record_dim="record",
+            feature_dim="feature",
+            dims=("feature", "record"),
+            shape=(features, records),
+            dtype="float64",
             record_chunk=chunk,
         )
         return gram_depth(records, chunk, meta.gram_chunks_per_task(), TREE_FAN_IN)

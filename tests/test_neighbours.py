@@ -72,7 +72,11 @@ N_MAX = 400  # a public bound on the record count (declared gamma, entry range)
 
 #: variables that are allowed to differ between the two releases of a pair; everything else
 #: (every other file, and the zarr.json of these) must be byte-identical
-QUERY_VARIABLE = {"identity": "X", "covariance": "covariance", "cross-covariance": "cross_covariance"}
+QUERY_VARIABLE = {
+    "identity": "X",
+    "covariance": "covariance",
+    "cross-covariance": "cross_covariance",
+}
 #: the cross-covariance cases' query (the input's feature names f0..f3)
 CROSS_QUERY = {"cross-covariance": {"rows": ["f0", "f2"], "cols": ["f1", "f2", "f3"]}}
 # DP-PCA: the directions are the eigenvectors of the noisy Gram matrix (Analyze Gauss) and the
