@@ -45,11 +45,12 @@ CHUNK_BYTES = 2**23  # ~8 MiB input chunks
 
 
 def spec(
-    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice"
+    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice", m: int = 0
 ) -> dict[str, object]:
     """A release spec with the product's defaults, charged to a ledger next to the output
     (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation; ``noise``:
-    the lattice release, the default, or the float path it replaced)."""
+    the lattice release, the default, or the float path it replaced; ``cross``: the
+    cross-covariance of the first ``m // 2`` features with the others)."""
     mechanism: dict[str, object] = {"noise": noise}
     if dp_pca_k:
         mechanism |= {
@@ -60,7 +61,9 @@ def spec(
         "name": f"bench-{query}",
         "input": {"store": store},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}},
-        "query": query,
+        "query": query
+        if query != "cross"
+        else {"cross-covariance": {"rows": list(range(m // 2)), "cols": list(range(m // 2, m))}},
         "mechanism": mechanism,
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"store": out},
@@ -309,13 +312,13 @@ def bench_query(
     k = args.dp_pca_k if query == "covariance" else 0
 
     def warm_run() -> None:
-        api.release(spec(store, out, query, k, noise), client=client, progress=False)
+        api.release(spec(store, out, query, k, noise, m), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query, k, noise), progress=False)
+        api.release(spec(store, out, query, k, noise, m), progress=False)
 
     def baseline() -> None:
-        if query == "covariance":
+        if query in ("covariance", "cross"):
             user_xxt(store)
         else:
             user_naive_identity(store, naive)
@@ -327,7 +330,8 @@ def bench_query(
     # the sampler records the cluster's total process memory: per worker at the peak
     workers = len(client.scheduler_info()["workers"])
     peak = float(np.nanmax(sampler.to_pandas().to_numpy())) / workers / 2**20
-    floor = fl["read"] + (fl["gram"] if query == "covariance" else fl["noise"] + fl["write"])
+    gram = query in ("covariance", "cross")
+    floor = fl["read"] + (fl["gram"] if gram else fl["noise"] + fl["write"])
     if k:  # DP-PCA reads the input and forms the Gram matrix once more
         floor *= 2
     per_el = warm * 2 / elements * 1e9  # per worker core
@@ -359,7 +363,7 @@ def main() -> None:
     p.add_argument("--features", default="64", help="features, comma-separated")
     p.add_argument("--repeats", type=int, default=2, help="best of N for each timing")
     p.add_argument("--memory-limit", default="4GiB", help="per worker of the warm cluster")
-    p.add_argument("--queries", default="covariance,identity")
+    p.add_argument("--queries", default="covariance,identity", help="also: cross")
     p.add_argument(
         "--noise",
         default="lattice,float",
