@@ -448,7 +448,7 @@ class ReleaseSpec(_Strict):
 
     def _cross_covariance_fits(self) -> None:
         """What a cross-covariance release offers: unimodal noise, fixed directions,
-        replace-one neighbours."""
+        replace-one neighbours or add-remove ones with a public normaliser ``N0``."""
         if not isinstance(self.query, CrossCovarianceQuerySpec):
             return
         mech = self.mechanism
@@ -463,11 +463,11 @@ class ReleaseSpec(_Strict):
                 "mechanism.directions: DP-PCA directions are not offered for a cross-covariance "
                 "(they would be the row features' principal directions); use standard or matrix"
             )
-        if self.privacy.neighbours == "add-remove":
+        if self.privacy.neighbours == "add-remove" and self.privacy.records is None:
             raise ValueError(
-                "privacy.neighbours: a cross-covariance release takes replace-one neighbours "
-                "(its add-remove sensitivity is proved, docs/bounds.md Sec. 14, but the release "
-                "with a private record count is not offered yet)"
+                "privacy.records: an add-remove cross-covariance divides by a declared public "
+                "normaliser N0 (privacy.records); the release of the sum with a noisy record "
+                "count is not offered for it"
             )
 
 

@@ -272,7 +272,7 @@ def _spec(store: str, out: str, **overrides) -> dict:
         ({"mechanism": {"algorithm": "equi-modal"}}, "use unimodal"),
         ({"mechanism": {"algorithm": "symmetric"}}, "use unimodal"),
         ({"mechanism": {"directions": {"method": "dp-pca"}}}, "DP-PCA"),
-        ({"privacy": {"epsilon": 1.0, "delta": 1e-5, "neighbours": "add-remove"}}, "replace-one"),
+        ({"privacy": {"epsilon": 1.0, "delta": 1e-5, "neighbours": "add-remove"}}, "N0"),
         ({"query": {"cross-covariance": {"rows": ["f0", "f0"], "cols": ["f1"]}}}, "repeat"),
         ({"query": {"cross-covariance": {"rows": [], "cols": ["f1"]}}}, "rows"),
         ({"query": {"cross-covariance": {"rows": ["f0"], "col": ["f1"]}}}, "unknown key"),
@@ -332,6 +332,23 @@ def test_huge_epsilon_is_the_clipped_cross_moment(tmp_path, client, noise):
     std = ds.mvg.noise_std()
     assert std.dims == got.dims and std.shape == (2, 3)
     assert np.allclose(std.values, np.sqrt(np.diag(ds["row_cov"].values))[:, None])
+
+
+def test_add_remove_with_a_public_normaliser(tmp_path, client):
+    """Add-remove neighbours, ``N0`` declared: huge epsilon gives ``X_a X_b^T / N0`` of the
+    clipped data, the record count stays out of the public plan."""
+    X = data(5, 1000, seed=6)
+    store = make_input(tmp_path / "in.zarr", X, chunk=256)
+    privacy = {"epsilon": 1e9, "delta": 1e-5, "neighbours": "add-remove", "records": 800}
+    spec = _spec(store, str(tmp_path / "out.zarr"), privacy=privacy)
+    assert api.dry_run(spec).public_dict()["input"]["records"] is None
+    res = api.release(spec, client=client, seed=2, progress=False)
+    ds = api.open_release(res.output)
+    Xc = np.clip(X, 0, 1)
+    assert np.allclose(ds["cross_covariance"].values, Xc[[0, 3]] @ Xc[[1, 2, 4]].T / 800, atol=1e-9)
+    plan = ds.mvg.plan
+    assert plan["query"]["records_known"] is False
+    assert plan["sensitivity"] == pytest.approx(math.sqrt(2.0 * 3.0) / 800)
 
 
 def _equal_depth_chunks(records: int, features: int) -> tuple[int, int]:
@@ -421,7 +438,7 @@ def test_dry_run_shows_the_query(tmp_path: Path) -> None:
     path = write_spec(tmp_path / "spec.yaml", _spec(store, str(tmp_path / "out.zarr")))
     text = _cli(str(path), "--dry-run")
     assert text.returncode == 0, text.stderr
-    assert "cross-covariance X_rows X_cols^T / N (2 x 3 of 5 features)" in text.stdout
+    assert "cross-covariance X_rows X_cols^T / N (2 x 3 of 5 features), N = 500" in text.stdout
     assert "gram -> cross-covariance" in text.stdout
     out = _cli(str(path), "--dry-run", "--json")
     assert out.returncode == 0, out.stderr

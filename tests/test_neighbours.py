@@ -176,10 +176,11 @@ CASES: list[Case] = [
     Case("covariance", "symmetric", "exact", "add-remove", N0, "l2"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "box"),
     Case("covariance", "symmetric", "exact", "replace-one", None, "box", "dp-pca"),
-    # cross-covariance: unimodal (Sigma on the row features, Psi = I), replace-one only
+    # cross-covariance: unimodal (Sigma on the row features, Psi = I); add-remove with N0
     Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box"),
     Case("cross-covariance", "unimodal", "exact", "replace-one", None, "l2", allocation="binary"),
     Case("cross-covariance", "unimodal", "mvg-thm2", "replace-one", None, "box"),
+    Case("cross-covariance", "unimodal", "exact", "add-remove", N0, "l2"),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),

@@ -58,10 +58,8 @@ def _query_text(rplan: ReleasePlan) -> str:
         return f"identity: the {m} x {n} data matrix itself, noise on every entry"
     if rplan.query.kind == "cross-covariance":
         m_a, m_b = rplan.query.shape
-        return (
-            f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), N = {n} "
-            "(public under replace-one)"
-        )
+        norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
+        return f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
     if not private_n:
         return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
     if not rplan.releases_count:
