@@ -448,3 +448,34 @@ def test_dry_run_shows_the_query(tmp_path: Path) -> None:
     assert plan["plan"]["query"]["shape"] == [2, 3]
     assert plan["stages"] == ["gram", "cross-covariance"]
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_the_accessor_releases_a_cross_covariance(tmp_path: Path, client) -> None:
+    """``arr.mvg.release(..., query={"cross-covariance": ...})``: the release, its coordinates
+    and ``noise_std`` aligned with it; confidence intervals from the same rule."""
+    import xarray as xr
+
+    X = np.random.default_rng(0).uniform(0.05, 0.95, (4, 300))
+    arr = xr.DataArray(
+        X, dims=("feature", "record"), coords={"feature": ["a", "b", "c", "d"]}, name="X"
+    )
+    rel = arr.mvg.release(
+        tmp_path,
+        query={"cross-covariance": {"rows": ["d", "a"], "cols": ["b", "c"]}},
+        domain={"box": {"lower": 0.0, "upper": 1.0}},
+        privacy={"epsilon": 1.0, "delta": 1e-5},
+        release_id="acc",
+        client=client,
+        seed=3,
+        progress=False,
+    )
+    out = rel["cross_covariance"]
+    assert list(out["feature_row"].values) == ["d", "a"]
+    assert list(out["feature_col"].values) == ["b", "c"]
+    std = rel.mvg.noise_std()
+    assert std.dims == out.dims and list(std["feature_row"].values) == ["d", "a"]
+    want = X[[3, 0]] @ X[[1, 2]].T / 300
+    z = (out.values - want) / std.values
+    assert np.all(np.abs(z) < 5)  # 4 entries, |z| < 5 has probability 1 - 2e-6 (seed 3)
+    ci = rel.mvg.confidence_intervals(0.95)
+    assert ci["lower"].shape == (2, 2)
