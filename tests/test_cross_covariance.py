@@ -479,3 +479,42 @@ def test_the_accessor_releases_a_cross_covariance(tmp_path: Path, client) -> Non
     assert np.all(np.abs(z) < 5)  # 4 entries, |z| < 5 has probability 1 - 2e-6 (seed 3)
     ci = rel.mvg.confidence_intervals(0.95)
     assert ci["lower"].shape == (2, 2)
+
+
+@pytest.fixture(scope="module")
+def loopback(tmp_path_factory):
+    from tests.cluster_helpers import loopback_cluster
+
+    with loopback_cluster(tmp_path_factory.mktemp("cluster")) as address:
+        yield address
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["reserved", "skeleton", "before-commit", "before-ledger-commit"])
+def test_a_killed_release_resumes_identically(tmp_path, loopback, point):
+    """SIGKILL at ``point``, then the same command: the bytes of an uninterrupted run with the
+    same (pinned) key, charged once."""
+    import signal
+
+    from mvg_dask.engine.ledger import open_ledger
+    from tests.test_crash import _run
+
+    store = make_input(tmp_path / "in.zarr", data(5, 3000, seed=4), chunk=500)
+    outs = []
+    for name, crash in (("ref", None), ("crashed", point)):
+        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
+        spec = _spec(store, str(out), release_id=f"cross-{name}")
+        spec["ledger"] = {"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}}
+        spec_path = write_spec(tmp_path / f"{name}.yaml", spec)
+        if crash:
+            proc = _run(spec_path, loopback, crash_at=crash)
+            proc.communicate(timeout=300)
+            assert proc.returncode == -signal.SIGKILL
+        proc = _run(spec_path, loopback)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        with open_ledger(ledger) as book:
+            (entry,) = book.releases()
+            assert entry.status == "committed" and entry.noise_key is None
+        outs.append(api.open_release(str(out))["cross_covariance"].values.tobytes())
+    assert outs[0] == outs[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import RecordLattice
 from mvg_dask.engine.stages.context import RunContext
 from mvg_dask.engine.stages.gram import wait_for_gram
@@ -65,6 +66,7 @@ def run_cross_covariance(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         ``rplan``.
     """
     ctx.target.write_matrix_skeleton(rplan, CROSS_COVARIANCE)
+    crash_point("skeleton")
     gram = wait_for_gram(ctx, rplan)
     noisy = cross_covariance_release(rplan, ctx.key.derive("release"), gram)
     ctx.target.write_matrix_values({CROSS_COVARIANCE: noisy})
