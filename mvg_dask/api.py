@@ -48,7 +48,7 @@ def release_spec(
     name: str | None = None,
     input: Any = None,
     domain: Any = None,
-    query: str | None = None,
+    query: str | dict[str, Any] | None = None,
     privacy: Any = None,
     output: Any = None,
     mechanism: Any = None,
@@ -72,8 +72,9 @@ def release_spec(
         The spec's sections, e.g. ``input={"store": "data/ctg.zarr", "variable": "X"}``,
         ``domain={"box": {"lower": 0, "upper": 1}}``, ``privacy={"epsilon": 1, "delta": 1e-6}``,
         ``output={"store": "out/ctg.zarr"}``.
-    query : {"identity", "covariance"}
-        The query.
+    query : str or dict
+        The query: ``"identity"``, ``"covariance"``, ``"centered-covariance"`` or
+        ``{"regression": {"target": "f4"}}`` (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
         Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
         no ledger.

@@ -53,6 +53,8 @@ from mvg_dask.release_format import (
     COVARIANCE,
     CROSS_COVARIANCE_QUERY,
     GRAM,
+    MEAN,
+    MOMENT,
     PLAN_ATTR,
     QUERY_ATTR,
     RECORD_COUNT,
@@ -414,7 +416,9 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         Default: :func:`gaussian_variable`. ``covariance`` of a release with a noisy count
         (``gram / record_count``, a ratio of two noisy values) gets the delta method's
         approximate std, ``sqrt(s_ij^2 + C_ij^2 s_N^2) / N~`` with ``s`` the ``gram``'s std and
-        ``s_N`` the count's, marked ``approximate`` in its attributes.
+        ``s_N`` the count's, marked ``approximate`` in its attributes. A moment release's
+        (centered-covariance, regression) ``mean`` gets its exact std and its ``covariance``
+        the delta method's, also marked ``approximate``.
 
     Returns
     -------
@@ -425,6 +429,8 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     name = variable or gaussian_variable(ds)
     if name == COVARIANCE and gaussian_variable(ds) == GRAM:
         return _ratio_std(ds)
+    if gaussian_variable(ds) == MOMENT and name in (MEAN, COVARIANCE):
+        return _centered_std(ds, name)
     if name != gaussian_variable(ds):
         raise ValueError(
             f"{name!r} is not a variable with the plan's Gaussian noise; use "
@@ -432,7 +438,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY):
+    if ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY) or name == MOMENT:
         std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
@@ -463,6 +469,30 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
     out = xr.DataArray(np.array(std), dims=cov.dims, coords=cov.coords, name="noise_std")
     out.attrs["approximate"] = "delta method: covariance = gram / record_count"
+    return out
+
+
+def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
+    """The noise std of a moment release's ``mean`` (exact: the last column of the noisy
+    ``moment``) or ``covariance`` (the delta method, marked ``approximate``).
+
+    With ``moment = M + E`` (entry std ``s``) the covariance ``C = M~_xx - m~ m~^T`` is, to first
+    order, ``C_xx + E_ij - m_i E_jc - m_j E_ic`` (``c`` the constant term), so ``Var C_ij ~
+    s_ij^2 + m_i^2 s_jc^2 + m_j^2 s_ic^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_ic^2`` on
+    it, evaluated at the released mean (the entries' noises taken as independent, as they are
+    for standard directions). Its coverage is measured in the tests.
+    """
+    s = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
+    m = s.shape[0] - 1
+    var = ds[name]
+    if name == MEAN:
+        return xr.DataArray(s[:m, m].copy(), dims=var.dims, coords=var.coords, name="noise_std")
+    mean = np.asarray(ds[MEAN].values, dtype=np.float64)
+    s_c = s[:m, m]
+    v = s[:m, :m] ** 2 + np.outer(s_c**2, mean**2) + np.outer(mean**2, s_c**2)
+    v[np.diag_indices(m)] = np.diag(s[:m, :m]) ** 2 + 4.0 * mean**2 * s_c**2
+    out = xr.DataArray(np.sqrt(v), dims=var.dims, coords=var.coords, name="noise_std")
+    out.attrs["approximate"] = "delta method: covariance = moment_xx - mean mean^T"
     return out
 
 

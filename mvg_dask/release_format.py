@@ -44,6 +44,7 @@ __all__ = [
     "COL_COV",
     "COMPLETE",
     "COMPONENT_DIM",
+    "CONSTANT_TERM",
     "COVARIANCE",
     "CROSS_COVARIANCE",
     "CROSS_COVARIANCE_QUERY",
@@ -54,6 +55,9 @@ __all__ = [
     "INCOMPLETE",
     "INPUT_VARIABLE_ATTR",
     "KEEP_FILE",
+    "MEAN",
+    "MOMENT",
+    "MOMENT_QUERIES",
     "NOISE_MATRICES",
     "NOISE_VARIANCES",
     "PLAN_ATTR",
@@ -67,6 +71,8 @@ __all__ = [
     "SEEDED_ATTR",
     "STATUS_ATTR",
     "SYMMETRIC_RATIO",
+    "TARGET_ATTR",
+    "TERM_DIM",
     "ProgressLog",
     "attr",
     "check_complete",
@@ -111,6 +117,7 @@ ATTRS = (
     "input_store",
     "input_variable",
     "plan",
+    "target",
 )
 
 
@@ -132,8 +139,10 @@ STATUS_ATTR = attr("status")
 RELEASE_ID_ATTR = attr("release_id")
 #: The public noise plan, a JSON string.
 PLAN_ATTR = attr("plan")
-#: The query kind: ``identity`` or ``covariance``.
+#: The query kind: ``identity``, ``covariance``, ``centered-covariance`` or ``regression``.
 QUERY_ATTR = attr("query")
+#: A regression release's target: the label (or position) of the response feature.
+TARGET_ATTR = attr("target")
 #: The input's variable: the name of an identity release's privatized variable.
 INPUT_VARIABLE_ATTR = attr("input_variable")
 #: True for noise derived from a user seed (reproducible, not private).
@@ -185,6 +194,18 @@ DIRECTION_DIM = "direction"
 #: ``noise_variances`` keeps that dimension with another length (the top ``k`` and their
 #: complement's one variance).
 COMPONENT_DIM = "component"
+#: The second moment ``Z Z^T / N`` of the augmented records ``z = [x; 1]`` (centered-covariance
+#: and regression releases): the variable that carries their Gaussian noise.
+MOMENT = "moment"
+#: The mean ``M[:m, m]`` beside :data:`MOMENT` (post-processing).
+MEAN = "mean"
+#: The dimension of the augmented record's terms (the features and the constant): the axes of
+#: :data:`MOMENT` and of the noise description of a moment release.
+TERM_DIM = "term"
+#: The label of the augmented record's constant term.
+CONSTANT_TERM = "1"
+#: The queries released as the moment of the augmented record.
+MOMENT_QUERIES = ("centered-covariance", "regression")
 
 _ROW_SUFFIX, _COL_SUFFIX = "_row", "_col"
 
@@ -259,9 +280,9 @@ def describe(attrs: Mapping[str, Any], *, status: bool = True) -> str:
 
 
 def released_variable(attrs: Mapping[str, Any]) -> str:
-    """The query's output: :data:`COVARIANCE`, :data:`CROSS_COVARIANCE`, or an identity
-    release's input variable."""
-    if attrs.get(QUERY_ATTR) == COVARIANCE:
+    """The query's output: :data:`COVARIANCE` (of a covariance, centered-covariance or
+    regression release), :data:`CROSS_COVARIANCE`, or an identity release's input variable."""
+    if attrs.get(QUERY_ATTR) in (COVARIANCE, *MOMENT_QUERIES):
         return COVARIANCE
     if attrs.get(QUERY_ATTR) == CROSS_COVARIANCE_QUERY:
         return CROSS_COVARIANCE
@@ -270,7 +291,8 @@ def released_variable(attrs: Mapping[str, Any]) -> str:
 
 def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable]) -> str:
     """The released variable whose noise is the plan's Gaussian noise: :data:`GRAM` when the
-    release has a noisy record count (``covariance`` is then a ratio of two noisy values), else
+    release has a noisy record count (``covariance`` is then a ratio of two noisy values),
+    :data:`MOMENT` for a moment query (``mean`` and ``covariance`` are derived from it), else
     :func:`released_variable`.
 
     Parameters
@@ -282,6 +304,8 @@ def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable])
     """
     if GRAM in variables and RECORD_COUNT in variables:
         return GRAM
+    if attrs.get(QUERY_ATTR) in MOMENT_QUERIES:
+        return MOMENT
     return released_variable(attrs)
 
 

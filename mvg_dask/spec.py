@@ -369,6 +369,24 @@ class CrossCovarianceQuerySpec(_Strict):
     cross_covariance: CrossCovarianceSpec = Field(alias="cross-covariance")
 
 
+class RegressionParams(_Strict):
+    """A regression release's parameters: ``target`` names the response feature (a label of
+    the input's feature coordinate, or its position when the input has no feature names)."""
+
+    target: str | int
+
+
+class RegressionSpec(_Strict):
+    """``query: {regression: {target: f4}}``: the second moment of ``[x; y; 1]``, from which
+    ``ds.mvg.regression`` fits the coefficients (docs/concepts/queries.md)."""
+
+    regression: RegressionParams
+
+
+#: The queries a spec names by a word alone.
+SimpleQuery = Literal["identity", "covariance", "centered-covariance"]
+
+
 class ReleaseSpec(_Strict):
     """A complete release specification."""
 
@@ -376,7 +394,7 @@ class ReleaseSpec(_Strict):
     release_id: str | None = None
     input: InputSpec
     domain: DomainSpec
-    query: Literal["identity", "covariance"] | CrossCovarianceQuerySpec
+    query: SimpleQuery | RegressionSpec | CrossCovarianceQuerySpec
     mechanism: MechanismSpec = MechanismSpec()
     privacy: PrivacySpec
     output: OutputSpec
@@ -385,8 +403,8 @@ class ReleaseSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_algorithm(cls, data: Any) -> Any:
-        """An exact covariance release without an algorithm gets symmetric noise."""
-        if not isinstance(data, dict) or data.get("query") != "covariance":
+        """An exact covariance (or moment) release without an algorithm gets symmetric noise."""
+        if not isinstance(data, dict) or _query_kind(data.get("query")) not in SQUARE_QUERIES:
             return data
         mech = data.get("mechanism", {})
         if (
@@ -397,13 +415,6 @@ class ReleaseSpec(_Strict):
             return {**data, "mechanism": {**mech, "algorithm": "symmetric"}}
         return data
 
-    @property
-    def query_kind(self) -> str:
-        """The query's registered name (``identity``, ``covariance``, ``cross-covariance``)."""
-        if isinstance(self.query, CrossCovarianceQuerySpec):
-            return "cross-covariance"
-        return self.query
-
     @field_validator("name", "release_id")
     @classmethod
     def _identifier(cls, value: str | None) -> str | None:
@@ -413,26 +424,45 @@ class ReleaseSpec(_Strict):
             )
         return value
 
+    @property
+    def query_kind(self) -> str:
+        """The query's name: ``identity``, ``covariance``, ``centered-covariance``,
+        ``regression`` or ``cross-covariance``."""
+        return _query_kind(self.query)
+
+    @property
+    def regression_target(self) -> str | int | None:
+        """The response feature of a regression release (``None`` for the other queries)."""
+        return self.query.regression.target if isinstance(self.query, RegressionSpec) else None
+
     @model_validator(mode="after")
     def _mechanism_fits_query(self) -> ReleaseSpec:
         self._cross_covariance_fits()
         mech = self.mechanism
+        kind = self.query_kind
+        square = kind in SQUARE_QUERIES
         try:
             # the identity query is m x N with N unknown here: treated as not square
             check_compatible(
                 mech.calibration,
                 mech.algorithm,
-                query_kind=self.query_kind,
-                psd=self.query == "covariance",
-                square=self.query == "covariance",
+                query_kind=kind,
+                psd=square,
+                square=square,
                 standard_directions=mech.directions.method == "standard",
             )
         except CompatibilityError as exc:
             raise ValueError(f"mechanism.{exc.field}: {exc}") from None
-        if self.query == "identity" and self.privacy.neighbours == "add-remove":
+        if kind == "identity" and self.privacy.neighbours == "add-remove":
             raise ValueError(
                 "privacy.neighbours: the identity query has one column per record, so "
                 "add-remove changes its shape; use replace-one"
+            )
+        if kind in MOMENT_QUERY_KINDS and self.privacy.neighbours == "add-remove":
+            raise ValueError(
+                f"privacy.neighbours: a {kind} release divides by the public record count "
+                "(replace-one); under add-remove release query: covariance of the records "
+                "with a constant feature, or use replace-one"
             )
         if self.ledger is not None and self.privacy.epsilon > self.ledger.budget.epsilon:
             raise ValueError(
@@ -469,6 +499,24 @@ class ReleaseSpec(_Strict):
                 "normaliser N0 (privacy.records); the release of the sum with a noisy record "
                 "count is not offered for it"
             )
+
+
+#: The queries with a square, symmetric PSD output (the second moment of the records, or of the
+#: records with a constant term).
+SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
+#: The queries released as the second moment of the augmented record ``z = [x; 1]``.
+MOMENT_QUERY_KINDS = ("centered-covariance", "regression")
+
+
+def _query_kind(query: Any) -> str:
+    """The kind of a spec's ``query`` (a word, a :class:`RegressionSpec` or its mapping)."""
+    if isinstance(query, RegressionSpec):
+        return "regression"
+    if isinstance(query, CrossCovarianceQuerySpec):
+        return "cross-covariance"
+    if isinstance(query, dict) and len(query) == 1:
+        return str(next(iter(query)))
+    return str(query)
 
 
 def spec_hash(spec: ReleaseSpec) -> str:

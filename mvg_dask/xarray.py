@@ -14,6 +14,7 @@ The accessor only normalises arguments; the work is done by the plain functions 
     rel.mvg.confidence_intervals(0.95)  # value +- z std, per entry
     rel.mvg.confidence_intervals(0.95, simultaneous=True)  # one band for every entry
     rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
+    rel.mvg.regression(intercept=True)  # ridge regression from a regression release's moment
     rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
     rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
 
@@ -31,7 +32,17 @@ from typing import TYPE_CHECKING, Any
 import xarray as xr
 
 from mvg_dask import interactive
-from mvg_dask.release_format import PLAN_ATTR, PREFIX, check_complete, released_variable
+from mvg_dask.plan.estimators import moment_regression
+from mvg_dask.release_format import (
+    CONSTANT_TERM,
+    MOMENT,
+    PLAN_ATTR,
+    PREFIX,
+    RELEASE_ID_ATTR,
+    TARGET_ATTR,
+    check_complete,
+    released_variable,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -220,6 +231,48 @@ class MvgAccessor(_ReleaseAccessor):
         """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
         its published ``row_cov``)."""
         return interactive.release_noise_plan(self._ds)
+
+    def regression(self, intercept: bool = False, ridge: float | str = "adassp") -> xr.DataArray:
+        """Ridge regression of the release's target on the other features from the released
+        ``moment`` (:func:`mvg_dask.plan.estimators.moment_regression`; no privacy cost).
+
+        Parameters
+        ----------
+        intercept : bool, default False
+            Fit an intercept (the constant term ``"1"``, not penalised).
+        ridge : float or "adassp", default "adassp"
+            ``lambda >= 0``, or ``4 sqrt(E ||E_PP||_F^2)`` from the public noise std of the
+            predictors' block (:func:`mvg_dask.plan.estimators.adassp_ridge`).
+
+        Returns
+        -------
+        xarray.DataArray
+            ``coefficients`` over ``term`` (the predictors, then ``"1"``; features by their
+            labels, or ``"#i"`` by position when the input had no feature names), the ``ridge``
+            used and the ``target`` as attributes.
+        """
+        ds = self.check()
+        target = ds.attrs.get(TARGET_ATTR)
+        if MOMENT not in ds.data_vars or target is None:
+            raise ValueError(
+                "regression needs a second-moment release with a target (a 'moment' variable "
+                f"and the {TARGET_ATTR} attribute: query {{regression: {{target: ...}}}})"
+            )
+        moment = ds[MOMENT]
+        std = self.noise_std(MOMENT).values if ridge == "adassp" else None
+        if moment.dims[0] in moment.coords:
+            labels = [str(v) for v in moment[moment.dims[0]].values]
+        else:  # an input without feature names: the features by position, "#0", "#1", ...
+            labels = [*(f"#{i}" for i in range(moment.shape[0] - 1)), CONSTANT_TERM]
+            target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
+        fit = moment_regression(
+            moment.values, labels, str(target), intercept=intercept, noise_std=std, ridge=ridge
+        )
+        attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
+        attrs["source_release"] = ds.attrs.get(RELEASE_ID_ATTR)
+        return xr.DataArray(
+            fit.coefficients, dims=("term",), coords={"term": list(fit.terms)}, attrs=attrs
+        ).rename("coefficients")
 
     def covariance(self) -> xr.DataArray:
         """Unbiased ``X X^T / N``: ``(Y Y^T - N Sigma) / N`` from an identity release, the

@@ -174,3 +174,19 @@ def covariance_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> Capture
     noise = write_covariance_skeleton(out, resolved, key, count)  # type: ignore[arg-type]
     write_covariance(out, resolved, key, gram, noise, count)  # type: ignore[arg-type]
     return out
+
+
+def moment_trial(rplan: ReleasePlan, gram: np.ndarray, seed: int) -> CapturedOutput:
+    """One centered-covariance or regression release of the dataset whose augmented Gram matrix
+    ``Z Z^T`` is ``gram`` (from the engine's own Gram pass): the engine's ``moment`` stage
+    (:func:`~mvg_dask.engine.stages.moment.run_moment`) with the key ``execute_release`` makes
+    for ``seed``; ``value`` is the published ``moment``, ``extra`` its ``mean`` and
+    ``covariance``."""
+    from mvg_dask.engine.stages.context import RunContext
+    from mvg_dask.engine.stages.moment import run_moment
+
+    out = CapturedOutput()
+    ctx = RunContext(None, NoiseKey.from_seed(seed), out, progress=False)  # type: ignore[arg-type]
+    ctx.gram = gram
+    run_moment(ctx, rplan)
+    return out

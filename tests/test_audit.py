@@ -55,6 +55,7 @@ from tests.audit_helpers import (
     covariance_trial,
     epsilon_lower_bound,
     gaussian_log_lr,
+    moment_trial,
     standardise,
     whiten,
     whiten_symmetric,
@@ -75,12 +76,13 @@ OUTSIDE_CORNER = 3.0 * CORNER  # clipped to CORNER
 
 def _spec(root: Path, tag: str, **privacy: Any) -> dict[str, Any]:
     mech = privacy.pop("mechanism", {})
+    query = privacy.pop("query", "covariance")
     return {
         "name": "audit",
         "release_id": f"audit-{tag}",
         "input": {"store": str(root / f"{tag}.zarr"), "variable": "X"},
         "domain": {"box": {"lower": -1.0, "upper": 1.0}, "on_violation": "clip"},
-        "query": "covariance",
+        "query": query,
         "mechanism": {"algorithm": "equi-modal", "calibration": "exact", **mech},
         "privacy": {"epsilon": EPSILON, "delta": DELTA, **privacy},
         "output": {"store": str(root / f"{tag}-out.zarr")},
@@ -194,6 +196,48 @@ def test_covariance_replace_one_symmetric(tmp_path: Path, client) -> None:
     result = epsilon_lower_bound(t0, t1, DELTA)
     _report("covariance replace-one (symmetric, r = 2.5, exact)", result)
     assert 0.5 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
+def test_centered_covariance_and_regression(tmp_path: Path, client) -> None:
+    """The moment release (the second moment of ``z = [x; 1]``, symmetric noise, the default),
+    audited on the moment it publishes (``mean`` and ``covariance`` are functions of it). The
+    pair swaps the corner for the clipped alternating corner: ``||zz^T - z'z'^T||_F = sqrt(48)``
+    against the proved ``sqrt(2) R = sqrt(50)`` of the augmented box ``[-1, 1]^4 x [0, 1]``, so
+    near worst case. The regression release of the same data has the same noise plan (its
+    target changes only what ``ds.mvg.regression`` reads), so its audit is this one."""
+    sym = {"mechanism": {"algorithm": "symmetric"}, "query": "centered-covariance"}
+    plan_d, plan_d2 = _pair(tmp_path, "replace-one", **sym)
+    regression = {**sym, "query": {"regression": {"target": "f3"}}}
+    plan_r, _ = _pair(tmp_path, "replace-one", **regression)
+    centered_noise, regression_noise = plan_d.public_noise_dict(), plan_r.public_noise_dict()
+    assert centered_noise.pop("query")["kind"] == "centered-covariance"
+    assert regression_noise.pop("query")["kind"] == "regression"
+    assert centered_noise == regression_noise
+    noise = plan_d.noise_plan()
+    r = float(noise.symmetric_ratio)
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    assert gram_d.shape == (M + 1, M + 1) and gram_d[M, M] == N  # the constant term
+    n = plan_d.query.records
+    B = noise.row_factor
+    shift = whiten_symmetric((gram_d2 - gram_d) / n, B, r)
+    # near worst case, never beyond the calibrated sensitivity
+    assert 0.8 * noise.mahalanobis_sensitivity < float(np.linalg.norm(shift))
+    assert float(np.linalg.norm(shift)) <= noise.mahalanobis_sensitivity * (1 + 1e-12)
+
+    def statistic(runs: list[Any]) -> np.ndarray:
+        Y = np.stack([run.value for run in runs])
+        whitened = whiten_symmetric(Y - gram_d / n, B, r)
+        return standardise(gaussian_log_lr(whitened, shift), float(np.linalg.norm(shift)))
+
+    def trials(rplan: ReleasePlan, gram: np.ndarray, first: int) -> list[Any]:
+        return [moment_trial(rplan, gram, first + t) for t in range(TRIALS)]
+
+    t0 = statistic(trials(plan_d, gram_d, SEED))
+    t1 = statistic(trials(plan_d2, gram_d2, SEED + TRIALS))
+    result = epsilon_lower_bound(t0, t1, DELTA)
+    _report("centered covariance replace-one (symmetric, exact)", result)
+    assert 0.3 * EPSILON < result.epsilon_lower <= EPSILON
 
 
 @pytest.mark.slow

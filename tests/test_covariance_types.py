@@ -99,10 +99,17 @@ def test_the_plan_takes_its_matrices_from_its_covariance() -> None:
 
 
 def test_registry_names_every_query_type() -> None:
-    assert QUERIES == ("identity", "covariance", "custom", "cross-covariance")
+    assert QUERIES == (
+        "identity",
+        "covariance",
+        "custom",
+        "centered-covariance",
+        "regression",
+        "cross-covariance",
+    )
     assert {name: t.kind for name, t in QUERY_TYPES.items()} == {q: q for q in QUERIES}
     with pytest.raises(
-        ValueError, match="query must be one of identity, covariance, custom, cross-covariance"
+        ValueError, match="query must be one of identity, covariance, custom, centered"
     ):
         make_query("median", features=2, records=3)
 

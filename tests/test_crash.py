@@ -225,3 +225,44 @@ def test_killed_after_the_skeleton_a_wide_identity_resumes_its_noise_matrices(tm
     got, want = files(out), files(ref_out)
     assert {"row_cov/c/0/0", "row_cov/c/1/1", "directions/c/1/1"} <= set(got)
     assert got == want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "query,point",
+    [
+        ("centered-covariance", "skeleton"),
+        ("centered-covariance", "before-commit"),
+        ({"regression": {"target": "f1"}}, "before-ledger-commit"),
+    ],
+)
+def test_moment_release_resumes_identically(tmp_path, loopback, query, point):
+    """A centered-covariance or regression release killed at ``point`` resumes with its stored
+    key: the same ``moment``, ``mean`` and ``covariance`` bytes as an uninterrupted run,
+    charged once."""
+    store = make_input(tmp_path / "in.zarr", data(4, 6000, seed=6), chunk=500)
+    outs = []
+    for name, crash in (("ref", None), ("crashed", point)):
+        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
+        spec = spec_dict(
+            store,
+            str(out),
+            query="covariance",
+            release_id=f"mom-{name}",
+            mechanism={"algorithm": "symmetric"},
+            ledger={"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}},
+        )
+        spec_path = write_spec(tmp_path / f"{name}.yaml", {**spec, "query": query})
+        if crash:
+            proc = _run(spec_path, loopback, crash_at=crash)
+            proc.communicate(timeout=300)
+            assert proc.returncode == -signal.SIGKILL
+        proc = _run(spec_path, loopback)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        with open_ledger(ledger) as book:
+            (entry,) = book.releases()
+            assert entry.status == "committed" and entry.noise_key is None
+        ds = api.open_release(str(out))
+        outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
+    assert outs[0] == outs[1]

@@ -18,6 +18,7 @@ from mvg_dask.errors import DataError, MvgDaskError, ReleaseError
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.noise.tiles import record_noise
 from mvg_dask.plan.covariance import CovarianceKind, NoiseCovariance, covariance_of
+from mvg_dask.plan.queries.moment import augmented_gram
 from mvg_dask.plan.release_plan import PANEL_RECORDS
 from mvg_dask.release_format import ProgressLog
 
@@ -39,6 +40,9 @@ class Clipper:
         L2-ball radius.
     on_violation : {"clip", "error"}
         What to do with values outside the domain.
+    augment : bool
+        The records are summed augmented, ``[x; 1]`` (a moment query): :func:`gram_task` forms
+        their Gram matrix (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
     """
 
     kind: str
@@ -46,6 +50,7 @@ class Clipper:
     upper: np.ndarray | None
     radius: float | None
     on_violation: str
+    augment: bool = False
 
     def __call__(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
         """Return the block inside the domain (float64) and the number of clipped values.
@@ -327,7 +332,7 @@ def gram_task(
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        part = x @ x.T
+        part = augmented_gram(x) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:

@@ -47,12 +47,16 @@ from mvg_dask.release_format import (
     COL_COV,
     COMPLETE,
     COMPONENT_DIM,
+    CONSTANT_TERM,
+    COVARIANCE,
     CROSS_COVARIANCE_QUERY,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
     GRAM,
     INCOMPLETE,
+    MEAN,
+    MOMENT,
     NOISE_MATRICES,
     NOISE_VARIANCES,
     PLAN_ATTR,
@@ -63,6 +67,7 @@ from mvg_dask.release_format import (
     ROW_COV,
     STATUS_ATTR,
     SYMMETRIC_RATIO,
+    TERM_DIM,
     ProgressLog,
     cross_noise_dims,
     describe,
@@ -139,6 +144,8 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "input_store": store_name(rplan.input.store),
         "input_variable": rplan.input.variable,
         "plan": json.dumps(public),
+        # a regression's response feature (a label from the spec, public)
+        "target": getattr(rplan.query, "target_label", None),
     }
     return provenance_attrs(values)
 
@@ -257,12 +264,18 @@ def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
     }
 
 
+def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
+    """The dimensions of the query's square matrices and of the noise description: the
+    feature dimension's, or the augmented terms' (:data:`TERM_DIM`) of a moment query."""
+    return dims_for(TERM_DIM if rplan.query.augmented else rplan.input.feature_dim)
+
+
 def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
-    """The dimensions of the noise matrices: a square output's, or a cross-covariance's
+    """The dimensions of the noise matrices: :func:`matrix_dims`, or a cross-covariance's
     (:func:`~mvg_dask.release_format.cross_noise_dims`)."""
     if rplan.query.kind == CROSS_COVARIANCE_QUERY:
         return cross_noise_dims(rplan.input.feature_dim)
-    return dims_for(rplan.input.feature_dim)
+    return matrix_dims(rplan)
 
 
 def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
@@ -285,7 +298,13 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
         return {}
     # strings as objects: xarray stores them as Zarr v3 variable-length strings
     values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
-    return dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    coords = dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    if rplan.query.augmented:
+        coords[rplan.input.feature_dim] = values
+        if isinstance(names[0], str):  # the constant term's label beside the feature names
+            terms = np.asarray([*names, CONSTANT_TERM], dtype=object)
+            coords |= dict.fromkeys(dims_for(TERM_DIM), terms)
+    return coords
 
 
 def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
@@ -323,17 +342,31 @@ def _matrix_dataset(
 ) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
     """A whole-matrix output's skeleton and encoding (see :meth:`OutputTarget.
     write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
-    shape = rplan.query.shape
+    m = rplan.input.features
+    # (m, m), or a cross-covariance's (m_a, m_b)
+    shape = (m, m) if rplan.query.augmented else rplan.query.shape
     square = dims_for(rplan.input.feature_dim)
     names = [name] if count is None else [name, GRAM]
     variables = {k: xr.DataArray(placeholder(shape), dims=square) for k in names}
+    if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
+        names = [MOMENT, MEAN, COVARIANCE]
+        variables = {
+            MOMENT: xr.DataArray(placeholder((m + 1, m + 1)), dims=matrix_dims(rplan)),
+            MEAN: xr.DataArray(placeholder((m,)), dims=(rplan.input.feature_dim,)),
+            COVARIANCE: xr.DataArray(placeholder((m, m)), dims=square),
+        }
     if count is not None:
         variables[RECORD_COUNT] = xr.DataArray(count)
     ds = xr.Dataset(
         {**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=_feature_coords(rplan)
     )
-    chunks = tuple(min(MATRIX_CHUNK, n) for n in shape)
-    encoding = {k: {"chunks": chunks, "compressors": compressors(rplan)} for k in names}
+    encoding = {
+        k: {
+            "chunks": tuple(min(MATRIX_CHUNK, n) for n in variables[k].shape),
+            "compressors": compressors(rplan),
+        }
+        for k in names
+    }
     return ds, encoding | noise_matrix_encoding(ds)
 
 

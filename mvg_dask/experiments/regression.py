@@ -22,7 +22,10 @@ regressor is ridge regression from the released moments, ``b = (C~_xx + lambda I
 ``y^ = m~_y + b^T (x - m~_x)``, with ``lambda = 4 sqrt(E ||E_xx||_F^2)`` taken from the plan's
 noise (public): by Weyl's inequality ``C~_xx + lambda I`` then stays positive definite unless the
 noise's Frobenius norm exceeds four times its root mean square, so the fit never divides by the
-noise. Nothing is tuned on the data or on the test set.
+noise. Nothing is tuned on the data or on the test set. The fit and the rule are the library's
+post-processing estimator (:func:`mvg_dask.plan.estimators.moment_regression` with an intercept,
+:func:`mvg_dask.plan.estimators.adassp_ridge`; AdaSSP, Wang 2018), the one behind
+``ds.mvg.regression``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ from mvg_dask.plan import (
     share_budget,
 )
 from mvg_dask.plan.directions import directions_from_noisy_gram
+from mvg_dask.plan.estimators import (
+    ADASSP_RIDGE_FACTOR,
+    CONSTANT_TERM,
+    adassp_ridge,
+    moment_regression,
+)
 from mvg_dask.plan.lattice import NoiseKind
 from mvg_dask.plan.noise_plan import gram_step_lattice
 from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
@@ -86,7 +95,7 @@ DP_PCA_K: Final = 2
 _CHUNK: Final = 20
 #: The ridge of the moments regressor, in units of the root mean square Frobenius norm of the
 #: noise on the released feature covariance.
-MOMENTS_RIDGE: Final = 4.0
+MOMENTS_RIDGE: Final = ADASSP_RIDGE_FACTOR
 #: Directions whose share equals the smallest one, when that is below the largest by more than
 #: this relative margin, are "starved": max-PNR's water level did not reach them and they only
 #: got the allocation's floor.
@@ -216,6 +225,7 @@ def moments_ridge_rmse(
 
     ``moments[t]`` estimates ``Z Z^T / N`` for records ``z = (x, y, 1)``: features
     ``0 .. target - 1``, the target at ``target`` and the constant last. The fit is
+    :func:`mvg_dask.plan.estimators.moment_regression` with an intercept:
     ``b = (C_xx + ridge I)^-1 c_xy`` with ``C = M_xx - m_x m_x^T`` (symmetrised) and
     ``c_xy = M_xy - m_x m_y``; the prediction is ``m_y + b^T (x - m_x)``.
 
@@ -237,14 +247,9 @@ def moments_ridge_rmse(
     numpy.ndarray
         RMSE per trial, shape ``(T,)``.
     """
-    M = 0.5 * (moments + np.swapaxes(moments, 1, 2))
-    k = target
-    mx = M[:, :k, -1]
-    my = M[:, k, -1]
-    cxx = M[:, :k, :k] - mx[:, :, None] * mx[:, None, :]
-    cxy = M[:, :k, k] - mx * my[:, None]
-    beta = np.linalg.solve(cxx + ridge * np.eye(k), cxy[..., None])[..., 0]
-    pred = my[:, None] + np.einsum("tk,nk->tn", beta, test_x) - np.sum(beta * mx, axis=1)[:, None]
+    labels = [*(f"x{i}" for i in range(target)), "y", CONSTANT_TERM]
+    fit = moment_regression(moments, labels, "y", intercept=True, ridge=ridge)
+    pred = fit.predict(test_x)
     return np.asarray(np.sqrt(np.mean((pred - test_y[None, :]) ** 2, axis=1)))
 
 
@@ -357,8 +362,7 @@ class RegressionExperiment(PaperExperiment):
         if method.key != "exact-moments":
             return super()._plan_errors(method, plan, released)
         k = self.target
-        std = plan.released_entry_std()
-        ridge = MOMENTS_RIDGE * float(np.sqrt(np.sum(std[:k, :k] ** 2)))
+        ridge = adassp_ridge(plan.released_entry_std()[:k, :k], factor=MOMENTS_RIDGE)
         return moments_ridge_rmse(released, self.test_x, self.test_y, target=k, ridge=ridge)
 
     def _evaluate_extra(

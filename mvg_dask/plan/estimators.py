@@ -6,9 +6,12 @@ plan, never the data.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from mvg_dask.plan.noise_plan import NoisePlan
 
@@ -259,3 +262,197 @@ def correlation_with_std(C: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np
     r[idx, idx] = 1.0
     std_r[idx, idx] = 0.0
     return r, std_r
+
+
+#: The ridge of :func:`moment_regression`'s ``ridge="adassp"`` rule, in units of the root mean
+#: square Frobenius norm of the noise on the released predictor block.
+ADASSP_RIDGE_FACTOR: Final = 4.0
+#: The label of the constant term of a second-moment release (the augmented record's last
+#: coordinate, ``z = [x; 1]``).
+CONSTANT_TERM: Final = "1"
+
+
+def adassp_ridge(block_std: ArrayLike, *, factor: float = ADASSP_RIDGE_FACTOR) -> float:
+    """The ridge ``lambda = factor sqrt(E ||E||_F^2)`` for a released Gram block with noise ``E``.
+
+    ``E ||E||_F^2 = sum_ij s_ij^2`` whatever the noise's correlations (linearity of expectation),
+    with ``s_ij`` the public std of the block's entries (the plan's
+    :meth:`~mvg_dask.plan.noise_plan.NoisePlan.released_entry_std`). Since
+    ``||E||_2 <= ||E||_F``, Markov's inequality on ``||E||_F^2`` gives
+    ``P(||E||_2 > lambda) <= 1 / factor^2`` (1/16 at the default 4) for any noise; Gaussian noise
+    makes it far smaller (``||E||_F^2`` is a weighted sum of chi-square variables; one weight alone
+    gives ``P(chi^2_1 > 16) ~ 6e-5``). On the complementary event Weyl's inequality keeps
+    ``G~ + lambda I`` at least as positive definite as the true Gram ``G``: the regression never
+    divides by the noise. This is the ridge rule of AdaSSP (Wang 2018: the ridge set from the
+    public noise level of the released sufficient statistics, no budget spent on choosing it)
+    with a bound from the plan's noise instead of a private estimate of the smallest
+    eigenvalue.
+
+    Parameters
+    ----------
+    block_std : array_like
+        The std of every entry of the penalised block (a square array), or a scalar for a
+        ``1 x 1`` block.
+    factor : float, default 4.0
+        ``lambda`` in units of the noise's root mean square Frobenius norm.
+
+    Returns
+    -------
+    float
+        ``lambda >= 0``.
+
+    References
+    ----------
+    .. [1] Y.-X. Wang, "Revisiting differentially private linear regression: optimal and
+       adaptive prediction & estimation in unbounded domain", UAI 2018.
+    """
+    s = np.asarray(block_std, dtype=np.float64)
+    if not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError("the noise std must be finite and non-negative")
+    if not (factor >= 0 and np.isfinite(factor)):
+        raise ValueError(f"the ridge factor must be finite and non-negative, got {factor!r}")
+    return float(factor) * float(np.sqrt(np.sum(s * s)))
+
+
+@dataclass(frozen=True)
+class MomentRegression:
+    """A linear regression fitted from a released second moment (:func:`moment_regression`).
+
+    Parameters
+    ----------
+    terms : tuple of str
+        The predictors' labels, then :data:`CONSTANT_TERM` when fitted with an intercept.
+    coefficients : numpy.ndarray
+        Shape ``(..., len(terms))``: the predictors' coefficients, then the intercept.
+    ridge : float
+        The ridge ``lambda`` used.
+    target : str
+        The target's label.
+    """
+
+    terms: tuple[str, ...]
+    coefficients: np.ndarray
+    ridge: float
+    target: str
+
+    def predict(self, x: ArrayLike) -> np.ndarray:
+        """Predictions ``x b (+ b_0)`` for records ``x`` of shape ``(n, predictors)``.
+
+        Parameters
+        ----------
+        x : array_like
+            Records, one per row, the predictors in the order of ``terms``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Shape ``(..., n)``: one row of predictions per fit.
+        """
+        X = np.asarray(x, dtype=np.float64)
+        b = self.coefficients
+        if self.terms and self.terms[-1] == CONSTANT_TERM:
+            return np.asarray(np.einsum("...k,nk->...n", b[..., :-1], X) + b[..., -1:])
+        return np.asarray(np.einsum("...k,nk->...n", b, X))
+
+
+def moment_regression(
+    moment: ArrayLike,
+    labels: Sequence[str],
+    target: str,
+    *,
+    intercept: bool = False,
+    noise_std: ArrayLike | None = None,
+    ridge: float | str = "adassp",
+) -> MomentRegression:
+    """Ridge regression of ``target`` on every other feature from a released second moment.
+
+    ``moment`` estimates ``M = Z Z^T / N`` of the augmented records ``z = [x; 1]`` (``x`` holds
+    the target), its terms labelled ``labels`` with :data:`CONSTANT_TERM` last. With ``P`` the
+    predictors (every feature but the target) and ``y`` the target, the fit minimises
+    ``(1/N) sum (y - x_P b - b_0)^2 + lambda ||b||^2`` (the intercept is not penalised), in the
+    released sufficient statistics (Wang 2018's SSP, "sufficient statistics perturbation"):
+
+    - ``intercept=False``: ``b = (M~_PP + lambda I)^-1 M~_Py``;
+    - ``intercept=True``: with the released means ``m~ = M~[:, 1]`` and the constant's own
+      moment its public value 1 (not the noisy entry), ``b = (C~_PP + lambda I)^-1 c~_Py``,
+      ``C~_PP = M~_PP - m~_P m~_P^T``, ``c~_Py = M~_Py - m~_P m~_y``, and
+      ``b_0 = m~_y - m~_P^T b`` (the normal equations of the augmented system solved through
+      the constant's Schur complement).
+
+    ``ridge="adassp"`` sets ``lambda`` from the public noise of the released ``M~_PP`` by
+    :func:`adassp_ridge` (``4 sqrt(E ||E_PP||_F^2)``); the noise of the released means, which
+    also moves ``C~_PP``, is not counted. Post-processing: no privacy cost.
+    ``moment`` may carry leading batch dimensions (one fit per release); the rule's ``lambda``
+    is then the same for all.
+
+    Parameters
+    ----------
+    moment : array_like
+        Shape ``(..., K, K)``; its symmetric part is used.
+    labels : sequence of str
+        The ``K`` term labels: the features, then ``"1"``.
+    target : str
+        The target's label.
+    intercept : bool, default False
+        Fit an intercept (the constant term; not penalised).
+    noise_std : array_like, optional
+        The ``K x K`` public std of the released entries (or a scalar for all); needed by
+        ``ridge="adassp"``.
+    ridge : float or "adassp", default "adassp"
+        ``lambda >= 0``, or the rule above.
+
+    Returns
+    -------
+    MomentRegression
+        The terms (predictors, then ``"1"`` with an intercept), coefficients and ``lambda``.
+
+    References
+    ----------
+    .. [1] Y.-X. Wang, "Revisiting differentially private linear regression: optimal and
+       adaptive prediction & estimation in unbounded domain", UAI 2018.
+    """
+    M = np.asarray(moment, dtype=np.float64)
+    names = [str(v) for v in labels]
+    K = len(names)
+    if M.ndim < 2 or M.shape[-2:] != (K, K):
+        raise ValueError(f"the moment must be (..., {K}, {K}) for {K} labels, got {M.shape}")
+    if names[-1] != CONSTANT_TERM or names.count(CONSTANT_TERM) != 1:
+        raise ValueError(f"the last term must be the constant {CONSTANT_TERM!r}, got {names}")
+    if target not in names[:-1]:
+        raise ValueError(f"the target {target!r} is not one of the features {names[:-1]}")
+    t = names.index(target)
+    P = [i for i in range(K - 1) if i != t]
+    if not P:
+        raise ValueError("the regression needs at least one predictor besides the target")
+    lam = _ridge_value(ridge, noise_std, M.shape[-2:], P)
+    M = 0.5 * (M + np.swapaxes(M, -1, -2))
+    gram = M[..., P, :][..., :, P]
+    cross = M[..., P, t]
+    if intercept:
+        mx, my = M[..., P, -1], M[..., t, -1]
+        gram = gram - mx[..., :, None] * mx[..., None, :]
+        cross = cross - mx * my[..., None]
+    b = np.linalg.solve(gram + lam * np.eye(len(P)), cross[..., None])[..., 0]
+    terms = tuple(names[i] for i in P)
+    if intercept:
+        b0 = my - np.sum(b * mx, axis=-1)
+        b = np.concatenate([b, b0[..., None]], axis=-1)
+        terms = (*terms, CONSTANT_TERM)
+    return MomentRegression(terms=terms, coefficients=b, ridge=lam, target=target)
+
+
+def _ridge_value(
+    ridge: float | str, noise_std: ArrayLike | None, shape: tuple[int, ...], P: list[int]
+) -> float:
+    """``lambda``: a given value (>= 0) or the AdaSSP rule on the predictor block's noise."""
+    if isinstance(ridge, str):
+        if ridge != "adassp":
+            raise ValueError(f"ridge must be a number >= 0 or 'adassp', got {ridge!r}")
+        if noise_std is None:
+            raise ValueError("ridge='adassp' needs the released entries' noise std (noise_std)")
+        s = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), shape)
+        return adassp_ridge(s[np.ix_(P, P)])
+    lam = float(ridge)
+    if not (lam >= 0 and np.isfinite(lam)):
+        raise ValueError(f"the ridge must be finite and non-negative, got {ridge!r}")
+    return lam

@@ -56,6 +56,13 @@ def _query_text(rplan: ReleasePlan) -> str:
     n = "N" if private_n else str(rplan.input.records)
     if rplan.query.kind == "identity":
         return f"identity: the {m} x {n} data matrix itself, noise on every entry"
+    if rplan.query.augmented:
+        moment = (
+            f"second moment Z Z^T / N of z = [x; 1] ({m + 1} x {m + 1}), N = {n} (public under "
+            "replace-one); mean and covariance around it computed from it"
+        )
+        target = getattr(rplan.query, "target_label", None)
+        return moment if target is None else f"regression on {target!r}: {moment}"
     if rplan.query.kind == "cross-covariance":
         m_a, m_b = rplan.query.shape
         norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"

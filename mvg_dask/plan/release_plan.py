@@ -48,7 +48,13 @@ from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.spec import CrossCovarianceQuerySpec, ReleaseSpec, SpecError, spec_hash
+from mvg_dask.spec import (
+    MOMENT_QUERY_KINDS,
+    CrossCovarianceQuerySpec,
+    ReleaseSpec,
+    SpecError,
+    spec_hash,
+)
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
@@ -351,13 +357,19 @@ class ReleasePlan:
         """True when the noise plan is complete."""
         return self.noise is not None
 
+    @property
+    def query_domain(self) -> RecordDomain:
+        """The domain of what one record contributes through (:meth:`MatrixQuery.record_domain`:
+        the declared domain, or the augmented records' of a moment query)."""
+        return self.query.record_domain(self.domain)
+
     def build(self, directions: Directions) -> NoisePlan:
         """The noise plan for DP-PCA's ``directions``."""
         if self.dp_pca is None:
             raise ValueError("this release has fixed directions; its noise plan is `noise`")
         return build_noise_plan(
             self.query,
-            self.domain,
+            self.query_domain,
             epsilon=self.epsilon,
             delta=self.delta,
             algorithm=self.algorithm,  # type: ignore[arg-type]
@@ -580,7 +592,7 @@ def declared_bounds_text(rplan: ReleasePlan) -> str | None:
     str or None
         The line, or ``None`` when no bound is declared above the proved one.
     """
-    q, domain, nb = rplan.query, rplan.domain, rplan.neighbours
+    q, domain, nb = rplan.query, rplan.query_domain, rplan.neighbours
     neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
     parts: list[str] = []
     drop: dict[str, None] = {}
@@ -667,6 +679,12 @@ def _fixed_directions(
 
 def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
     """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
+    if spec.query_kind in MOMENT_QUERY_KINDS and spec.output.matrix_chunk is not None:
+        if spec.output.matrix_chunk <= m:
+            raise DataError(
+                f"output.matrix_chunk: a {spec.query_kind} release is assembled whole on the "
+                f"client ({m + 1} x {m + 1}); remove matrix_chunk"
+            )
     if spec.query_kind != "covariance":
         return None
     chunk = spec.output.matrix_chunk
@@ -845,22 +863,30 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
-    positions = _query_features(spec, metadata)
+    kind = spec.query_kind
+    fields: dict[str, Any] = _query_features(spec, metadata)
+    if kind in MOMENT_QUERY_KINDS:
+        fields["features"] = metadata.features + 1  # the constant term
+    if spec.regression_target is not None:
+        fields["target"] = _target_position(spec.regression_target, metadata)
+        fields["target_label"] = spec.regression_target
     try:
         query = make_query(
-            spec.query_kind,
-            features=metadata.features,
-            records=(privacy.records or 1) if private_count else metadata.records,
-            sensitivity=mech.sensitivity,
-            gamma=mech.gamma,
-            entry_range=mech.entry_range,
-            records_known=not private_count,
-            **positions,
+            kind,
+            **{
+                "features": metadata.features,
+                "records": (privacy.records or 1) if private_count else metadata.records,
+                "sensitivity": mech.sensitivity,
+                "gamma": mech.gamma,
+                "entry_range": mech.entry_range,
+                "records_known": not private_count,
+                **fields,
+            },
         )
     except ValueError as exc:
         raise DataError(f"mechanism: {exc}") from None
     try:  # a declared bound below the proved one would under-noise the release: refused here
-        query.check_declared(domain, privacy.neighbours)
+        query.check_declared(query.record_domain(domain), privacy.neighbours)
     except DeclaredBoundError as exc:
         raise SpecError(str(exc)) from None
     return query
@@ -895,6 +921,23 @@ def _query_features(spec: ReleaseSpec, metadata: InputMetadata) -> dict[str, Any
     return out
 
 
+def _target_position(target: str | int, metadata: InputMetadata) -> int:
+    """The position of a regression's ``target`` among the input's features: a label of its
+    feature coordinate, or a position when the input has none."""
+    names, m = metadata.feature_names, metadata.features
+    if names is not None:
+        if target in names:
+            return list(names).index(target)
+        shown = ", ".join(map(str, names[:8])) + (", ..." if len(names) > 8 else "")
+        raise DataError(f"query.regression.target: {target!r} is not a feature ({shown})")
+    if isinstance(target, int) and 0 <= target < m:
+        return target
+    raise DataError(
+        f"query.regression.target: the input has no feature names; give the target's "
+        f"position 0..{m - 1}, got {target!r}"
+    )
+
+
 def _budgets_and_noise(
     spec: ReleaseSpec,
     query: MatrixQuery,
@@ -907,6 +950,7 @@ def _budgets_and_noise(
     """The budget shares, the direction step (with its lattice) and, for fixed directions, the
     noise plan."""
     mech, privacy = spec.mechanism, spec.privacy
+    domain = query.record_domain(domain)  # what one record contributes through
     share = 0.0 if step is None else step.budget_share
     count_share = _count_share(spec)
     try:

@@ -18,6 +18,9 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
     Read, clip, add noise to and write every chunk of the records (the identity query).
 ``covariance``
     Add the noise to ``X X^T / N`` and write it (with a noisy count: also the noisy sum).
+``moment``
+    Add the noise to the augmented second moment ``Z Z^T / N`` (``z = [x; 1]``) and write it
+    with the mean and the covariance around it (centered-covariance and regression releases).
 ``cross-covariance``
     Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
 ``covariance-panels``
@@ -36,9 +39,13 @@ DP_PCA: Final = "dp-pca"
 DP_PCA_PANELS: Final = "dp-pca-panels"
 IDENTITY: Final = "identity"
 COVARIANCE: Final = "covariance"
+MOMENT: Final = "moment"
 COVARIANCE_PANELS: Final = "covariance-panels"
 CROSS_COVARIANCE: Final = "cross-covariance"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
+
+#: the queries released as the augmented second moment (their last stage is ``moment``)
+MOMENT_QUERIES: Final = ("centered-covariance", "regression")
 
 #: every stage name, in the order they can run
 STAGES: Final = (
@@ -48,6 +55,7 @@ STAGES: Final = (
     DP_PCA_PANELS,
     IDENTITY,
     COVARIANCE,
+    MOMENT,
     CROSS_COVARIANCE,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
@@ -61,8 +69,8 @@ def release_stages(
 
     Parameters
     ----------
-    query : {"identity", "covariance", "cross-covariance"}
-        The query.
+    query : {"identity", "covariance", "centered-covariance", "regression", "cross-covariance"}
+        The query's kind.
     noisy_count : bool
         The release adds a noisy record count.
     dp_pca : bool
@@ -85,9 +93,10 @@ def release_stages(
             stages.append(DP_PCA_PANELS)
         stages.append(LOW_RANK_LATTICE_PANELS if dp_pca and lattice else COVARIANCE_PANELS)
         return tuple(stages)
-    if query == "covariance" or dp_pca:
+    moment = query in MOMENT_QUERIES
+    if query == "covariance" or moment or dp_pca:
         stages.append(GRAM)
     if dp_pca:
         stages.append(DP_PCA)
-    stages.append(COVARIANCE if query == "covariance" else IDENTITY)
+    stages.append(COVARIANCE if query == "covariance" else MOMENT if moment else IDENTITY)
     return tuple(stages)

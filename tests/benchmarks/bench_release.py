@@ -11,8 +11,9 @@ For every input (``--features`` x ``--sizes``; ~8 MiB chunks, float64, ``[0, 1]`
   element per worker core):
   read+decode (``ZarrMatrix.read``), the keyed noise draw (``record_noise``), encode+write of a
   noisy chunk (raw codec, the release's default) and the Gram product of a resident chunk.
-  ``floor(covariance) = read + Gram``, ``floor(identity) = read + noise + write`` (a worker runs
-  them one after the other). ``efficiency = floor / release`` on the same warm cluster.
+  ``floor(covariance) = floor(centered-covariance) = read + Gram``,
+  ``floor(identity) = read + noise + write`` (a worker runs them one after the other).
+  ``efficiency = floor / release`` on the same warm cluster.
 * **baselines the way a user writes them**, each with its own cluster start (dask's defaults:
   ``Client()``): dask's non-private ``(x @ x.T).compute()`` on ``da.from_zarr``, and a naive
   identity pipeline (``map_blocks`` adding numpy noise, ``to_zarr``); against ``mvg_dask``'s
@@ -290,6 +291,10 @@ def user_naive_identity(store: str, out: str) -> None:
         x.map_blocks(add_noise, dtype=np.float64).to_zarr(out, component="X", zarr_format=3)
 
 
+#: The queries computed by one Gram pass (floor: read + Gram; baseline: ``x @ x.T``).
+GRAM_QUERIES = ("covariance", "centered-covariance", "cross")
+
+
 def bench_query(
     client: Any,
     store: str,
@@ -300,8 +305,9 @@ def bench_query(
     fl: dict[str, float],
     args: argparse.Namespace,
     noise: str = "lattice",
-) -> None:
-    """Time one query on one input (warm, cold and its baseline) and print its row."""
+) -> float:
+    """Time one query on one input (warm, cold and its baseline), print its row and return the
+    warm release's seconds."""
     from distributed.diagnostics import MemorySampler
 
     from mvg_dask import api
@@ -310,6 +316,7 @@ def bench_query(
     naive = str(work / "naive.zarr")
 
     k = args.dp_pca_k if query == "covariance" else 0
+    gram_query = query in GRAM_QUERIES
 
     def warm_run() -> None:
         api.release(spec(store, out, query, k, noise, m), client=client, progress=False)
@@ -318,7 +325,7 @@ def bench_query(
         api.release(spec(store, out, query, k, noise, m), progress=False)
 
     def baseline() -> None:
-        if query in ("covariance", "cross"):
+        if gram_query:
             user_xxt(store)
         else:
             user_naive_identity(store, naive)
@@ -330,8 +337,7 @@ def bench_query(
     # the sampler records the cluster's total process memory: per worker at the peak
     workers = len(client.scheduler_info()["workers"])
     peak = float(np.nanmax(sampler.to_pandas().to_numpy())) / workers / 2**20
-    gram = query in ("covariance", "cross")
-    floor = fl["read"] + (fl["gram"] if gram else fl["noise"] + fl["write"])
+    floor = fl["read"] + (fl["gram"] if gram_query else fl["noise"] + fl["write"])
     if k:  # DP-PCA reads the input and forms the Gram matrix once more
         floor *= 2
     per_el = warm * 2 / elements * 1e9  # per worker core
@@ -350,6 +356,7 @@ def bench_query(
         f"{meter.bound:>6.2f} {cold:>7.2f} {base:>10.2f} {cold / base:>6.2f} {peak:>10.0f}",
         flush=True,
     )
+    return warm
 
 
 def main() -> None:
@@ -363,7 +370,11 @@ def main() -> None:
     p.add_argument("--features", default="64", help="features, comma-separated")
     p.add_argument("--repeats", type=int, default=2, help="best of N for each timing")
     p.add_argument("--memory-limit", default="4GiB", help="per worker of the warm cluster")
-    p.add_argument("--queries", default="covariance,identity", help="also: cross")
+    p.add_argument(
+        "--queries",
+        default="covariance,identity",
+        help="comma-separated: covariance, identity, centered-covariance, cross",
+    )
     p.add_argument(
         "--noise",
         default="lattice,float",
@@ -404,9 +415,21 @@ def main() -> None:
                     with dask.config.set(scheduler=client.get):
                         write_matrix(synthetic(n, m, record_chunk=chunk), store, record_chunk=chunk)
                 fl = floors(client, store, work, m, n, chunk, args.repeats)
+                warm: dict[str, float] = {}
                 for query in queries:
                     for noise in args.noise.split(","):
-                        bench_query(client, store, work, query, m, m * n, fl, args, noise)
+                        label = f"{query}:{noise}"
+                        warm[label] = bench_query(
+                            client, store, work, query, m, m * n, fl, args, noise
+                        )
+                for noise in args.noise.split(","):
+                    cov = warm.get(f"covariance:{noise}")
+                    other = warm.get(f"centered-covariance:{noise}")
+                    if cov and other:  # the same data, the same warm cluster, this run
+                        print(
+                            f"{'':>6} centered-covariance / covariance ({noise}): "
+                            f"{other / cov:.2f}x"
+                        )
                 print(
                     f"{'':>6} floors ns/el per core: read {fl['read']:.2f}, noise "
                     f"{fl['noise']:.2f}, write {fl['write']:.2f}, Gram {fl['gram']:.2f}",

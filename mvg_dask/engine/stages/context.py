@@ -91,12 +91,13 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     Returns
     -------
     Clipper
-        Box or L2-ball clipping, with the plan's ``on_violation``.
+        Box or L2-ball clipping, with the plan's ``on_violation`` (and, for a moment query, the
+        Gram pass summing the augmented records).
     """
-    d = rplan.domain
+    d, aug = rplan.domain, rplan.query.augmented
     if isinstance(d, BoxDomain):
-        return Clipper("box", d.lower[:, None], d.upper[:, None], None, rplan.on_violation)
-    return Clipper("l2", None, None, d.radius, rplan.on_violation)
+        return Clipper("box", d.lower[:, None], d.upper[:, None], None, rplan.on_violation, aug)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug)
 
 
 def source_of(rplan: ReleasePlan) -> ZarrMatrix:

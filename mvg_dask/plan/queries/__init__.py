@@ -16,11 +16,13 @@ from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.plan.queries.cross import CrossCovarianceQuery
 from mvg_dask.plan.queries.custom import CustomQuery
 from mvg_dask.plan.queries.identity import IdentityQuery
+from mvg_dask.plan.queries.moment import CenteredCovarianceQuery, RegressionQuery
 
 __all__ = [
     "DECLARED_RTOL",
     "QUERIES",
     "QUERY_TYPES",
+    "CenteredCovarianceQuery",
     "CovarianceQuery",
     "CrossCovarianceQuery",
     "CustomQuery",
@@ -28,6 +30,7 @@ __all__ = [
     "IdentityQuery",
     "MatrixQuery",
     "Query",
+    "RegressionQuery",
     "make_query",
     "query_from_dict",
 ]
@@ -37,6 +40,8 @@ QUERY_TYPES: dict[str, type[MatrixQuery]] = {
     IdentityQuery.kind: IdentityQuery,
     CovarianceQuery.kind: CovarianceQuery,
     CustomQuery.kind: CustomQuery,
+    CenteredCovarianceQuery.kind: CenteredCovarianceQuery,
+    RegressionQuery.kind: RegressionQuery,
     CrossCovarianceQuery.kind: CrossCovarianceQuery,
 }
 #: The registered names.

@@ -124,6 +124,9 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
     #: Whether the output has one column per record (the identity): the noise is drawn record
     #: range by record range and the release has no diagonal.
     per_record_columns: ClassVar[bool] = False
+    #: Whether the query sums the augmented records ``[x; 1]`` (the moment queries): its
+    #: ``features`` then count the constant term too.
+    augmented: ClassVar[bool] = False
 
     features: int
     records: int
@@ -151,6 +154,23 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
 
     def _check_fields(self) -> None:
         """Refuse fields the query type cannot take (a hook)."""
+
+    def record_domain(self, domain: RecordDomain) -> RecordDomain:
+        """The domain of what one record contributes through, given the records' declared
+        ``domain``: ``domain`` itself, or (the moment queries) the augmented records'. Every
+        bound of the query is taken over it.
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            The declared record domain.
+
+        Returns
+        -------
+        BoxDomain or L2BallDomain
+            The query's record domain.
+        """
+        return domain
 
     # -- what the query is -------------------------------------------------------------------
     @property

@@ -1,0 +1,221 @@
+"""The moment queries (centered-covariance, regression): the second moment of ``z = [x; 1]``.
+
+At a huge epsilon the release equals numpy on the clipped data; its bytes do not depend on the
+input's chunking; the dry run names its stages; bad targets are refused before anything is
+written; the accuracy of ``mean`` and ``covariance`` is checked against the measured noise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import mvg_dask.xarray  # noqa: F401  (registers .mvg)
+from mvg_dask import api
+from mvg_dask.errors import DataError
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.queries import CenteredCovarianceQuery, query_from_dict
+from mvg_dask.plan.queries.moment import augmented_domain, centered_from_moment
+from mvg_dask.spec import SpecError
+from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
+
+HUGE = {"epsilon": 1e9, "delta": 1e-5}
+REGRESSION = {"regression": {"target": "f4"}}
+
+
+def _spec(store: str, out: Path, query: Any, **overrides: Any) -> dict[str, Any]:
+    spec = spec_dict(store, str(out), query="covariance", **overrides)
+    spec["query"] = query
+    spec["mechanism"].pop("algorithm")  # the default of an exact moment release: symmetric
+    return spec
+
+
+@pytest.mark.parametrize("noise", ["lattice", "float"])
+def test_centered_covariance_at_a_huge_epsilon_is_numpy(tmp_path, client, noise):
+    X = data(5, 3000, seed=3)
+    store = make_input(tmp_path / "in.zarr", X, chunk=512)
+    spec = _spec(store, tmp_path / "c.zarr", "centered-covariance", privacy=HUGE)
+    spec["mechanism"]["noise"] = noise
+    ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
+    Xc = np.clip(X, 0, 1)
+    Z = np.vstack([Xc, np.ones(3000)])
+    assert ds.attrs["mvg_dask_query"] == "centered-covariance"
+    assert ds["moment"].dims == ("term_row", "term_col")
+    assert list(ds["term_row"].values) == ["f0", "f1", "f2", "f3", "f4", "1"]
+    assert ds["mean"].dims == ("feature",) and ds["covariance"].dims == (
+        "feature_row",
+        "feature_col",
+    )
+    np.testing.assert_allclose(ds["moment"].values, Z @ Z.T / 3000, atol=1e-6)
+    np.testing.assert_allclose(ds["mean"].values, Xc.mean(axis=1), atol=1e-6)
+    np.testing.assert_allclose(ds["covariance"].values, np.cov(Xc, bias=True), atol=1e-6)
+    assert "mvg_dask_target" not in ds.attrs
+
+
+def test_regression_moments_give_least_squares(tmp_path, client):
+    """The released moment holds ``X^T X / N``, ``X^T y / N`` and the means: the normal equations
+    from it give numpy's least squares on the clipped data, with and without an intercept."""
+    X = data(5, 4000, seed=8)
+    X[4] = 0.3 * X[0] - 0.2 * X[2] + 0.1 + 0.05 * np.random.default_rng(2).standard_normal(4000)
+    store = make_input(tmp_path / "in.zarr", X, chunk=700)
+    spec = _spec(store, tmp_path / "r.zarr", REGRESSION, privacy=HUGE)
+    ds = api.open_release(api.release(spec, client=client, seed=2, progress=False).output)
+    assert ds.attrs["mvg_dask_query"] == "regression"
+    assert ds.attrs["mvg_dask_target"] == "f4"
+    assert json.loads(ds.attrs["mvg_dask_plan"])["query"]["target"] == 4
+    Xc = np.clip(X, 0, 1)
+    M = ds["moment"].values
+    for terms in ([0, 1, 2, 3], [0, 1, 2, 3, 5]):  # without / with the constant term
+        beta = np.linalg.solve(M[np.ix_(terms, terms)], M[terms, 4])
+        design = np.vstack([Xc, np.ones(4000)])[terms].T
+        want = np.linalg.lstsq(design, Xc[4], rcond=None)[0]
+        np.testing.assert_allclose(beta, want, atol=1e-4)
+
+
+def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
+    """The summation tree is fixed by the input's metadata (its chunk grid), never by the
+    engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
+    and with the partial Gram matrices summed on the client or folded on the workers (one
+    task per chunk: 71 leaves, three tree levels)."""
+    from mvg_dask.engine.stages import gram
+    from mvg_dask.plan import release_plan
+
+    store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
+    query = {"regression": {"target": "f1"}}
+
+    def release(tag: str, **kwargs: Any) -> bytes:
+        spec = _spec(store, tmp_path / f"{tag}.zarr", query)
+        ds = api.open_release(api.release(spec, seed=5, progress=False, **kwargs).output)
+        return b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance"))
+
+    assert release("in-process") == release("cluster", client=client)
+    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    outs = []
+    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
+        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
+        outs.append(release(f"reduce{limit}", client=client))
+    assert outs[0] == outs[1]
+
+
+def test_dry_run_names_the_stages_and_the_moment(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(4, 600, seed=1), chunk=200)
+    spec = _spec(store, tmp_path / "o.zarr", REGRESSION | {"regression": {"target": "f2"}})
+    plan = api.dry_run(spec)
+    assert plan.stages == ("gram", "moment")
+    assert plan.query.shape == (5, 5) and plan.query.features == 5
+    text = api.dry_run(spec).__repr__() + str(api.dry_run(spec).summary())
+    assert "regression query 5x5" in text
+    path = write_spec(tmp_path / "s.yaml", spec)
+    out = subprocess.run(
+        [sys.executable, "-m", "mvg_dask", "release", str(path), "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    public = json.loads(out)
+    table = subprocess.run(
+        [sys.executable, "-m", "mvg_dask", "release", str(path), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "regression on 'f2': second moment Z Z^T / N of z = [x; 1] (5 x 5)" in table
+    assert "gram -> moment" in table
+    assert public["stages"] == ["gram", "moment"]
+    assert public["plan"]["query"]["kind"] == "regression"
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_query_round_trips_and_the_augmented_domain_holds_every_record():
+    q = query_from_dict(
+        {"kind": "regression", "features": 6, "records": 10, "target": 2, "target_label": "y"}
+    )
+    assert q.to_dict()["target_label"] == "y" and query_from_dict(q.to_dict()) == q
+    from mvg_dask.plan import BoxDomain, L2BallDomain
+
+    box = augmented_domain(BoxDomain.create([-1.0, 0.0], [2.0, 1.0], 2))
+    assert list(box.lower) == [-1.0, 0.0, 0.0] and list(box.upper) == [2.0, 1.0, 1.0]
+    ball = augmented_domain(L2BallDomain(3.0, 2))
+    assert ball.m == 3 and ball.radius == pytest.approx(np.sqrt(10.0))
+    # the query's sensitivity is the covariance's over the augmented domain
+    cq = CenteredCovarianceQuery(3, 100)
+    assert cq.l2_sensitivity(box, "replace-one") == pytest.approx(np.sqrt(2) * (4 + 1 + 1) / 100)
+
+
+@pytest.mark.parametrize(
+    "query,neighbours,error,needle",
+    [
+        ({"regression": {"target": "y"}}, "replace-one", DataError, "'y' is not a feature"),
+        ({"regression": {"target": 9}}, "replace-one", DataError, "9 is not a feature"),
+        ("centered-covariance", "add-remove", SpecError, "divides by the public record count"),
+        ({"regression": {"targte": "f1"}}, "replace-one", SpecError, "targte"),
+    ],
+)
+def test_bad_queries_are_refused_before_anything_is_written(
+    tmp_path, query, neighbours, error, needle
+):
+    store = make_input(tmp_path / "in.zarr", data(4, 300, seed=1), chunk=100)
+    spec = _spec(store, tmp_path / "o.zarr", query, privacy={"neighbours": neighbours})
+    with pytest.raises(error, match=needle):
+        api.release(spec, progress=False)
+    assert not (tmp_path / "o.zarr").exists()
+    assert not list(tmp_path.glob("*.staging-*"))
+
+
+def test_noise_std_of_mean_and_covariance_match_the_measured_noise(tmp_path, client):
+    """``noise_std("mean")`` (exact) and ``noise_std("covariance")`` (delta method) against the
+    spread of ``centered_from_moment`` over 4,000 draws of the release's own noise plan (float
+    noise, seeds 0..3999). Each std is a sample std of 4,000 values: relative SE about 1.1 %;
+    checked within 5 SE per entry (alpha about 1e-5 per entry)."""
+    X = data(4, 800, seed=5)
+    store = make_input(tmp_path / "in.zarr", X, chunk=400)
+    spec = _spec(store, tmp_path / "o.zarr", "centered-covariance", privacy={"epsilon": 2.0})
+    spec["mechanism"]["noise"] = "float"
+    ds = api.open_release(api.release(spec, client=client, seed=0, progress=False).output)
+    plan = api.dry_run(spec).noise_plan()
+    Xc = np.clip(X, 0, 1)
+    Z = np.vstack([Xc, np.ones(800)])
+    truth = Z @ Z.T / 800
+    draws = [centered_from_moment(truth + plan.draw(NoiseKey.from_seed(s))) for s in range(4000)]
+    means = np.stack([d[0] for d in draws])
+    covs = np.stack([d[1] for d in draws])
+    rel_se = 1 / np.sqrt(2 * 3999)
+    np.testing.assert_allclose(
+        means.std(axis=0, ddof=1), ds.mvg.noise_std("mean").values, rtol=5 * rel_se
+    )
+    cov_std = ds.mvg.noise_std("covariance")
+    assert "approximate" in cov_std.attrs
+    # the delta method is evaluated at the released mean; the draws' spread at the true one
+    np.testing.assert_allclose(covs.std(axis=0, ddof=1), cov_std.values, rtol=5 * rel_se + 0.02)
+    # and the noise of the released moment is the plan's (a chi-square check of one entry)
+    s = ds.mvg.noise_std("moment").values
+    e = np.stack([plan.draw(NoiseKey.from_seed(10_000 + t))[0, 4] for t in range(2000)]) / s[0, 4]
+    assert stats.chi2.sf(float(e @ e), 2000) > 1e-3 and stats.chi2.cdf(float(e @ e), 2000) > 1e-3
+
+
+def test_regression_accessor_without_feature_names(tmp_path, client):
+    """An input without feature names: the target by position, the terms by position, and the
+    constant's label the estimators' (one label on both sides of the format)."""
+    from mvg_dask import release_format
+    from mvg_dask.data import write_matrix
+    from mvg_dask.plan import estimators
+
+    assert release_format.CONSTANT_TERM == estimators.CONSTANT_TERM
+    X = data(3, 3000, seed=4)
+    X[2] = 0.5 * X[0] + 0.25
+    store = write_matrix(X, tmp_path / "in.zarr", record_chunk=1000)
+    spec = _spec(store, tmp_path / "o.zarr", {"regression": {"target": 2}}, privacy=HUGE)
+    ds = api.open_release(api.release(spec, client=client, seed=3, progress=False).output)
+    assert "term_row" not in ds.coords and ds.attrs["mvg_dask_target"] == 2
+    fit = ds.mvg.regression(intercept=True, ridge=0.0)
+    assert list(fit["term"].values) == ["#0", "#1", "1"] and fit.attrs["target"] == "#2"
+    Xc = np.clip(X, 0, 1)
+    want = np.linalg.lstsq(np.vstack([Xc[:2], np.ones(3000)]).T, Xc[2], rcond=None)[0]
+    np.testing.assert_allclose(fit.values, want, atol=1e-5)
