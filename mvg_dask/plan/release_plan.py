@@ -357,19 +357,13 @@ class ReleasePlan:
         """True when the noise plan is complete."""
         return self.noise is not None
 
-    @property
-    def query_domain(self) -> RecordDomain:
-        """The domain of what one record contributes through (:meth:`MatrixQuery.record_domain`:
-        the declared domain, or the augmented records' of a moment query)."""
-        return self.query.record_domain(self.domain)
-
     def build(self, directions: Directions) -> NoisePlan:
         """The noise plan for DP-PCA's ``directions``."""
         if self.dp_pca is None:
             raise ValueError("this release has fixed directions; its noise plan is `noise`")
         return build_noise_plan(
             self.query,
-            self.query_domain,
+            self.query.record_domain(self.domain),  # what one record contributes through
             epsilon=self.epsilon,
             delta=self.delta,
             algorithm=self.algorithm,  # type: ignore[arg-type]
@@ -592,7 +586,8 @@ def declared_bounds_text(rplan: ReleasePlan) -> str | None:
     str or None
         The line, or ``None`` when no bound is declared above the proved one.
     """
-    q, domain, nb = rplan.query, rplan.query_domain, rplan.neighbours
+    q, nb = rplan.query, rplan.neighbours
+    domain = q.record_domain(rplan.domain)
     neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
     parts: list[str] = []
     drop: dict[str, None] = {}

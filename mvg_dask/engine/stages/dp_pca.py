@@ -48,7 +48,9 @@ def dp_pca_directions(
     assert step is not None and rplan.budgets.step_mu is not None
     step_key = key.derive("dp-pca")
     if step.lattice is not None:
-        sigma = step.noise_std(rplan.query_domain, rplan.neighbours, rplan.budgets.step_mu)
+        sigma = step.noise_std(
+            rplan.query.record_domain(rplan.domain), rplan.neighbours, rplan.budgets.step_mu
+        )
         noisy = lattice_gram_step(gram, step.lattice, sigma, step_key)
         return rplan.resolve(directions_from_noisy_gram(noisy, records=normaliser, k=step.k))
     directions = dp_pca(
@@ -56,7 +58,7 @@ def dp_pca_directions(
         records=normaliser,
         k=step.k,
         mu=rplan.budgets.step_mu,
-        sensitivity=gram_sensitivity(rplan.query_domain, rplan.neighbours),  # type: ignore[arg-type]
+        sensitivity=gram_sensitivity(rplan.query.record_domain(rplan.domain), rplan.neighbours),  # type: ignore[arg-type]
         key=step_key,
     )
     return rplan.resolve(directions)
@@ -121,7 +123,9 @@ def run_dp_pca_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     assert step is not None and rplan.budgets.step_mu is not None
     m, block = rplan.input.features, rplan.matrix_chunk
     assert block is not None
-    sigma = step.noise_std(rplan.query_domain, rplan.neighbours, rplan.budgets.step_mu)
+    sigma = step.noise_std(
+        rplan.query.record_domain(rplan.domain), rplan.neighbours, rplan.budgets.step_mu
+    )
     key = ctx.key.derive("dp-pca")
     scratch = target.scratch_matrix(DP_PCA_SCRATCH, m, block)
     # sqrt(v) S sqrt(v) with v = sigma: sigma S, the whole-matrix step's noise

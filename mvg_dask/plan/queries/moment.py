@@ -112,7 +112,7 @@ def centered_from_moment(moment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class CenteredCovarianceQuery(CovarianceQuery):
     """The augmented second moment ``Z Z^T / N`` of ``z = [x; 1]``, published with the mean and
-    the covariance around it (parameters of :class:`MatrixQuery`; ``features`` counts the
+    the covariance around it (parameters of :class:`~mvg_dask.plan.MatrixQuery`; ``features`` counts the
     augmented terms, ``m + 1``)."""
 
     kind: ClassVar[str] = "centered-covariance"
@@ -142,7 +142,7 @@ class CenteredCovarianceQuery(CovarianceQuery):
 @dataclass(frozen=True)
 class RegressionQuery(CenteredCovarianceQuery):
     """The regression sufficient statistics: the centered-covariance release of the records
-    with a declared response feature (parameters of :class:`MatrixQuery` and the following).
+    with a declared response feature (parameters of :class:`~mvg_dask.plan.MatrixQuery` and the following).
 
     Parameters
     ----------
@@ -173,7 +173,7 @@ class RegressionQuery(CenteredCovarianceQuery):
 
     @classmethod
     def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`MatrixQuery.fields_from_dict` with the target."""
+        """:meth:`~mvg_dask.plan.MatrixQuery.fields_from_dict` with the target."""
         return {
             **super().fields_from_dict(data),
             "target": int(data["target"]),
