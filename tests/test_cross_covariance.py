@@ -399,13 +399,22 @@ def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise):
     assert not np.allclose(outs[0], X[[0, 3]] @ X[[1, 2, 4]].T / N, atol=1e-6)  # noisy
 
 
-@pytest.mark.parametrize("noise", ["lattice", "float"])
-def test_noise_std_per_entry_matches_the_plan(tmp_path, noise):
+@pytest.mark.parametrize(
+    ("noise", "cols"),
+    [("lattice", ["f1", "f2", "f4"]), ("float", ["f1", "f2", "f4"]), ("float", ["f1", "f2"])],
+)
+def test_noise_std_per_entry_matches_the_plan(tmp_path, noise, cols):
     """The noise of 3,000 independent keys (zero data): each entry's sample variance against
     ``released_entry_std``, a two-sided chi-square test per entry at alpha = 1e-3 / 6
-    (Bonferroni), keys from seed 0..2999."""
+    (Bonferroni), keys from seed 0..2999; a binary allocation, so the rows' stds differ. The
+    square case (2 x 2) draws float noise as a matrix, not column tiles."""
     store = make_input(tmp_path / "in.zarr", data(5, 500), chunk=100)
-    spec = _spec(store, str(tmp_path / "o.zarr"), mechanism={"noise": noise})
+    mech = {
+        "noise": noise,
+        "allocation": {"strategy": "binary", "important": [1], "share": 0.8},
+    }
+    spec = _spec(store, str(tmp_path / "o.zarr"), mechanism=mech)
+    spec["query"] = {"cross-covariance": {"rows": ["f0", "f3"], "cols": cols}}
     rplan = api.dry_run(spec)
     gram = np.zeros((5, 5))
     n = 3000
@@ -416,7 +425,8 @@ def test_noise_std_per_entry_matches_the_plan(tmp_path, noise):
         ]
     )
     std = rplan.noise_plan().released_entry_std()
-    ratio = draws.var(axis=0, ddof=1) / np.broadcast_to(std**2, (2, 3))
+    assert std[0, 0] != std[1, 0]
+    ratio = draws.var(axis=0, ddof=1) / np.broadcast_to(std**2, draws.shape[1:])
     alpha = 1e-3 / 6
     lo = stats.chi2.ppf(alpha / 2, n - 1) / (n - 1)
     hi = stats.chi2.ppf(1 - alpha / 2, n - 1) / (n - 1)
@@ -518,3 +528,31 @@ def test_a_killed_release_resumes_identically(tmp_path, loopback, point):
             assert entry.status == "committed" and entry.noise_key is None
         outs.append(api.open_release(str(out))["cross_covariance"].values.tobytes())
     assert outs[0] == outs[1]
+
+
+def test_matrix_directions_on_the_row_features(tmp_path, client) -> None:
+    """An ``m_a x m_a`` direction matrix (dense whitening; the factor 2, not sqrt(2), on the
+    unit box): huge epsilon equals numpy, and a matrix of the input's width is refused."""
+    X = data(5, 2000, seed=8)
+    store = make_input(tmp_path / "in.zarr", X, chunk=400)
+    W = np.linalg.qr(np.random.default_rng(1).standard_normal((2, 2)))[0]
+    np.save(tmp_path / "W.npy", W)
+    mech = {"directions": {"method": "matrix", "path": str(tmp_path / "W.npy")}}
+    spec = _spec(
+        store, str(tmp_path / "out.zarr"), mechanism=mech, privacy={"epsilon": 1e9, "delta": 1e-5}
+    )
+    rplan = api.dry_run(spec)
+    q, plan = rplan.query, rplan.noise_plan()
+    P = plan.row_precision
+    S_a = q.sides(rplan.domain)[0].sup_quadratic(P)
+    generic = q.l2_sensitivity(rplan.domain, "replace-one") * math.sqrt(np.linalg.eigvalsh(P)[-1])
+    own = 2 * math.sqrt(S_a * 3.0) / 2000  # R_b = 3 on [0, 1]^3; factor 2 (dense P)
+    got = q.mahalanobis_sensitivity(rplan.domain, "replace-one", P, "unimodal", directions=W)
+    assert got == pytest.approx(min(generic, own), rel=1e-9)
+    res = api.release(spec, client=client, seed=4, progress=False)
+    out = api.open_release(res.output)["cross_covariance"].values
+    Xc = np.clip(X, 0, 1)
+    assert np.allclose(out, Xc[[0, 3]] @ Xc[[1, 2, 4]].T / 2000, rtol=1e-6, atol=1e-9)
+    np.save(tmp_path / "W.npy", np.eye(5))
+    with pytest.raises(DataError, match="directions"):
+        api.dry_run(spec)
