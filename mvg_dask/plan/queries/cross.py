@@ -141,7 +141,8 @@ class CrossCovarianceQuery(MatrixQuery):
 
     # -- sensitivities -----------------------------------------------------------------------
     def proved_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
-        """``c sqrt(R_a R_b) / N`` with ``c`` of :func:`cross_factor` (``||a b^T - a' b'^T||_F^2
+        """``c sqrt(R_a R_b) / N`` with ``c`` of
+        ``cross_factor`` (``||a b^T - a' b'^T||_F^2
         = ||a||^2 ||b||^2 + ||a'||^2 ||b'||^2 - 2 (a^T a') (b^T b')``; docs/bounds.md,
         Sec. 14)."""
         self.check_neighbours(neighbours)
@@ -253,7 +254,7 @@ class CrossCovarianceQuery(MatrixQuery):
 
     @classmethod
     def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """The constructor's keyword arguments from :meth:`to_dict`."""
+        """The constructor's keyword arguments from :meth:`~mvg_dask.plan.MatrixQuery.to_dict`."""
         fields = super().fields_from_dict(data)
         fields["rows"] = tuple(int(i) for i in data["rows"])
         fields["cols"] = tuple(int(i) for i in data["cols"])
