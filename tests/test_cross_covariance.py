@@ -556,3 +556,85 @@ def test_matrix_directions_on_the_row_features(tmp_path, client) -> None:
     np.save(tmp_path / "W.npy", np.eye(5))
     with pytest.raises(DataError, match="directions"):
         api.dry_run(spec)
+
+
+@pytest.mark.slow
+def test_empirical_audit_of_a_worst_case_pair(tmp_path: Path, client) -> None:
+    """Clopper-Pearson lower bound on epsilon (tests/audit_helpers.py, alpha = 0.01) from
+    30,000 releases of each dataset of a worst-case pair: the corner ``(1, 1, 1, 1)`` of
+    ``[-1, 1]^4`` against a record clipped to ``(-1, -1, 1, 1)`` (``a' = -a``, ``b' = b``: the
+    whitened shift is the plan's ``Delta_M``, tight). The Gram matrices come from the engine's
+    own pass, each trial is the stage's :func:`cross_covariance_release` (lattice noise, the
+    default) with the key ``--seed s`` gives; seeds 8,000,000 + t. ``eps_lb <= epsilon``."""
+    from mvg_dask.engine.stages.context import RunContext
+    from mvg_dask.engine.stages.gram import finish_gram, submit_gram
+    from mvg_dask.privacy import calibration as cal
+    from tests.audit_helpers import (
+        CapturedOutput,
+        epsilon_lower_bound,
+        gaussian_log_lr,
+        standardise,
+        whiten,
+    )
+
+    eps, delta, n, trials, seed = 1.0, 1e-2, 40, 30_000, 8_000_000
+    mu = cal.analytic_gaussian_mu(eps, delta)
+    X = np.random.default_rng(11).uniform(-1, 1, (4, n))
+    X[:, 0] = 1.0
+    Y = X.copy()
+    Y[:, 0] = [-3.0, -3.0, 3.0, 3.0]  # clipped to (-1, -1, 1, 1)
+    plans, grams = [], []
+    for tag, data_ in (("d", X), ("d2", Y)):
+        store = make_input(tmp_path / f"{tag}.zarr", data_, chunk=16)
+        spec = _spec(
+            store, str(tmp_path / f"{tag}-out.zarr"), privacy={"epsilon": eps, "delta": delta}
+        )
+        spec["domain"] = {"box": {"lower": -1.0, "upper": 1.0}, "on_violation": "clip"}
+        spec["query"] = {"cross-covariance": {"rows": ["f0", "f1"], "cols": ["f2", "f3"]}}
+        rplan = api.dry_run(spec)
+        ctx = RunContext(client, NoiseKey.from_seed(0), CapturedOutput(), progress=False)  # type: ignore[arg-type]
+        plans.append(rplan)
+        grams.append(finish_gram(ctx, rplan, submit_gram(ctx, rplan)))
+    plan = plans[0].noise_plan()
+    B = plan.row_factor
+    f_d, f_d2 = (plans[0].query.finalize(g) for g in grams)
+    shift = whiten(f_d2 - f_d, B, False)
+    assert float(np.linalg.norm(shift)) == pytest.approx(plan.mahalanobis_sensitivity, rel=1e-9)
+    assert plan.release_sensitivity == pytest.approx(mu, rel=1e-9)
+
+    def statistic(rplan, gram, first: int) -> np.ndarray:
+        runs = np.stack(
+            [
+                cross_covariance_release(
+                    rplan, NoiseKey.from_seed(first + t).derive("release"), gram
+                )
+                for t in range(trials)
+            ]
+        )
+        return standardise(gaussian_log_lr(whiten(runs - f_d, B, False), shift), mu)
+
+    t0 = statistic(plans[0], grams[0], seed)
+    t1 = statistic(plans[1], grams[1], seed + trials)
+    result = epsilon_lower_bound(t0, t1, delta)
+    print(
+        f"\naudit cross-covariance replace-one (unimodal, exact, lattice): {result.describe(eps)}"
+    )
+    assert 0.5 * eps < result.epsilon_lower <= eps
+
+
+def test_the_stage_function_is_the_release(tmp_path: Path, client) -> None:
+    """A release with ``--seed s`` publishes ``cross_covariance_release(plan, key(s), gram)``
+    bit for bit (what the audit and the Monte Carlo sample), the Gram of the engine's pass."""
+    from mvg_dask.engine.stages.context import RunContext
+    from mvg_dask.engine.stages.gram import finish_gram, submit_gram
+    from tests.audit_helpers import CapturedOutput
+
+    store = make_input(tmp_path / "in.zarr", data(5, 700, seed=9), chunk=128)
+    spec = _spec(store, str(tmp_path / "out.zarr"))
+    rplan = api.dry_run(spec)
+    ctx = RunContext(client, NoiseKey.from_seed(0), CapturedOutput(), progress=False)  # type: ignore[arg-type]
+    gram = finish_gram(ctx, rplan, submit_gram(ctx, rplan))
+    trial = cross_covariance_release(rplan, NoiseKey.from_seed(77).derive("release"), gram)
+    res = api.release(spec, client=client, seed=77, progress=False)
+    published = api.open_release(res.output)["cross_covariance"].values
+    assert published.tobytes() == trial.tobytes()
