@@ -51,6 +51,7 @@ from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
 from mvg_dask.release_format import (
     COVARIANCE,
+    CROSS_COVARIANCE_QUERY,
     GRAM,
     MEAN,
     MOMENT,
@@ -437,7 +438,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if ds.attrs.get(QUERY_ATTR) == COVARIANCE or name == MOMENT:
+    if ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY) or name == MOMENT:
         std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)

@@ -46,6 +46,8 @@ __all__ = [
     "COMPONENT_DIM",
     "CONSTANT_TERM",
     "COVARIANCE",
+    "CROSS_COVARIANCE",
+    "CROSS_COVARIANCE_QUERY",
     "DIRECTIONS",
     "DIRECTION_DIM",
     "DP_PCA_EIGENVALUES",
@@ -74,6 +76,7 @@ __all__ = [
     "ProgressLog",
     "attr",
     "check_complete",
+    "cross_noise_dims",
     "describe",
     "dims_for",
     "feature_dim",
@@ -159,6 +162,11 @@ def provenance_attrs(values: Mapping[str, Any]) -> dict[str, Any]:
 # -- variables and dimensions ---------------------------------------------------------------------
 #: A covariance release's privatized matrix.
 COVARIANCE = "covariance"
+#: A cross-covariance release's privatized matrix ``X_rows X_cols^T / N`` (``m_a x m_b``, dims
+#: ``{feature}_row`` and ``{feature}_col``, their coordinates the row and the column labels).
+CROSS_COVARIANCE = "cross_covariance"
+#: The query kind (:data:`QUERY_ATTR`) of a cross-covariance release.
+CROSS_COVARIANCE_QUERY = "cross-covariance"
 #: The noisy sum ``X X^T + noise`` beside ``covariance`` when the release has a noisy count.
 GRAM = "gram"
 #: The noisy record count (add-remove covariance releases).
@@ -213,6 +221,20 @@ def dims_for(feature: str) -> tuple[str, str]:
     return f"{feature}{_ROW_SUFFIX}", f"{feature}{_COL_SUFFIX}"
 
 
+def cross_noise_dims(feature: str) -> tuple[str, str]:
+    """The dimensions of a cross-covariance's noise matrices (``row_cov``, ``m_a x m_a``, over
+    the row features on both sides): the output's row dimension and a second one, so that no
+    dimension takes two lengths (the output's columns are ``m_b`` other features).
+
+    Examples
+    --------
+    >>> cross_noise_dims("feature")
+    ('feature_row', 'feature_row2')
+    """
+    rows = dims_for(feature)[0]
+    return rows, f"{rows}2"
+
+
 def feature_dim(dims: Sequence[Hashable]) -> str:
     """The feature dimension of a square output's dimensions (as :func:`dims_for` names them).
 
@@ -259,9 +281,11 @@ def describe(attrs: Mapping[str, Any], *, status: bool = True) -> str:
 
 def released_variable(attrs: Mapping[str, Any]) -> str:
     """The query's output: :data:`COVARIANCE` (of a covariance, centered-covariance or
-    regression release), or an identity release's input variable."""
+    regression release), :data:`CROSS_COVARIANCE`, or an identity release's input variable."""
     if attrs.get(QUERY_ATTR) in (COVARIANCE, *MOMENT_QUERIES):
         return COVARIANCE
+    if attrs.get(QUERY_ATTR) == CROSS_COVARIANCE_QUERY:
+        return CROSS_COVARIANCE
     return str(attrs[INPUT_VARIABLE_ATTR])
 
 

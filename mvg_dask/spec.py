@@ -335,6 +335,40 @@ class LedgerSpec(_Strict):
         return loc
 
 
+#: A feature's label in a query: a value of the input's feature coordinate, or its position
+#: when the input has no feature coordinate.
+FeatureLabel = Annotated[str, Field(min_length=1)] | int
+
+
+class CrossCovarianceSpec(_Strict):
+    """The two groups of features of a cross-covariance ``X_rows X_cols^T / N``."""
+
+    rows: Annotated[list[FeatureLabel], Field(min_length=1)]
+    cols: Annotated[list[FeatureLabel], Field(min_length=1)]
+
+    @field_validator("rows", "cols", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
+            raise ValueError("feature labels are names (strings) or positions (integers)")
+        return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> CrossCovarianceSpec:
+        for name in ("rows", "cols"):
+            labels = getattr(self, name)
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"{name} repeat a feature")
+        return self
+
+
+class CrossCovarianceQuerySpec(_Strict):
+    """``{cross-covariance: {rows: [...], cols: [...]}}``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    cross_covariance: CrossCovarianceSpec = Field(alias="cross-covariance")
+
+
 class RegressionParams(_Strict):
     """A regression release's parameters: ``target`` names the response feature (a label of
     the input's feature coordinate, or its position when the input has no feature names)."""
@@ -360,7 +394,7 @@ class ReleaseSpec(_Strict):
     release_id: str | None = None
     input: InputSpec
     domain: DomainSpec
-    query: SimpleQuery | RegressionSpec
+    query: SimpleQuery | RegressionSpec | CrossCovarianceQuerySpec
     mechanism: MechanismSpec = MechanismSpec()
     privacy: PrivacySpec
     output: OutputSpec
@@ -392,8 +426,8 @@ class ReleaseSpec(_Strict):
 
     @property
     def query_kind(self) -> str:
-        """The query's name: ``identity``, ``covariance``, ``centered-covariance`` or
-        ``regression``."""
+        """The query's name: ``identity``, ``covariance``, ``centered-covariance``,
+        ``regression`` or ``cross-covariance``."""
         return _query_kind(self.query)
 
     @property
@@ -403,6 +437,7 @@ class ReleaseSpec(_Strict):
 
     @model_validator(mode="after")
     def _mechanism_fits_query(self) -> ReleaseSpec:
+        self._cross_covariance_fits()
         mech = self.mechanism
         kind = self.query_kind
         square = kind in SQUARE_QUERIES
@@ -441,6 +476,30 @@ class ReleaseSpec(_Strict):
             )
         return self
 
+    def _cross_covariance_fits(self) -> None:
+        """What a cross-covariance release offers: unimodal noise, fixed directions,
+        replace-one neighbours or add-remove ones with a public normaliser ``N0``."""
+        if not isinstance(self.query, CrossCovarianceQuerySpec):
+            return
+        mech = self.mechanism
+        if mech.algorithm != "unimodal":
+            raise ValueError(
+                f"mechanism.algorithm: a cross-covariance is not symmetric and its columns are "
+                f"other features than its rows; its noise is Sigma on the row features and "
+                f"Psi = I: use unimodal, not {mech.algorithm}"
+            )
+        if mech.directions.method == "dp-pca":
+            raise ValueError(
+                "mechanism.directions: DP-PCA directions are not offered for a cross-covariance "
+                "(they would be the row features' principal directions); use standard or matrix"
+            )
+        if self.privacy.neighbours == "add-remove" and self.privacy.records is None:
+            raise ValueError(
+                "privacy.records: an add-remove cross-covariance divides by a declared public "
+                "normaliser N0 (privacy.records); the release of the sum with a noisy record "
+                "count is not offered for it"
+            )
+
 
 #: The queries with a square, symmetric PSD output (the second moment of the records, or of the
 #: records with a constant term).
@@ -453,6 +512,8 @@ def _query_kind(query: Any) -> str:
     """The kind of a spec's ``query`` (a word, a :class:`RegressionSpec` or its mapping)."""
     if isinstance(query, RegressionSpec):
         return "regression"
+    if isinstance(query, CrossCovarianceQuerySpec):
+        return "cross-covariance"
     if isinstance(query, dict) and len(query) == 1:
         return str(next(iter(query)))
     return str(query)

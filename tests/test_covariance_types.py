@@ -28,6 +28,7 @@ from mvg_dask.plan import (
     query_from_dict,
 )
 from mvg_dask.plan.covariance import EntryLaw, NoiseCovariance, symmetric_entry_std
+from mvg_dask.plan.queries import CrossCovarianceQuery
 
 M, K = 7, 2
 
@@ -98,9 +99,18 @@ def test_the_plan_takes_its_matrices_from_its_covariance() -> None:
 
 
 def test_registry_names_every_query_type() -> None:
-    assert QUERIES == ("identity", "covariance", "custom")
+    assert QUERIES == (
+        "identity",
+        "covariance",
+        "custom",
+        "centered-covariance",
+        "regression",
+        "cross-covariance",
+    )
     assert {name: t.kind for name, t in QUERY_TYPES.items()} == {q: q for q in QUERIES}
-    with pytest.raises(ValueError, match="query must be one of identity, covariance, custom"):
+    with pytest.raises(
+        ValueError, match="query must be one of identity, covariance, custom, centered"
+    ):
         make_query("median", features=2, records=3)
 
 
@@ -111,6 +121,7 @@ def test_registry_names_every_query_type() -> None:
         CovarianceQuery(3, 10, sensitivity=0.5, gamma=4.0),
         CovarianceQuery(3, 1, records_known=False, entry_range=(-1.0, 2.0)),
         CustomQuery(3, 10, shape_=(2, 2), sensitivity=1.0, symmetric=True, psd=True),
+        CrossCovarianceQuery(3, 10, rows=(2,), cols=(0, 2), gamma=4.0),
     ],
 )
 def test_queries_round_trip_through_json(query: object) -> None:

@@ -78,7 +78,10 @@ QUERY_VARIABLE = {
     # the noisy augmented moment, and the mean and covariance computed from it
     "centered-covariance": ("moment", "mean", "covariance"),
     "regression": ("moment", "mean", "covariance"),
+    "cross-covariance": ("cross_covariance",),
 }
+#: the cross-covariance cases' query (the input's feature names f0..f3)
+CROSS_QUERY = {"cross-covariance": {"rows": ["f0", "f2"], "cols": ["f1", "f2", "f3"]}}
 # DP-PCA: the directions are the eigenvectors of the noisy Gram matrix (Analyze Gauss) and the
 # eigenvalues its eigenvalues; the noise covariance (row_cov, col_cov) and the per-direction
 # noise variances are computed from those directions (and max-pnr from the eigenvalues). They are
@@ -183,6 +186,11 @@ CASES: list[Case] = [
     Case("centered-covariance", "unimodal", "exact", "replace-one", None, "box", "dp-pca"),
     Case("regression", "symmetric", "exact", "replace-one", None, "l2"),
     Case("regression", "equi-modal", "exact", "replace-one", None, "box", "dp-pca", "binary"),
+    # cross-covariance: unimodal (Sigma on the row features, Psi = I); add-remove with N0
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box"),
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "l2", allocation="binary"),
+    Case("cross-covariance", "unimodal", "mvg-thm2", "replace-one", None, "box"),
+    Case("cross-covariance", "unimodal", "exact", "add-remove", N0, "l2"),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
@@ -239,7 +247,13 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
         "domain": {**domain, "on_violation": "clip"},
-        "query": {"regression": {"target": "f2"}} if case.query == "regression" else case.query,
+        "query": (
+            {"regression": {"target": "f2"}}
+            if case.query == "regression"
+            else CROSS_QUERY
+            if case.query == "cross-covariance"
+            else case.query
+        ),
         "mechanism": mech,
         "privacy": privacy,
         "output": {

@@ -49,6 +49,7 @@ from mvg_dask.release_format import (
     COMPONENT_DIM,
     CONSTANT_TERM,
     COVARIANCE,
+    CROSS_COVARIANCE_QUERY,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
@@ -68,6 +69,7 @@ from mvg_dask.release_format import (
     SYMMETRIC_RATIO,
     TERM_DIM,
     ProgressLog,
+    cross_noise_dims,
     describe,
     dims_for,
     is_complete,
@@ -217,7 +219,7 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     ``row_cov``, ``col_cov`` and ``directions`` are lazy placeholders whose values
     :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix
     for standard directions); their encoding: :func:`noise_matrix_encoding`."""
-    rows, cols = matrix_dims(rplan)
+    rows, cols = _noise_dims(rplan)
     m, k = plan.directions.shape
     eager = eager_noise_matrices(plan)
     sigma = plan.row_cov if eager else placeholder((m, m))
@@ -268,7 +270,29 @@ def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
     return dims_for(TERM_DIM if rplan.query.augmented else rplan.input.feature_dim)
 
 
+def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
+    """The dimensions of the noise matrices: :func:`matrix_dims`, or a cross-covariance's
+    (:func:`~mvg_dask.release_format.cross_noise_dims`)."""
+    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+        return cross_noise_dims(rplan.input.feature_dim)
+    return matrix_dims(rplan)
+
+
+def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
+    """A cross-covariance's coordinates: its row and column labels (positions when the input
+    has no feature coordinate), the row labels on the noise matrices' second dimension too."""
+    names = rplan.input.feature_names
+    labels = list(range(rplan.input.features)) if names is None else list(names)
+    kind = object if isinstance(labels[0], str) else None
+    rows = np.asarray([labels[i] for i in rplan.query.rows], dtype=kind)  # type: ignore[attr-defined]
+    cols = np.asarray([labels[i] for i in rplan.query.cols], dtype=kind)  # type: ignore[attr-defined]
+    row_dim, col_dim = dims_for(rplan.input.feature_dim)
+    return {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
+
+
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
+    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+        return _cross_coords(rplan)
     names = rplan.input.feature_names
     if names is None:
         return {}
@@ -316,12 +340,14 @@ def _identity_dataset(
 def _matrix_dataset(
     rplan: ReleasePlan, name: str, count: float | None
 ) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
-    """A whole-matrix covariance output's skeleton and encoding (see :meth:`OutputTarget.
-    write_matrix_skeleton`)."""
+    """A whole-matrix output's skeleton and encoding (see :meth:`OutputTarget.
+    write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
     m = rplan.input.features
+    # (m, m), or a cross-covariance's (m_a, m_b)
+    shape = (m, m) if rplan.query.augmented else rplan.query.shape
     square = dims_for(rplan.input.feature_dim)
     names = [name] if count is None else [name, GRAM]
-    variables = {k: xr.DataArray(placeholder((m, m)), dims=square) for k in names}
+    variables = {k: xr.DataArray(placeholder(shape), dims=square) for k in names}
     if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
         names = [MOMENT, MEAN, COVARIANCE]
         variables = {

@@ -63,6 +63,10 @@ def _query_text(rplan: ReleasePlan) -> str:
         )
         target = getattr(rplan.query, "target_label", None)
         return moment if target is None else f"regression on {target!r}: {moment}"
+    if rplan.query.kind == "cross-covariance":
+        m_a, m_b = rplan.query.shape
+        norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
+        return f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
     if not private_n:
         return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
     if not rplan.releases_count:

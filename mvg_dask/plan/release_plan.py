@@ -48,7 +48,13 @@ from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.spec import MOMENT_QUERY_KINDS, ReleaseSpec, SpecError, spec_hash
+from mvg_dask.spec import (
+    MOMENT_QUERY_KINDS,
+    CrossCovarianceQuerySpec,
+    ReleaseSpec,
+    SpecError,
+    spec_hash,
+)
 
 # plan fields that depend on the directions, unknown before DP-PCA has run
 _DIRECTION_DEPENDENT = (
@@ -791,7 +797,7 @@ def plan_release(
     allocation = Allocation(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
     )
-    directions, step = _fixed_directions(spec, query.features, directions_matrix)
+    directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
     context = _lattice_context(spec, metadata)
     budgets, step, noise = _budgets_and_noise(
         spec, query, domain, allocation, directions, step, context
@@ -853,7 +859,7 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
     kind = spec.query_kind
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = _query_features(spec, metadata)
     if kind in MOMENT_QUERY_KINDS:
         fields["features"] = metadata.features + 1  # the constant term
         if isinstance(domain, BoxDomain):  # shifted by the box's centre (docs/bounds.md Sec. 14)
@@ -881,6 +887,35 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     except DeclaredBoundError as exc:
         raise SpecError(str(exc)) from None
     return query
+
+
+def _query_features(spec: ReleaseSpec, metadata: InputMetadata) -> dict[str, Any]:
+    """The feature positions a query names (a cross-covariance's ``rows`` and ``cols``): labels
+    of the input's feature coordinate, or positions when it has none (metadata only)."""
+    if not isinstance(spec.query, CrossCovarianceQuerySpec):
+        return {}
+    names = metadata.feature_names
+    out: dict[str, Any] = {}
+    for side in ("rows", "cols"):
+        positions = []
+        for label in getattr(spec.query.cross_covariance, side):
+            if names is not None:
+                found = [i for i, n in enumerate(names) if n == label]
+                if not found:
+                    raise DataError(
+                        f"query.cross-covariance.{side}: {label!r} is not a value of the input's "
+                        f"feature coordinate {metadata.feature_dim!r}"
+                    )
+                positions.append(found[0])
+            elif isinstance(label, int) and 0 <= label < metadata.features:
+                positions.append(label)
+            else:
+                raise DataError(
+                    f"query.cross-covariance.{side}: the input has no feature coordinate, so a "
+                    f"feature is its position 0..{metadata.features - 1}, not {label!r}"
+                )
+        out[side] = tuple(positions)
+    return out
 
 
 def _target_position(target: str | int, metadata: InputMetadata) -> int:

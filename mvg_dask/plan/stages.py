@@ -21,6 +21,8 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
 ``moment``
     Add the noise to the augmented second moment ``Z Z^T / N`` (``z = [x; 1]``) and write it
     with the mean and the covariance around it (centered-covariance and regression releases).
+``cross-covariance``
+    Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
 ``covariance-panels``
     A wide covariance, one row panel of ``X X^T`` plus noise per task.
 ``low-rank-lattice-panels``
@@ -39,6 +41,7 @@ IDENTITY: Final = "identity"
 COVARIANCE: Final = "covariance"
 MOMENT: Final = "moment"
 COVARIANCE_PANELS: Final = "covariance-panels"
+CROSS_COVARIANCE: Final = "cross-covariance"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
 
 #: the queries released as the augmented second moment (their last stage is ``moment``)
@@ -53,6 +56,7 @@ STAGES: Final = (
     IDENTITY,
     COVARIANCE,
     MOMENT,
+    CROSS_COVARIANCE,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
 )
@@ -65,7 +69,7 @@ def release_stages(
 
     Parameters
     ----------
-    query : {"identity", "covariance", "centered-covariance", "regression"}
+    query : {"identity", "covariance", "centered-covariance", "regression", "cross-covariance"}
         The query's kind.
     noisy_count : bool
         The release adds a noisy record count.
@@ -82,6 +86,8 @@ def release_stages(
         Stage names (see the module's description).
     """
     stages: list[str] = [NOISY_COUNT] if noisy_count else []
+    if query == CROSS_COVARIANCE:  # fixed directions, whole matrix (the plan refuses others)
+        return (*stages, GRAM, CROSS_COVARIANCE)
     if query == "covariance" and panels:
         if dp_pca:  # a wide DP-PCA keeps its top k: low-rank directions
             stages.append(DP_PCA_PANELS)

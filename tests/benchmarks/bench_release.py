@@ -46,11 +46,12 @@ CHUNK_BYTES = 2**23  # ~8 MiB input chunks
 
 
 def spec(
-    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice"
+    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice", m: int = 0
 ) -> dict[str, object]:
     """A release spec with the product's defaults, charged to a ledger next to the output
     (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation; ``noise``:
-    the lattice release, the default, or the float path it replaced)."""
+    the lattice release, the default, or the float path it replaced; ``cross``: the
+    cross-covariance of the first ``m // 2`` features with the others)."""
     mechanism: dict[str, object] = {"noise": noise}
     if dp_pca_k:
         mechanism |= {
@@ -61,7 +62,9 @@ def spec(
         "name": f"bench-{query}",
         "input": {"store": store},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}},
-        "query": query,
+        "query": query
+        if query != "cross"
+        else {"cross-covariance": {"rows": list(range(m // 2)), "cols": list(range(m // 2, m))}},
         "mechanism": mechanism,
         "privacy": {"epsilon": 1.0, "delta": 1e-6},
         "output": {"store": out},
@@ -289,7 +292,7 @@ def user_naive_identity(store: str, out: str) -> None:
 
 
 #: The queries computed by one Gram pass (floor: read + Gram; baseline: ``x @ x.T``).
-GRAM_QUERIES = ("covariance", "centered-covariance")
+GRAM_QUERIES = ("covariance", "centered-covariance", "cross")
 
 
 def bench_query(
@@ -316,10 +319,10 @@ def bench_query(
     gram_query = query in GRAM_QUERIES
 
     def warm_run() -> None:
-        api.release(spec(store, out, query, k, noise), client=client, progress=False)
+        api.release(spec(store, out, query, k, noise, m), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query, k, noise), progress=False)
+        api.release(spec(store, out, query, k, noise, m), progress=False)
 
     def baseline() -> None:
         if gram_query:
@@ -370,7 +373,7 @@ def main() -> None:
     p.add_argument(
         "--queries",
         default="covariance,identity",
-        help="comma-separated: covariance, identity, centered-covariance",
+        help="comma-separated: covariance, identity, centered-covariance, cross",
     )
     p.add_argument(
         "--noise",

@@ -8,6 +8,7 @@ from mvg_dask.engine.metadata import check_chunks_present
 from mvg_dask.engine.stages.context import RunContext
 from mvg_dask.engine.stages.count import run_noisy_count
 from mvg_dask.engine.stages.covariance import run_covariance
+from mvg_dask.engine.stages.cross import run_cross_covariance
 from mvg_dask.engine.stages.dp_pca import run_dp_pca, run_dp_pca_panels
 from mvg_dask.engine.stages.gram import run_gram
 from mvg_dask.engine.stages.identity import run_identity
@@ -28,6 +29,7 @@ STAGE_FUNCTIONS: dict[str, Stage] = {
     names.IDENTITY: run_identity,
     names.COVARIANCE: run_covariance,
     names.MOMENT: run_moment,
+    names.CROSS_COVARIANCE: run_cross_covariance,
     names.COVARIANCE_PANELS: run_covariance_panels,
     names.LOW_RANK_LATTICE_PANELS: run_low_rank_lattice_panels,
 }

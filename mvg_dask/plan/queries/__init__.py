@@ -13,6 +13,7 @@ from typing import Any
 
 from mvg_dask.plan.queries.base import DECLARED_RTOL, DeclaredBoundError, MatrixQuery, Query
 from mvg_dask.plan.queries.covariance import CovarianceQuery
+from mvg_dask.plan.queries.cross import CrossCovarianceQuery
 from mvg_dask.plan.queries.custom import CustomQuery
 from mvg_dask.plan.queries.identity import IdentityQuery
 from mvg_dask.plan.queries.moment import CenteredCovarianceQuery, RegressionQuery
@@ -23,6 +24,7 @@ __all__ = [
     "QUERY_TYPES",
     "CenteredCovarianceQuery",
     "CovarianceQuery",
+    "CrossCovarianceQuery",
     "CustomQuery",
     "DeclaredBoundError",
     "IdentityQuery",
@@ -40,6 +42,7 @@ QUERY_TYPES: dict[str, type[MatrixQuery]] = {
     CustomQuery.kind: CustomQuery,
     CenteredCovarianceQuery.kind: CenteredCovarianceQuery,
     RegressionQuery.kind: RegressionQuery,
+    CrossCovarianceQuery.kind: CrossCovarianceQuery,
 }
 #: The registered names.
 QUERIES: tuple[str, ...] = tuple(QUERY_TYPES)
