@@ -176,7 +176,7 @@ def dry_run(
     s = load(spec, output=output)
     return plan_release(
         s,
-        read_input_metadata(s.input),
+        read_input_metadata(s.input, s.group_by),
         release_id=release_id,
         directions_matrix=load_directions_matrix(s),
     )

@@ -168,6 +168,107 @@ class ZarrMatrix:
             arr[:, start:stop] = values
 
 
+@dataclass(frozen=True)
+class ZarrLabels:
+    """The group variable of a grouped release (a 1-D Zarr array along the record dimension,
+    in the input's store), read by record ranges as group indices (docs/concepts/queries.md,
+    "Grouped releases").
+
+    Attributes
+    ----------
+    store : str
+        Store path or URL (the input's).
+    path : str
+        The group variable.
+    groups : tuple of (str or int)
+        The declared labels: a record's index is its label's position here, ``-1`` for a
+        label that is not declared (the record is dropped).
+    storage_options : dict or None
+        fsspec options.
+    """
+
+    store: str
+    path: str
+    groups: tuple[str | int, ...]
+    storage_options: dict[str, Any] | None = None
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """The group index of records ``[start, stop)`` (int64; ``-1``: undeclared)."""
+        import zarr
+
+        try:
+            arr = zarr.open_array(
+                store=self.store, path=self.path, mode="r", storage_options=self.storage_options
+            )
+            raw = np.asarray(arr[start:stop])
+        except Exception as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else ""
+            raise ReleaseError(
+                f"group labels of records {start}..{stop - 1} of {self.store}/{self.path} "
+                f"cannot be read ({type(exc).__name__}: {detail}); restore the input store"
+            ) from None
+        return group_indices(raw, self.groups)
+
+
+def group_indices(raw: np.ndarray, groups: tuple[str | int, ...]) -> np.ndarray:
+    """Each label's position among the declared ``groups`` (``-1`` where it is not one).
+
+    Parameters
+    ----------
+    raw : ndarray
+        Labels (integers, or strings of any numpy form).
+    groups : tuple of (str or int)
+        The declared labels (all integers or all strings).
+
+    Returns
+    -------
+    ndarray
+        int64 indices, ``raw``'s length.
+    """
+    if isinstance(groups[0], int):
+        declared = np.asarray(groups, dtype=np.int64)
+        values = np.asarray(raw).astype(np.int64, copy=False)
+    else:  # numpy's variable-width strings (Zarr v3 strings) compared as they are
+        values = np.asarray(raw)
+        if values.dtype.kind != "T":
+            values = values.astype(object).astype(str)
+        declared = np.asarray(groups, dtype=values.dtype if values.dtype.kind == "T" else str)
+    order = np.argsort(declared, kind="stable")
+    ranked = declared[order]
+    pos = np.minimum(np.searchsorted(ranked, values), len(ranked) - 1)
+    return np.where(ranked[pos] == values, order[pos], -1).astype(np.int64)
+
+
+def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
+    """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
+    ``g`` the :func:`augmented_gram` of the records of group ``g``, in record order (each formed
+    from its own records only, so a group's bytes never depend on the others').
+
+    Parameters
+    ----------
+    x : ndarray
+        ``m x b`` clipped records.
+    index : ndarray
+        Each record's group index (``-1``: dropped).
+    groups : int
+        ``G``.
+
+    Returns
+    -------
+    ndarray
+        ``(G, m + 1, m + 1)``.
+    """
+    m = x.shape[0]
+    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64)
+    order = np.argsort(index, kind="stable")  # record order within each group
+    bounds = np.searchsorted(index[order], np.arange(groups + 1))
+    for g in range(groups):
+        a, b = int(bounds[g]), int(bounds[g + 1])
+        if b > a:
+            out[g] = augmented_gram(x[:, order[a:b]])
+    return out
+
+
 def progress_marker(write_store: str, start: int) -> str:
     """Path of the marker that says the chunk starting at ``start`` is written."""
     return ProgressLog(write_store).chunk_marker(start)
@@ -315,13 +416,21 @@ def _write_marker(fs: Any, path: str, payload: bytes) -> None:
 
 
 def gram_task(
-    start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper, step: int | None = None
+    start: int,
+    stop: int,
+    *,
+    source: ZarrMatrix,
+    clipper: Clipper,
+    step: int | None = None,
+    labels: ZarrLabels | None = None,
 ) -> Outcome:
     """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
 
     The range is read ``step`` records (one stored chunk) at a time and the chunk products are
     added in record order, so a task over many chunks holds one chunk and one ``M x M``
-    accumulator, never the whole range.
+    accumulator, never the whole range. With ``labels`` (a grouped release) the partial is the
+    stack of the groups' augmented Gram matrices (:func:`grouped_gram`), and the records whose
+    label is not declared are dropped and counted with the clipped values (curator side).
     """
     step = stop - start if step is None else step
     total: np.ndarray | None = None
@@ -330,9 +439,15 @@ def gram_task(
         b = min(a + step, stop)
         try:
             x, c = clipper(source.read(a, b), a)
+            index = None if labels is None else labels.read(a, b)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        part = augmented_gram(x) if clipper.augment else x @ x.T
+        if index is not None:
+            assert labels is not None
+            part = grouped_gram(x, index, len(labels.groups))
+            c += int(np.count_nonzero(index < 0))
+        else:
+            part = augmented_gram(x) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:

@@ -35,6 +35,7 @@ __all__ = [
     "augmented_domain",
     "augmented_gram",
     "centered_from_moment",
+    "grouped_centered_from_moment",
 ]
 
 
@@ -107,6 +108,38 @@ def centered_from_moment(moment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = moment.shape[0] - 1
     mean = np.array(moment[:m, m], dtype=np.float64)
     return mean, np.asarray(moment[:m, :m] - np.outer(mean, mean))
+
+
+def grouped_centered_from_moment(moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every group's mean and covariance around it, from a grouped release's noisy moments.
+
+    A group's moment ``M_g = Z_g Z_g^T / N`` divides by the global ``N``: its corner
+    ``M_g[m, m]`` is the group's (noisy) share ``N_g / N``, so the mean is ``M_g[:m, m] /
+    M_g[m, m]`` and the covariance ``M_g[:m, :m] / M_g[m, m] - mean mean^T`` (``numpy.cov`` of
+    the group's records, ``bias=True``, without noise). A group whose noisy corner is not
+    positive (an empty or tiny group) gets NaN for both.
+
+    Parameters
+    ----------
+    moments : ndarray
+        ``G x (m + 1) x (m + 1)``.
+
+    Returns
+    -------
+    mean : ndarray
+        ``G x m``.
+    covariance : ndarray
+        ``G x m x m``.
+    """
+    m = moments.shape[-1] - 1
+    share = np.asarray(moments[:, m, m], dtype=np.float64)
+    ok = share > 0
+    safe = np.where(ok, share, 1.0)
+    mean = moments[:, :m, m] / safe[:, None]
+    covariance = moments[:, :m, :m] / safe[:, None, None] - mean[:, :, None] * mean[:, None, :]
+    mean[~ok] = np.nan
+    covariance[~ok] = np.nan
+    return mean, covariance
 
 
 @dataclass(frozen=True)
