@@ -98,8 +98,8 @@ def test_each_group_is_numpy_at_a_huge_epsilon(tmp_path, client, noise, labels):
 
 def test_each_group_has_the_plans_noise_under_its_own_key(tmp_path, client):
     """Float noise, seed 3: group ``i``'s published moment is its ``Z_g Z_g^T / N`` plus the
-    plan's draw under ``release / group-<i>`` (to the last bits of the sums); two groups with the same records get
-    different noise (independent keys)."""
+    plan's draw under ``release / group-<i>`` (to the last bits of the sums); two groups with
+    the same records get different noise (independent keys)."""
     n = 1200
     labels = np.arange(n) % 2
     X = data(3, n, seed=2)
