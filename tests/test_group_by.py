@@ -128,9 +128,14 @@ def test_grouped_gram_matches_the_groups_own_grams():
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (3, 50))
     index = rng.integers(-1, 4, 50)
-    out = grouped_gram(x, index, 4)
-    for g in range(4):
-        np.testing.assert_array_equal(out[g], augmented_gram(x[:, index == g]))
+    out = grouped_gram(x, index, 5)  # group 4 is empty
+    for g in range(5):
+        np.testing.assert_allclose(out[g], augmented_gram(x[:, index == g]), rtol=1e-13)
+        assert out[g, 3, 3] == np.count_nonzero(index == g)
+    # a group's bytes are fixed by its own records: the others' may change
+    other = index.copy()
+    other[index == 0] = np.where(np.arange(np.count_nonzero(index == 0)) % 2, -1, 1)
+    np.testing.assert_array_equal(grouped_gram(x, other, 5)[[2, 3]], out[[2, 3]])
     assert group_indices(np.array([2, 5, 0, 9]), (5, 0, 2)).tolist() == [2, 0, 1, -1]
     words = np.array(["b", "zz", "a"], dtype=object)
     assert group_indices(words, ("a", "b")).tolist() == [1, -1, 0]
@@ -295,6 +300,17 @@ def test_dry_run_names_the_groups(tmp_path):
     public = plan.public_dict()
     assert public["plan"]["query"]["groups"] == GROUPS
     assert not (tmp_path / "o.zarr").exists()
+    # the keyword API takes the same section (a mapping or its model)
+    from mvg_dask.spec import GroupBySpec
+
+    fields = {k: v for k, v in spec.items() if k != "group_by"}
+    keyword = api.release_spec(**fields, group_by=GroupBySpec(variable="site", groups=GROUPS))
+    assert api.dry_run(keyword).public_dict()["plan"] == public["plan"]
+    # the groups are part of the spec's hash (a resume with other groups is another release)
+    from mvg_dask.spec import parse_spec, spec_hash
+
+    other = {**spec, "group_by": {"variable": "site", "groups": [0, 1]}}
+    assert len({spec_hash(parse_spec(s)) for s in (fields, spec, other)}) == 3
 
 
 # -- refusals ---------------------------------------------------------------------------------

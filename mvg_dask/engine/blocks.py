@@ -241,8 +241,13 @@ def group_indices(raw: np.ndarray, groups: tuple[str | int, ...]) -> np.ndarray:
 
 def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
     """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
-    ``g`` the :func:`augmented_gram` of the records of group ``g``, in record order (each formed
-    from its own records only, so a group's bytes never depend on the others').
+    ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
+    :func:`~mvg_dask.plan.queries.moment.augmented_gram`, each entry a sum of exact products).
+
+    The block's kept records are gathered once, group after group in record order (a stable
+    sort of the indices), so each group's records are one contiguous run of columns; its Gram
+    product and its row sums (a sequential sum) read that run only, so a group's bytes are
+    fixed by its own records.
 
     Parameters
     ----------
@@ -260,12 +265,23 @@ def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
     """
     m = x.shape[0]
     out = np.zeros((groups, m + 1, m + 1), dtype=np.float64)
-    order = np.argsort(index, kind="stable")  # record order within each group
-    bounds = np.searchsorted(index[order], np.arange(groups + 1))
-    for g in range(groups):
-        a, b = int(bounds[g]), int(bounds[g + 1])
-        if b > a:
-            out[g] = augmented_gram(x[:, order[a:b]])
+    # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
+    small = index.astype(np.int16 if groups < 2**15 else np.int64)
+    order = np.argsort(small, kind="stable")
+    starts = np.searchsorted(small[order], np.arange(groups + 1))
+    kept = np.take(x, order[starts[0] :], axis=1)  # group after group, in record order
+    starts -= starts[0]
+    counts = np.diff(starts)
+    filled = np.flatnonzero(counts)
+    if filled.size == 0:
+        return out
+    sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
+    for j, g in enumerate(filled):
+        run = kept[:, starts[g] : starts[g + 1]]
+        out[g, :m, :m] = run @ run.T
+        out[g, :m, m] = sums[:, j]
+        out[g, m, :m] = sums[:, j]
+    out[:, m, m] = counts
     return out
 
 
@@ -435,15 +451,19 @@ def gram_task(
     step = stop - start if step is None else step
     total: np.ndarray | None = None
     clipped = 0
+    try:  # the task's group labels, read at once (one small 1-D read per task)
+        indices = None if labels is None else labels.read(start, stop)
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
     for a in range(start, stop, step):
         b = min(a + step, stop)
         try:
             x, c = clipper(source.read(a, b), a)
-            index = None if labels is None else labels.read(a, b)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        if index is not None:
+        if indices is not None:
             assert labels is not None
+            index = indices[a - start : b - start]
             part = grouped_gram(x, index, len(labels.groups))
             c += int(np.count_nonzero(index < 0))
         else:
