@@ -260,9 +260,11 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
     domain: dict[str, Any] = (
         {"box": {"lower": -1.0, "upper": 1.0}} if case.domain == "box" else {"l2_norm": 2.0}
     )
-    grouped = {"group_by": {"variable": "site", "groups": GROUP_LABELS[case.group]}}
+    grouped = (
+        {"group_by": {"variable": "site", "groups": GROUP_LABELS[case.group]}} if case.group else {}
+    )
     return {
-        **(grouped if case.group else {}),
+        **grouped,
         "name": "neighbours",
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
