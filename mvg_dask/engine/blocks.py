@@ -239,7 +239,9 @@ def group_indices(raw: np.ndarray, groups: tuple[str | int, ...]) -> np.ndarray:
     return np.where(ranked[pos] == values, order[pos], -1).astype(np.int64)
 
 
-def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
+def grouped_gram(
+    x: np.ndarray, index: np.ndarray, groups: int, into: np.ndarray | None = None
+) -> np.ndarray:
     """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
     ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
     :func:`~mvg_dask.plan.queries.moment.augmented_gram`, each entry a sum of exact products).
@@ -257,14 +259,17 @@ def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
         Each record's group index (``-1``: dropped).
     groups : int
         ``G``.
+    into : ndarray, optional
+        A running ``(G, m + 1, m + 1)`` sum to add the block's matrices to, in place (each
+        non-empty group's entries, the same additions as ``into + grouped_gram(x, ...)``).
 
     Returns
     -------
     ndarray
-        ``(G, m + 1, m + 1)``.
+        ``(G, m + 1, m + 1)`` (``into``, when given).
     """
     m = x.shape[0]
-    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64)
+    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64) if into is None else into
     # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
     small = index.astype(np.int16 if groups < 2**15 else np.int64)
     order = np.argsort(small, kind="stable")
@@ -278,10 +283,10 @@ def grouped_gram(x: np.ndarray, index: np.ndarray, groups: int) -> np.ndarray:
     sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
     for j, g in enumerate(filled):
         run = kept[:, starts[g] : starts[g + 1]]
-        out[g, :m, :m] = run @ run.T
-        out[g, :m, m] = sums[:, j]
-        out[g, m, :m] = sums[:, j]
-    out[:, m, m] = counts
+        out[g, :m, :m] += run @ run.T
+        out[g, :m, m] += sums[:, j]
+        out[g, m, :m] += sums[:, j]
+    out[filled, m, m] += counts[filled]
     return out
 
 
@@ -461,13 +466,13 @@ def gram_task(
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
-        if indices is not None:
+        if indices is not None:  # added into the task's running sum, group by group
             assert labels is not None
             index = indices[a - start : b - start]
-            part = grouped_gram(x, index, len(labels.groups))
-            c += int(np.count_nonzero(index < 0))
-        else:
-            part = augmented_gram(x) if clipper.augment else x @ x.T
+            total = grouped_gram(x, index, len(labels.groups), into=total)
+            clipped += c + int(np.count_nonzero(index < 0))
+            continue
+        part = augmented_gram(x) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:
