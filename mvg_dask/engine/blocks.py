@@ -281,11 +281,11 @@ def grouped_gram(
     if filled.size == 0:
         return out
     sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
-    for j, g in enumerate(filled):
+    for g in filled:
         run = kept[:, starts[g] : starts[g + 1]]
         out[g, :m, :m] += run @ run.T
-        out[g, :m, m] += sums[:, j]
-        out[g, m, :m] += sums[:, j]
+    out[filled, :m, m] += sums.T
+    out[filled, m, :m] += sums.T
     out[filled, m, m] += counts[filled]
     return out
 
