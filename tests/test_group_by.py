@@ -239,6 +239,31 @@ def test_joint_whitened_sensitivity_is_the_elementwise_max():
         g.l2_sensitivity(aug, "add-remove")
 
 
+def test_a_declared_sensitivity_is_checked_against_the_joint_bound():
+    """A declared ``s_2`` of a grouped query must be at least the joint bound (the ungrouped
+    one is not enough), and ``exact`` scales ``Delta_M`` by ``declared / joint``."""
+    from mvg_dask.plan.queries import DeclaredBoundError
+
+    aug = augmented_domain(BoxDomain.create([0.0] * 3, [1.0] * 3, 3))
+    g = _grouped(CenteredCovarianceQuery(4, 100))
+    joint = g.l2_sensitivity(aug, "replace-one")
+    one = g.ungrouped().l2_sensitivity(aug, "replace-one")
+    assert joint == pytest.approx(math.sqrt(2.0) * one)  # sign-definite: s_r = s_a = R / N
+    low = CenteredCovarianceQuery(
+        4, 100, sensitivity=one, groups=("a", "b", "c"), group_variable="site"
+    )
+    with pytest.raises(DeclaredBoundError, match="below the bound"):
+        low.check_declared(aug, "replace-one")
+    high = CenteredCovarianceQuery(
+        4, 100, sensitivity=2 * joint, groups=("a", "b", "c"), group_variable="site"
+    )
+    assert high.sensitivity_excess(aug, "replace-one") == pytest.approx(2.0)
+    p = np.ones(4)
+    assert high.mahalanobis_sensitivity(aug, "replace-one", p, "unimodal") == pytest.approx(
+        2.0 * g.mahalanobis_sensitivity(aug, "replace-one", p, "unimodal")
+    )
+
+
 def test_the_lattice_charges_both_changed_groups(tmp_path):
     """A grouped lattice plan charges ``2 c`` coordinates and ``sqrt(2) E`` (its inflation is
     ``sqrt(2) (2 E + grid sqrt(c))``), against the same release ungrouped."""
@@ -337,6 +362,7 @@ def test_dry_run_names_the_groups(tmp_path):
         ({"group_by": {"variable": "short", "groups": [0]}}, DataError, "one label per record"),
         ({"group_by": {"variable": "site", "groups": ["a"]}}, DataError, "declared groups are"),
         ({"group_by": {"variable": "X", "groups": [0]}}, DataError, "is not a variable"),
+        ({"group_by": {"variable": "weight", "groups": [0]}}, DataError, "float64"),
     ],
 )
 def test_bad_group_by_is_refused_before_anything_is_written_or_charged(
@@ -346,9 +372,9 @@ def test_bad_group_by_is_refused_before_anything_is_written_or_charged(
     add_group_variable(store, np.arange(300) % 3)
     import xarray as xr
 
-    xr.Dataset({"short": (("other",), np.arange(7))}).to_zarr(
-        store, mode="a", zarr_format=3, consolidated=False
-    )
+    xr.Dataset(
+        {"short": (("other",), np.arange(7)), "weight": (("record",), np.ones(300))}
+    ).to_zarr(store, mode="a", zarr_format=3, consolidated=False)
     ledger = tmp_path / "ledger.sqlite"
     spec = _spec(
         store,
