@@ -129,6 +129,40 @@ def test_each_group_has_the_plans_noise_under_its_own_key(tmp_path, client, capl
     assert not np.allclose(ds["moment"].values[0], ds["moment"].values[1])
 
 
+@pytest.mark.parametrize("noise", ["lattice", "float"])
+def test_only_the_two_changed_groups_differ_between_neighbours(tmp_path, client, noise):
+    """The premise of the lattice charge (docs/bounds.md, "Grouped releases"): between
+    neighbouring datasets whose record 5 changes its value and moves from group 0 to group 1,
+    with the same key, group 2's published values are byte-identical (its records, their order
+    and its noise are the same), while groups 0 and 1 differ. Also a move to an undeclared
+    label (dropped): only group 0 differs."""
+    n = 2000
+    X = data(3, n, seed=4)
+    labels = np.arange(n) % 3
+    labels[5] = 0
+
+    def release(tag: str, values: np.ndarray, site: np.ndarray) -> list[bytes]:
+        root = tmp_path / tag
+        root.mkdir()
+        store = make_input(root / "in.zarr", values, chunk=256)
+        add_group_variable(store, site)
+        spec = _spec(store, root / "o.zarr", mechanism={"noise": noise}, release_id="same-id")
+        ds = api.open_release(api.release(spec, client=client, seed=9, progress=False).output)
+        return [ds["moment"].values[g].tobytes() for g in range(3)]
+
+    a = release("a", X, labels)
+    Y = X.copy()
+    Y[:, 5] = [1.7, -0.4, 0.9]
+    moved = labels.copy()
+    moved[5] = 1
+    b = release("b", Y, moved)
+    assert a[2] == b[2] and a[0] != b[0] and a[1] != b[1]
+    dropped = labels.copy()
+    dropped[5] = 7
+    c = release("c", X, dropped)
+    assert a[1] == c[1] and a[2] == c[2] and a[0] != c[0]
+
+
 def test_grouped_gram_matches_the_groups_own_grams():
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (3, 50))
