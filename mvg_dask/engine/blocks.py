@@ -228,6 +228,13 @@ def group_indices(raw: np.ndarray, groups: tuple[str | int, ...]) -> np.ndarray:
     if isinstance(groups[0], int):
         declared = np.asarray(groups, dtype=np.int64)
         values = np.asarray(raw).astype(np.int64, copy=False)
+        lo, span = int(declared.min()), int(declared.max() - declared.min())
+        if span < 2**20:  # a lookup table over the declared labels' range
+            table = np.full(span + 1, -1, dtype=np.int64)
+            table[declared - lo] = np.arange(len(groups))
+            shifted = values - lo
+            inside = (shifted >= 0) & (shifted <= span)
+            return np.where(inside, table[np.where(inside, shifted, 0)], -1)
     else:  # numpy's variable-width strings (Zarr v3 strings) compared as they are
         values = np.asarray(raw)
         if values.dtype.kind != "T":
