@@ -35,7 +35,7 @@ __all__ = [
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
 
-_SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger")
+_SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger", "group_by")
 
 #: Inputs up to this many bytes are released on an embedded cluster of threads in this process
 #: (no worker processes to start: a small release takes about as long as its data work); larger
@@ -54,6 +54,7 @@ def release_spec(
     mechanism: Any = None,
     ledger: Any = None,
     release_id: str | None = None,
+    group_by: Any = None,
     **unknown: Any,
 ) -> ReleaseSpec:
     """A release spec from keyword arguments, without YAML: the same schema and the same errors.
@@ -80,6 +81,9 @@ def release_spec(
         no ledger.
     release_id : str, optional
         A fixed release id (retry-safe).
+    group_by : dict or GroupBySpec, optional
+        ``{"variable": "site", "groups": [0, 1, 2]}``: one moment release per declared group
+        (docs/concepts/queries.md, "Grouped releases").
     **unknown
         Any other keyword is refused as the YAML spec refuses an unknown key.
 
@@ -113,6 +117,7 @@ def release_spec(
         "privacy": privacy,
         "output": output,
         "ledger": ledger,
+        "group_by": group_by,
         **unknown,
     }
     data: dict[str, Any] = {}
@@ -176,7 +181,7 @@ def dry_run(
     s = load(spec, output=output)
     return plan_release(
         s,
-        read_input_metadata(s.input),
+        read_input_metadata(s.input, s.group_by),
         release_id=release_id,
         directions_matrix=load_directions_matrix(s),
     )

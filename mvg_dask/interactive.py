@@ -53,6 +53,7 @@ from mvg_dask.release_format import (
     COVARIANCE,
     CROSS_COVARIANCE_QUERY,
     GRAM,
+    GROUP_DIM,
     MEAN,
     MOMENT,
     PLAN_ATTR,
@@ -209,6 +210,11 @@ def _plan_copy(
     from mvg_dask.engine.metadata import load_directions_matrix
 
     _check_dims(arr, record_dim, feature_dim)
+    if "group_by" in fields:
+        raise ValueError(
+            "group_by: the accessor copies one variable, not its group labels; write the data "
+            "and the group variable to a Zarr store and release it with mvg_dask.api.release"
+        )
     rid = release_id or new_release_id(name)
     input_store, output_store = _paths(directory, rid)
     spec = _spec(
@@ -483,6 +489,12 @@ def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
     evaluated at the released shifted mean (the entries' noises taken as independent, as they
     are for standard directions). Its coverage is measured in the tests.
     """
+    if GROUP_DIM in ds[MOMENT].dims:
+        raise ValueError(
+            f"the noise std of a grouped release's {name!r} (the group's moment divided by its "
+            "noisy share N_g / N) is not given; use noise_std('moment'), whose entries are "
+            "exact for every group"
+        )
     s = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
     m = s.shape[0] - 1
     var = ds[name]

@@ -52,6 +52,7 @@ __all__ = [
     "DIRECTION_DIM",
     "DP_PCA_EIGENVALUES",
     "GRAM",
+    "GROUP_DIM",
     "INCOMPLETE",
     "INPUT_VARIABLE_ATTR",
     "KEEP_FILE",
@@ -204,6 +205,9 @@ MEAN = "mean"
 TERM_DIM = "term"
 #: The label of the augmented record's constant term.
 CONSTANT_TERM = "1"
+#: The dimension of a grouped release's groups (``group_by``): the first axis of
+#: :data:`MOMENT`, :data:`MEAN` and :data:`COVARIANCE`, its coordinate the declared labels.
+GROUP_DIM = "group"
 #: The queries released as the moment of the augmented record.
 MOMENT_QUERIES = ("centered-covariance", "regression")
 

@@ -383,6 +383,40 @@ class RegressionSpec(_Strict):
     regression: RegressionParams
 
 
+#: The most groups a ``group_by`` may declare.
+MAX_GROUPS = 10_000
+
+
+class GroupBySpec(_Strict):
+    """``group_by: {variable: site, groups: [0, 1, 2]}``: one release per declared group of
+    records, in one pass, costing one release's budget (docs/concepts/queries.md, "Grouped
+    releases"; docs/bounds.md, Sec. 15 and 17).
+
+    ``variable`` is a 1-D variable of the input store along the record dimension; ``groups``
+    are its declared labels, in the order of the output's ``group`` dimension. The labels come
+    from the spec, never from the data: a record whose label is not declared is dropped (and
+    counted curator-side only).
+    """
+
+    variable: str
+    groups: list[str | int]
+
+    @field_validator("groups")
+    @classmethod
+    def _declared_groups(cls, value: list[str | int]) -> list[str | int]:
+        if not value:
+            raise ValueError("declare at least one group label")
+        if len(value) > MAX_GROUPS:
+            raise ValueError(f"at most {MAX_GROUPS} groups, got {len(value)}")
+        if any(isinstance(v, bool) for v in value):
+            raise ValueError("group labels are strings or integers, not booleans")
+        if len(set(value)) != len(value):
+            raise ValueError("group labels repeat; declare each group once")
+        if len({type(v) for v in value}) > 1:
+            raise ValueError("group labels must be all strings or all integers")
+        return value
+
+
 #: The queries a spec names by a word alone.
 SimpleQuery = Literal["identity", "covariance", "centered-covariance"]
 
@@ -399,6 +433,7 @@ class ReleaseSpec(_Strict):
     privacy: PrivacySpec
     output: OutputSpec
     ledger: LedgerSpec | None = None
+    group_by: GroupBySpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -469,6 +504,8 @@ class ReleaseSpec(_Strict):
                 f"privacy.epsilon ({self.privacy.epsilon:g}) exceeds the dataset's whole "
                 f"ledger.budget.epsilon ({self.ledger.budget.epsilon:g})"
             )
+        if self.group_by is not None:
+            _check_group_by(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
             raise ValueError(
                 "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
@@ -508,6 +545,32 @@ SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
 MOMENT_QUERY_KINDS = ("centered-covariance", "regression")
 
 
+def _check_group_by(spec: ReleaseSpec) -> None:
+    """Refuse a ``group_by`` the grouped release cannot take (docs/bounds.md, "Grouped
+    releases": replace-one neighbours, exact calibration, fixed directions)."""
+    kind, mech = spec.query_kind, spec.mechanism
+    if kind not in MOMENT_QUERY_KINDS:
+        raise ValueError(
+            f"group_by: a {kind} query cannot be grouped; use query: centered-covariance "
+            "(its moment carries each group's count) or query: {regression: {target: ...}}"
+        )
+    if spec.privacy.neighbours != "replace-one":
+        raise ValueError(
+            "group_by: a grouped release divides by the public record count: use "
+            "privacy.neighbours: replace-one"
+        )
+    if mech.calibration != "exact":
+        raise ValueError(
+            f"group_by: a grouped release is calibrated exactly (its joint sensitivity "
+            f"across groups); use mechanism.calibration: exact, not {mech.calibration}"
+        )
+    if mech.directions.method == "dp-pca":
+        raise ValueError(
+            "group_by: DP-PCA directions are not available for a grouped release; use "
+            "mechanism.directions: {method: standard} or {method: matrix}"
+        )
+
+
 def _query_kind(query: Any) -> str:
     """The kind of a spec's ``query`` (a word, a :class:`RegressionSpec` or its mapping)."""
     if isinstance(query, RegressionSpec):
@@ -524,7 +587,9 @@ def spec_hash(spec: ReleaseSpec) -> str:
     import hashlib
     import json
 
-    data = spec.model_dump(mode="json", exclude={"release_id"})
+    # a spec without group_by hashes as it did before group_by existed
+    exclude = {"release_id"} if spec.group_by is not None else {"release_id", "group_by"}
+    data = spec.model_dump(mode="json", exclude=exclude)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

@@ -29,12 +29,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import xarray as xr
 
 from mvg_dask import interactive
 from mvg_dask.plan.estimators import moment_regression
 from mvg_dask.release_format import (
     CONSTANT_TERM,
+    GROUP_DIM,
     MOMENT,
     PLAN_ATTR,
     PREFIX,
@@ -249,7 +251,9 @@ class MvgAccessor(_ReleaseAccessor):
         xarray.DataArray
             ``coefficients`` over ``term`` (the predictors, then ``"1"``; features by their
             labels, or ``"#i"`` by position when the input had no feature names), the ``ridge``
-            used and the ``target`` as attributes.
+            used and the ``target`` as attributes. A grouped release (``group_by``) gets one fit
+            per group, from the group's moment divided by its noisy share ``N_g / N`` (the
+            corner): coefficients over ``group`` and ``term``, one ``ridge`` per group.
         """
         ds = self.check()
         target = ds.attrs.get(TARGET_ATTR)
@@ -260,25 +264,52 @@ class MvgAccessor(_ReleaseAccessor):
             )
         moment = ds[MOMENT]
         std = self.noise_std(MOMENT).values if ridge == "adassp" else None
-        if moment.dims[0] in moment.coords:
-            labels = [str(v) for v in moment[moment.dims[0]].values]
+        term_dim = moment.dims[-2]
+        if term_dim in moment.coords:
+            labels = [str(v) for v in moment[term_dim].values]
         else:  # an input without feature names: the features by position, "#0", "#1", ...
-            labels = [*(f"#{i}" for i in range(moment.shape[0] - 1)), CONSTANT_TERM]
+            labels = [*(f"#{i}" for i in range(moment.shape[-1] - 1)), CONSTANT_TERM]
             target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
         centre = json.loads(ds.attrs[PLAN_ATTR])["query"].get("centre")
-        fit = moment_regression(
-            moment.values,
-            labels,
-            str(target),
-            intercept=intercept,
-            noise_std=std,
-            ridge=ridge,
-            centre=centre,
-        )
-        attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
-        attrs["source_release"] = ds.attrs.get(RELEASE_ID_ATTR)
+        source = ds.attrs.get(RELEASE_ID_ATTR)
+        if GROUP_DIM not in moment.dims:
+            fit = moment_regression(
+                moment.values,
+                labels,
+                str(target),
+                intercept=intercept,
+                noise_std=std,
+                ridge=ridge,
+                centre=centre,
+            )
+            attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
+            attrs["source_release"] = source
+            return xr.DataArray(
+                fit.coefficients, dims=("term",), coords={"term": list(fit.terms)}, attrs=attrs
+            ).rename("coefficients")
+        # a grouped release: one fit per group, from that group's moment divided by its noisy
+        # share N_g / N (the corner), i.e. the group's own second moment, and its noise std alike
+        values = np.asarray(moment.values, dtype=np.float64)
+        shares = values[:, -1, -1]
+        fits = [
+            moment_regression(
+                values[g] / shares[g] if shares[g] > 0 else np.full_like(values[g], np.nan),
+                labels,
+                str(target),
+                intercept=intercept,
+                noise_std=None if std is None else std[g] / abs(shares[g]),
+                ridge=ridge,
+                centre=centre,
+            )
+            for g in range(values.shape[0])
+        ]
+        attrs = {"estimator": "regression", "target": fits[0].target}
+        attrs |= {"ridge": [f.ridge for f in fits], "source_release": source}
         return xr.DataArray(
-            fit.coefficients, dims=("term",), coords={"term": list(fit.terms)}, attrs=attrs
+            np.stack([f.coefficients for f in fits]),
+            dims=(GROUP_DIM, "term"),
+            coords={GROUP_DIM: moment[GROUP_DIM].values, "term": list(fits[0].terms)},
+            attrs=attrs,
         ).rename("coefficients")
 
     def covariance(self) -> xr.DataArray:

@@ -81,3 +81,17 @@ def pinned_key_cli(key: str = PINNED_KEY) -> list[str]:
     import sys
 
     return [sys.executable, "-c", _PINNED_CLI.format(key=key)]
+
+
+def add_group_variable(store: str | Path, labels: Any, *, name: str = "site") -> str:
+    """Add a 1-D group variable (one label per record, dims ``("record",)``) to an input store
+    written by :func:`make_input` (strings as objects, Zarr v3 variable-length strings)."""
+    import xarray as xr
+
+    values = np.asarray(labels)
+    if values.dtype.kind in "US":
+        values = values.astype(object)
+    xr.Dataset({name: (("record",), values)}).to_zarr(
+        str(store), mode="a", zarr_format=3, consolidated=False
+    )
+    return str(store)

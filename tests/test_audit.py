@@ -241,6 +241,62 @@ def test_centered_covariance_and_regression(tmp_path: Path, client) -> None:
 
 
 @pytest.mark.slow
+def test_grouped_moment_release_across_groups(tmp_path: Path, client) -> None:
+    """A grouped centered-covariance release (``group_by``, two groups, symmetric noise, lattice),
+    audited on both groups' published moments together. The pair moves the corner record
+    ``(1, 1, 1, 1)`` from group 0 to group 1 (the data are the same; only its label changes):
+    group 0 loses ``z z^T / N`` and group 1 gains it, ``||Delta F||_F = sqrt(2) * 5 / N``, the joint
+    sensitivity ``max(s_replace-one, sqrt(2) s_add-remove)`` of the augmented box
+    (docs/bounds.md, Sec. 15 and 17): a worst case. The statistic is the Gaussian log-LR
+    along the whitened shift of the concatenated ``vech_r`` coordinates of both groups (each
+    group's noise is independent, with the plan's law). Claim: epsilon_hat <= epsilon = 1
+    (alpha = 0.01, seeds ``SEED + t``)."""
+    from tests.pipeline_helpers import add_group_variable
+
+    X = _base()
+    labels = np.arange(N) % 2
+    moved = labels.copy()
+    moved[0] = 1  # the corner record, in group 0 in D, is in group 1 in D'
+    plans = []
+    for tag, site in (("d", labels), ("d2", moved)):
+        shutil.rmtree(root := tmp_path / f"{tag}.zarr", ignore_errors=True)
+        add_group_variable(make_input(root, X, chunk=16), site)
+        spec = _spec(tmp_path, tag, mechanism={"algorithm": "symmetric"})
+        spec["query"] = "centered-covariance"
+        spec["group_by"] = {"variable": "site", "groups": [0, 1]}
+        plans.append(api.dry_run(spec))
+    plan_d, plan_d2 = plans
+    noise = plan_d.noise_plan()
+    r, B, n = float(noise.symmetric_ratio), noise.row_factor, plan_d.query.records
+    gram_d, gram_d2 = engine_gram(plan_d, client), engine_gram(plan_d2, client)
+    assert gram_d.shape == (2, M + 1, M + 1)
+    assert gram_d[0, M, M] + gram_d[1, M, M] == N  # every record in one declared group
+    np.testing.assert_allclose(gram_d2[1] - gram_d[1], np.outer(*(2 * [np.append(CORNER, 1)])))
+
+    def coordinates(moments: np.ndarray) -> np.ndarray:
+        return np.concatenate(
+            [whiten_symmetric(moments[..., g, :, :], B, r) for g in range(2)], axis=-1
+        )
+
+    shift = coordinates((gram_d2 - gram_d) / n)
+    # the worst case, never beyond the calibrated (joint) sensitivity
+    assert 0.8 * noise.mahalanobis_sensitivity < float(np.linalg.norm(shift))
+    assert float(np.linalg.norm(shift)) <= noise.mahalanobis_sensitivity * (1 + 1e-12)
+
+    def statistic(runs: list[Any]) -> np.ndarray:
+        Y = np.stack([run.value for run in runs])
+        return standardise(
+            gaussian_log_lr(coordinates(Y - gram_d / n), shift), float(np.linalg.norm(shift))
+        )
+
+    t0 = statistic([moment_trial(plan_d, gram_d, SEED + t) for t in range(TRIALS)])
+    t1 = statistic([moment_trial(plan_d2, gram_d2, SEED + TRIALS + t) for t in range(TRIALS)])
+    result = epsilon_lower_bound(t0, t1, DELTA)
+    _report("grouped centered covariance, a record moving between groups (symmetric)", result)
+    assert 0.3 * EPSILON < result.epsilon_lower <= EPSILON
+
+
+@pytest.mark.slow
 def test_covariance_add_remove_public_normaliser(tmp_path: Path, client) -> None:
     result = _audit_covariance(tmp_path, client, "add-remove", TRIALS, records=N0)
     _report("covariance add-remove, N0 (equi-modal, exact)", result)

@@ -58,7 +58,7 @@ from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import ReleaseResult, execute_release
 from mvg_dask.plan.release_plan import plan_release
 from mvg_dask.spec import ReleaseSpec, parse_spec, resolve_paths
-from tests.pipeline_helpers import make_input
+from tests.pipeline_helpers import add_group_variable, make_input
 
 M = 4
 CHUNK = 64
@@ -105,6 +105,9 @@ class Case:
     directions: str = "standard"  # "standard" | "matrix" | "dp-pca"
     allocation: str = "uniform"
     output: str = "float64"  # "float64" | "float32-zstd": a float32 input, zstd-compressed output
+    # a grouped release (group_by): "move" (integer labels: the replaced record also moves from
+    # group 0 to group 1) or "drop" (string labels: it moves to an undeclared label, dropped)
+    group: str = ""
 
     @property
     def id(self) -> str:
@@ -115,6 +118,7 @@ class Case:
             [self.query[:3], self.algorithm[:4], self.calibration, nb, self.domain, self.directions]
             + ([self.allocation] if self.allocation != "uniform" else [])
             + ([self.output] if self.output != "float64" else [])
+            + ([f"group-{self.group}"] if self.group else [])
         )
 
     @property
@@ -191,6 +195,10 @@ CASES: list[Case] = [
     Case("cross-covariance", "unimodal", "exact", "replace-one", None, "l2", allocation="binary"),
     Case("cross-covariance", "unimodal", "mvg-thm2", "replace-one", None, "box"),
     Case("cross-covariance", "unimodal", "exact", "add-remove", N0, "l2"),
+    # grouped releases: the replaced record moves to another group, or out of the declared ones
+    Case("centered-covariance", "symmetric", "exact", "replace-one", None, "box", group="move"),
+    Case("regression", "symmetric", "exact", "replace-one", None, "l2", group="drop"),
+    Case("centered-covariance", "unimodal", "exact", "replace-one", None, "l2", group="move"),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
@@ -214,6 +222,24 @@ def neighbouring_pair(case: Case) -> tuple[np.ndarray, np.ndarray]:
         b[:, REPLACED] = OUTSIDE
         return a, b
     return a, np.concatenate([a, OUTSIDE[:, None]], axis=1)
+
+
+GROUP_LABELS = {"move": [0, 1, 2], "drop": ["a", "b", "c"]}
+
+
+def group_labels(case: Case) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The group labels of A and B (``None``: not grouped): B's replaced record moves from the
+    first declared group to the second ("move") or to an undeclared label ("drop")."""
+    if not case.group:
+        return None, None
+    declared = np.array(GROUP_LABELS[case.group], dtype=object)
+    a = declared[np.arange(RECORDS) % 3]
+    a[REPLACED] = declared[0]
+    b = a.copy()
+    b[REPLACED] = declared[1] if case.group == "move" else "undeclared"
+    if case.group == "move":
+        return a.astype(np.int64), b.astype(np.int64)
+    return a, b
 
 
 def spec_for(case: Case, root: Path) -> dict[str, Any]:
@@ -242,7 +268,11 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
     domain: dict[str, Any] = (
         {"box": {"lower": -1.0, "upper": 1.0}} if case.domain == "box" else {"l2_norm": 2.0}
     )
+    grouped = (
+        {"group_by": {"variable": "site", "groups": GROUP_LABELS[case.group]}} if case.group else {}
+    )
     return {
+        **grouped,
         "name": "neighbours",
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
@@ -268,10 +298,13 @@ def write_directions(root: Path) -> None:
     np.save(root / "directions.npy", W)
 
 
-def put_input(root: Path, X: np.ndarray) -> None:
-    """(Re)write the input at the one input path both releases of a pair read."""
+def put_input(root: Path, X: np.ndarray, labels: np.ndarray | None = None) -> None:
+    """(Re)write the input at the one input path both releases of a pair read (with the group
+    variable ``site`` of a grouped case)."""
     shutil.rmtree(root / "input.zarr", ignore_errors=True)
     make_input(root / "input.zarr", X, chunk=CHUNK)
+    if labels is not None:
+        add_group_variable(root / "input.zarr", labels)
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -339,10 +372,17 @@ def log_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
 
 
 def release_once(
-    case: Case, root: Path, X: np.ndarray, client: Any, caplog: pytest.LogCaptureFixture, tag: str
+    case: Case,
+    root: Path,
+    X: np.ndarray,
+    client: Any,
+    caplog: pytest.LogCaptureFixture,
+    tag: str,
+    labels: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Release ``X`` with the case's spec; move the output to ``root/tag.zarr``."""
-    put_input(root, X.astype(np.float32) if case.output == "float32-zstd" else X)
+    """Release ``X`` (with its group ``labels``) with the case's spec; move the output to
+    ``root/tag.zarr``."""
+    put_input(root, X.astype(np.float32) if case.output == "float32-zstd" else X, labels)
     raw = spec_for(case, root)
     spec: ReleaseSpec = resolve_paths(parse_spec(raw), root)
     dry = api.dry_run(raw).public_dict()
@@ -371,8 +411,9 @@ def release_once(
 def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) -> None:
     write_directions(tmp_path)
     A, B = neighbouring_pair(case)
-    ra = release_once(case, tmp_path, A, client, caplog, "a")
-    rb = release_once(case, tmp_path, B, client, caplog, "b")
+    la, lb = group_labels(case)
+    ra = release_once(case, tmp_path, A, client, caplog, "a", la)
+    rb = release_once(case, tmp_path, B, client, caplog, "b", lb)
     differing = assert_same_except_noisy(
         tmp_path / "a.zarr", tmp_path / "b.zarr", noisy_variables(case)
     )

@@ -171,6 +171,135 @@ class ZarrMatrix:
             arr[:, start:stop] = values
 
 
+@dataclass(frozen=True)
+class ZarrLabels:
+    """The group variable of a grouped release (a 1-D Zarr array along the record dimension,
+    in the input's store), read by record ranges as group indices (docs/concepts/queries.md,
+    "Grouped releases").
+
+    Attributes
+    ----------
+    store : str
+        Store path or URL (the input's).
+    path : str
+        The group variable.
+    groups : tuple of (str or int)
+        The declared labels: a record's index is its label's position here, ``-1`` for a
+        label that is not declared (the record is dropped).
+    storage_options : dict or None
+        fsspec options.
+    """
+
+    store: str
+    path: str
+    groups: tuple[str | int, ...]
+    storage_options: dict[str, Any] | None = None
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """The group index of records ``[start, stop)`` (int64; ``-1``: undeclared)."""
+        import zarr
+
+        try:
+            arr = zarr.open_array(
+                store=self.store, path=self.path, mode="r", storage_options=self.storage_options
+            )
+            raw = np.asarray(arr[start:stop])
+        except Exception as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else ""
+            raise ReleaseError(
+                f"group labels of records {start}..{stop - 1} of {self.store}/{self.path} "
+                f"cannot be read ({type(exc).__name__}: {detail}); restore the input store"
+            ) from None
+        return group_indices(raw, self.groups)
+
+
+def group_indices(raw: np.ndarray, groups: tuple[str | int, ...]) -> np.ndarray:
+    """Each label's position among the declared ``groups`` (``-1`` where it is not one).
+
+    Parameters
+    ----------
+    raw : ndarray
+        Labels (integers, or strings of any numpy form).
+    groups : tuple of (str or int)
+        The declared labels (all integers or all strings).
+
+    Returns
+    -------
+    ndarray
+        int64 indices, ``raw``'s length.
+    """
+    if isinstance(groups[0], int):
+        declared = np.asarray(groups, dtype=np.int64)
+        values = np.asarray(raw).astype(np.int64, copy=False)
+        lo, span = int(declared.min()), int(declared.max() - declared.min())
+        if span < 2**20:  # a lookup table over the declared labels' range
+            table = np.full(span + 1, -1, dtype=np.int64)
+            table[declared - lo] = np.arange(len(groups))
+            shifted = values - lo
+            inside = (shifted >= 0) & (shifted <= span)
+            return np.where(inside, table[np.where(inside, shifted, 0)], -1)
+    else:  # numpy's variable-width strings (Zarr v3 strings) compared as they are
+        values = np.asarray(raw)
+        if values.dtype.kind != "T":
+            values = values.astype(object).astype(str)
+        declared = np.asarray(groups, dtype=values.dtype if values.dtype.kind == "T" else str)
+    order = np.argsort(declared, kind="stable")
+    ranked = declared[order]
+    pos = np.minimum(np.searchsorted(ranked, values), len(ranked) - 1)
+    return np.where(ranked[pos] == values, order[pos], -1).astype(np.int64)
+
+
+def grouped_gram(
+    x: np.ndarray, index: np.ndarray, groups: int, into: np.ndarray | None = None
+) -> np.ndarray:
+    """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
+    ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
+    :func:`~mvg_dask.plan.queries.moment.augmented_gram`, each entry a sum of exact products).
+
+    The block's kept records are gathered once, group after group in record order (a stable
+    sort of the indices), so each group's records are one contiguous run of columns; its Gram
+    product and its row sums (a sequential sum) read that run only, so a group's bytes are
+    fixed by its own records.
+
+    Parameters
+    ----------
+    x : ndarray
+        ``m x b`` clipped records.
+    index : ndarray
+        Each record's group index (``-1``: dropped).
+    groups : int
+        ``G``.
+    into : ndarray, optional
+        A running ``(G, m + 1, m + 1)`` sum to add the block's matrices to, in place (each
+        non-empty group's entries, the same additions as ``into + grouped_gram(x, ...)``).
+
+    Returns
+    -------
+    ndarray
+        ``(G, m + 1, m + 1)`` (``into``, when given).
+    """
+    m = x.shape[0]
+    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64) if into is None else into
+    # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
+    small = index.astype(np.int16 if groups < 2**15 else np.int64)
+    order = np.argsort(small, kind="stable")
+    starts = np.searchsorted(small[order], np.arange(groups + 1))
+    kept = np.take(x, order[starts[0] :], axis=1)  # group after group, in record order
+    starts -= starts[0]
+    counts = np.diff(starts)
+    filled = np.flatnonzero(counts)
+    if filled.size == 0:
+        return out
+    sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
+    for g in filled:
+        run = kept[:, starts[g] : starts[g + 1]]
+        out[g, :m, :m] += run @ run.T
+    out[filled, :m, m] += sums.T
+    out[filled, m, :m] += sums.T
+    out[filled, m, m] += counts[filled]
+    return out
+
+
 def progress_marker(write_store: str, start: int) -> str:
     """Path of the marker that says the chunk starting at ``start`` is written."""
     return ProgressLog(write_store).chunk_marker(start)
@@ -318,23 +447,42 @@ def _write_marker(fs: Any, path: str, payload: bytes) -> None:
 
 
 def gram_task(
-    start: int, stop: int, *, source: ZarrMatrix, clipper: Clipper, step: int | None = None
+    start: int,
+    stop: int,
+    *,
+    source: ZarrMatrix,
+    clipper: Clipper,
+    step: int | None = None,
+    labels: ZarrLabels | None = None,
 ) -> Outcome:
     """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
 
     The range is read ``step`` records (one stored chunk) at a time and the chunk products are
     added in record order, so a task over many chunks holds one chunk and one ``M x M``
-    accumulator, never the whole range.
+    accumulator, never the whole range. With ``labels`` (a grouped release) the partial is the
+    stack of the groups' augmented Gram matrices (:func:`grouped_gram`), and the records whose
+    label is not declared are dropped and counted with the clipped values (curator side).
     """
     step = stop - start if step is None else step
     total: np.ndarray | None = None
     clipped = 0
+    try:  # the task's group labels, read at once (one small 1-D read per task)
+        indices = None if labels is None else labels.read(start, stop)
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
     for a in range(start, stop, step):
         b = min(a + step, stop)
         try:
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
+        if indices is not None:  # added into the task's running sum, group by group
+            assert labels is not None
+            index = indices[a - start : b - start]
+            shifted = x if clipper.centre is None else x - clipper.centre.reshape(-1, 1)
+            total = grouped_gram(shifted, index, len(labels.groups), into=total)
+            clipped += c + int(np.count_nonzero(index < 0))
+            continue
         part = augmented_gram(x, clipper.centre) if clipper.augment else x @ x.T
         if total is None:
             total = part

@@ -14,7 +14,7 @@ import numpy as np
 
 from mvg_dask.errors import DataError
 from mvg_dask.plan.release_plan import InputMetadata
-from mvg_dask.spec import InputSpec, ReleaseSpec, is_local
+from mvg_dask.spec import GroupBySpec, InputSpec, ReleaseSpec, is_local
 
 MAX_FEATURE_NAMES = 1_000_000
 
@@ -37,13 +37,15 @@ def array_dims(arr: Any) -> tuple[str, ...] | None:
     return None if names is None else tuple(str(n) for n in names)
 
 
-def read_input_metadata(inp: InputSpec) -> InputMetadata:
+def read_input_metadata(inp: InputSpec, group_by: GroupBySpec | None = None) -> InputMetadata:
     """Open the input's metadata and check the variable (no chunk is read).
 
     Parameters
     ----------
     inp : InputSpec
         The spec's input section.
+    group_by : GroupBySpec, optional
+        The spec's ``group_by``: its variable is checked too (:func:`check_group_variable`).
 
     Returns
     -------
@@ -86,6 +88,8 @@ def read_input_metadata(inp: InputSpec) -> InputMetadata:
         raise DataError(f"input.variable: {inp.variable!r} has dtype {dtype}; need real numbers")
     shape = (int(arr.shape[0]), int(arr.shape[1]))
     axis = dims.index(inp.record_dim)
+    if group_by is not None:
+        check_group_variable(group_by, inp, arrays, dims_of, shape[axis])
     names = None
     feat = arrays.get(inp.feature_dim)
     m = shape[1 - axis]
@@ -104,6 +108,45 @@ def read_input_metadata(inp: InputSpec) -> InputMetadata:
         feature_names=names,
         storage_options=inp.storage_options,
     )
+
+
+def check_group_variable(
+    group_by: GroupBySpec,
+    inp: InputSpec,
+    arrays: dict[str, Any],
+    dims_of: dict[str, tuple[str, ...] | None],
+    records: int,
+) -> None:
+    """Refuse a ``group_by.variable`` that is not a 1-D variable of the input store along the
+    record dimension, one label per record, of the declared labels' type (metadata only).
+
+    Raises
+    ------
+    DataError
+        Naming ``group_by.variable`` and what is wrong.
+    """
+    name = group_by.variable
+    if name not in arrays or name == inp.variable:
+        have = ", ".join(sorted(n for n in arrays if n != inp.variable)) or "none"
+        raise DataError(
+            f"group_by.variable: {name!r} is not a variable of {inp.store} beside "
+            f"{inp.variable!r} (variables: {have})"
+        )
+    arr = arrays[name]
+    if dims_of[name] != (inp.record_dim,) or tuple(arr.shape) != (records,):
+        raise DataError(
+            f"group_by.variable: {name!r} has dims {dims_of[name]} and shape "
+            f"{tuple(arr.shape)}; a group variable holds one label per record, dims "
+            f"({inp.record_dim!r},) and shape ({records},)"
+        )
+    dtype = np.dtype(arr.dtype)
+    integer = np.issubdtype(dtype, np.integer)
+    if isinstance(group_by.groups[0], int) != integer or dtype.kind not in "iuUSOT":
+        want = "integers" if isinstance(group_by.groups[0], int) else "strings"
+        raise DataError(
+            f"group_by.variable: {name!r} has dtype {dtype}, but the declared groups are "
+            f"{want}; declare labels of the variable's type"
+        )
 
 
 def load_directions_matrix(spec: ReleaseSpec) -> np.ndarray | None:

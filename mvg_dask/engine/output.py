@@ -22,6 +22,7 @@ then, in the one last write, together with the final attributes), so a plain
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import uuid
@@ -54,6 +55,7 @@ from mvg_dask.release_format import (
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
     GRAM,
+    GROUP_DIM,
     INCOMPLETE,
     MEAN,
     MOMENT,
@@ -348,26 +350,53 @@ def _matrix_dataset(
     square = dims_for(rplan.input.feature_dim)
     names = [name] if count is None else [name, GRAM]
     variables = {k: xr.DataArray(placeholder(shape), dims=square) for k in names}
+    coords = _feature_coords(rplan)
     if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
         names = [MOMENT, MEAN, COVARIANCE]
-        variables = {
-            MOMENT: xr.DataArray(placeholder((m + 1, m + 1)), dims=matrix_dims(rplan)),
-            MEAN: xr.DataArray(placeholder((m,)), dims=(rplan.input.feature_dim,)),
-            COVARIANCE: xr.DataArray(placeholder((m, m)), dims=square),
-        }
+        variables, groups = _moment_variables(rplan)
+        coords |= groups
     if count is not None:
         variables[RECORD_COUNT] = xr.DataArray(count)
-    ds = xr.Dataset(
-        {**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=_feature_coords(rplan)
-    )
+    ds = xr.Dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
     encoding = {
-        k: {
-            "chunks": tuple(min(MATRIX_CHUNK, n) for n in variables[k].shape),
-            "compressors": compressors(rplan),
-        }
+        k: {"chunks": _matrix_chunks(variables[k]), "compressors": compressors(rplan)}
         for k in names
     }
     return ds, encoding | noise_matrix_encoding(ds)
+
+
+def _matrix_chunks(variable: xr.DataArray) -> tuple[int, ...]:
+    """Chunks of :data:`MATRIX_CHUNK` along a matrix's axes; a grouped release's groups in
+    runs of at most ``MATRIX_CHUNK**2`` values per chunk (at least one group)."""
+    shape = variable.shape
+    if variable.dims[0] != GROUP_DIM:
+        return tuple(min(MATRIX_CHUNK, n) for n in shape)
+    inner = tuple(min(MATRIX_CHUNK, n) for n in shape[1:])
+    return (max(1, min(shape[0], MATRIX_CHUNK**2 // math.prod(inner))), *inner)
+
+
+def _moment_variables(
+    rplan: ReleasePlan,
+) -> tuple[dict[str, xr.DataArray], dict[str, np.ndarray]]:
+    """The skeleton of a moment release's ``moment``, ``mean`` and ``covariance``, each with a
+    leading :data:`GROUP_DIM` for a grouped release, and the group coordinate (the declared
+    labels of the plan, never of the data; strings as objects)."""
+    m = rplan.input.features
+    lead: tuple[int, ...] = ()
+    dims: tuple[str, ...] = ()
+    coords: dict[str, np.ndarray] = {}
+    groups = rplan.query.groups
+    if groups is not None:
+        lead, dims = (len(groups),), (GROUP_DIM,)
+        coords[GROUP_DIM] = np.asarray(groups, dtype=object if isinstance(groups[0], str) else None)
+    variables = {
+        MOMENT: xr.DataArray(placeholder((*lead, m + 1, m + 1)), dims=dims + matrix_dims(rplan)),
+        MEAN: xr.DataArray(placeholder((*lead, m)), dims=(*dims, rplan.input.feature_dim)),
+        COVARIANCE: xr.DataArray(
+            placeholder((*lead, m, m)), dims=dims + dims_for(rplan.input.feature_dim)
+        ),
+    }
+    return variables, coords
 
 
 class OutputTarget:

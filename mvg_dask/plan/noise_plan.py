@@ -638,8 +638,9 @@ def _exact_variances(
 
 def lattice_coordinates(query: MatrixQuery, algorithm: Algorithm) -> int:
     """``c``: how many lattice coordinates one record can move
-    (:meth:`~mvg_dask.plan.queries.MatrixQuery.lattice_coordinates`)."""
-    return query.lattice_coordinates(algorithm)
+    (:meth:`~mvg_dask.plan.queries.MatrixQuery.released_lattice_coordinates`: both changed
+    groups' of a grouped release)."""
+    return query.released_lattice_coordinates(algorithm)
 
 
 def domain_abs_max(domain: RecordDomain) -> np.ndarray:
@@ -723,8 +724,10 @@ def release_float_error(
     context: LatticeContext | None,
 ) -> float:
     """``E``: the worst-case floating-point error of the computed whitened query, over the
-    domain (docs/bounds.md, Sec. 11; :meth:`~mvg_dask.plan.queries.MatrixQuery.float_error`)."""
-    return query.float_error(
+    domain (docs/bounds.md, Sec. 11; :meth:`~mvg_dask.plan.queries.MatrixQuery.float_error`),
+    as charged (:meth:`~mvg_dask.plan.queries.MatrixQuery.released_float_error`: times
+    ``sqrt(2)`` for a grouped release, docs/bounds.md, Sec. 15 and 17)."""
+    return query.released_float_error(
         domain_abs_max(domain),
         directions.covariance(variances).whitening(),
         norm_max=domain_norm_max(domain),
@@ -747,7 +750,7 @@ def _calibrate_lattice(
     chosen once, from ``mu`` and the first ``E``, and its term is fixed.
     """
     query, domain, _, algorithm, directions, ratio = setting
-    c = query.lattice_coordinates(algorithm)
+    c = query.released_lattice_coordinates(algorithm)
     degree = 0.5 if algorithm == "unimodal" else 1.0
 
     def measure(v: np.ndarray) -> tuple[float, float]:

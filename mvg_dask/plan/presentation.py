@@ -62,7 +62,8 @@ def _query_text(rplan: ReleasePlan) -> str:
             "replace-one); mean and covariance around it computed from it"
         )
         target = getattr(rplan.query, "target_label", None)
-        return moment if target is None else f"regression on {target!r}: {moment}"
+        moment = moment if target is None else f"regression on {target!r}: {moment}"
+        return moment + _groups_text(rplan)
     if rplan.query.kind == "cross-covariance":
         m_a, m_b = rplan.query.shape
         norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
@@ -74,6 +75,19 @@ def _query_text(rplan: ReleasePlan) -> str:
     return (
         f"sum X X^T ({m} x {m}) and a noisy record count ({rplan.budgets.count_share:.0%} of the "
         "budget); covariance = sum / count"
+    )
+
+
+def _groups_text(rplan: ReleasePlan) -> str:
+    """A grouped release's groups, from the spec alone (their count and variable, a few
+    labels): empty for an ungrouped release."""
+    q = rplan.query
+    if q.groups is None:
+        return ""
+    shown = ", ".join(map(repr, q.groups[:5])) + (", ..." if len(q.groups) > 5 else "")
+    return (
+        f"; one release per group of {q.group_variable!r}: {len(q.groups)} declared groups "
+        f"({shown}), M_g = Z_g Z_g^T / N, undeclared labels dropped; one release's budget"
     )
 
 

@@ -591,7 +591,7 @@ def declared_bounds_text(rplan: ReleasePlan) -> str | None:
     neighbours: Neighbours = "add-remove" if nb == "add-remove" else "replace-one"
     parts: list[str] = []
     drop: dict[str, None] = {}
-    s2 = q.proved_l2_sensitivity(domain, neighbours)
+    s2 = q.joint_l2_sensitivity(domain, neighbours)  # a grouped release's joint bound
     if q.sensitivity is not None and s2 is not None:
         parts.append(f"s2 = {q.sensitivity:.4g} (proved bound {s2:.4g})")
         drop["sensitivity"] = None
@@ -867,6 +867,9 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     if spec.regression_target is not None:
         fields["target"] = _target_position(spec.regression_target, metadata)
         fields["target_label"] = spec.regression_target
+    if spec.group_by is not None:  # the labels of the spec, never of the data
+        fields["groups"] = tuple(spec.group_by.groups)
+        fields["group_variable"] = spec.group_by.variable
     try:
         query = make_query(
             kind,

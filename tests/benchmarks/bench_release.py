@@ -46,19 +46,28 @@ CHUNK_BYTES = 2**23  # ~8 MiB input chunks
 
 
 def spec(
-    store: str, out: str, query: str, dp_pca_k: int = 0, noise: str = "lattice", m: int = 0
+    store: str,
+    out: str,
+    query: str,
+    dp_pca_k: int = 0,
+    noise: str = "lattice",
+    m: int = 0,
+    groups: int = 0,
 ) -> dict[str, object]:
     """A release spec with the product's defaults, charged to a ledger next to the output
     (``dp_pca_k``: DP-PCA directions, the top ``k`` important, binary allocation; ``noise``:
     the lattice release, the default, or the float path it replaced; ``cross``: the
-    cross-covariance of the first ``m // 2`` features with the others)."""
+    cross-covariance of the first ``m // 2`` features with the others; ``groups``: a grouped
+    release over the input's ``site`` variable, groups ``0 .. groups - 1``)."""
     mechanism: dict[str, object] = {"noise": noise}
     if dp_pca_k:
         mechanism |= {
             "directions": {"method": "dp-pca", "k": dp_pca_k},
             "allocation": {"strategy": "binary"},
         }
+    grouped = {"group_by": {"variable": "site", "groups": list(range(groups))}} if groups else {}
     return {
+        **grouped,
         "name": f"bench-{query}",
         "input": {"store": store},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}},
@@ -269,6 +278,19 @@ def floors(
 
 
 # -- baselines, the way a user writes them (own cluster start, dask defaults) --------------------
+def add_sites(store: str, n: int, chunk: int, groups: int) -> None:
+    """A ``site`` variable beside the input: a random label in ``0 .. groups - 1`` per record
+    (seed 0), stored in the input's record chunks (once per store)."""
+    import xarray as xr
+
+    if (Path(store) / "site").exists():
+        return
+    labels = np.random.default_rng(0).integers(0, groups, n)
+    xr.Dataset({"site": (("record",), labels)}).to_zarr(
+        store, mode="a", zarr_format=3, consolidated=False, encoding={"site": {"chunks": (chunk,)}}
+    )
+
+
 def user_xxt(store: str) -> None:
     import dask.array as da
     from distributed import Client
@@ -305,9 +327,10 @@ def bench_query(
     fl: dict[str, float],
     args: argparse.Namespace,
     noise: str = "lattice",
+    groups: int = 0,
 ) -> float:
     """Time one query on one input (warm, cold and its baseline), print its row and return the
-    warm release's seconds."""
+    warm release's seconds (``groups``: the query grouped by the input's ``site``)."""
     from distributed.diagnostics import MemorySampler
 
     from mvg_dask import api
@@ -319,10 +342,10 @@ def bench_query(
     gram_query = query in GRAM_QUERIES
 
     def warm_run() -> None:
-        api.release(spec(store, out, query, k, noise, m), client=client, progress=False)
+        api.release(spec(store, out, query, k, noise, m, groups), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query, k, noise, m), progress=False)
+        api.release(spec(store, out, query, k, noise, m, groups), progress=False)
 
     def baseline() -> None:
         if gram_query:
@@ -349,7 +372,8 @@ def bench_query(
         )
     _clean(out)
     shutil.rmtree(naive, ignore_errors=True)
-    label = query + ("+pca" if k else "") + (":float" if noise == "float" else "")
+    label = query + ("+pca" if k else "") + (f"/g{groups}" if groups else "")
+    label += ":float" if noise == "float" else ""
     print(
         f"{m:>6} {elements:>9.1e} {label:>16} {warm:>9.2f} {per_el:>7.2f} {floor:>7.2f} "
         f"{floor / per_el:>5.0%} {1e3 * meter.client_cpu:>7.0f} {1e3 * meter.workers_cpu:>7.0f} "
@@ -387,6 +411,13 @@ def main() -> None:
         default=0,
         help="covariance with DP-PCA directions (top k, binary allocation; floor: two passes)",
     )
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=0,
+        help="also time the centered covariance grouped into G groups (group_by over a random "
+        "label per record, in the input's record chunks) against the ungrouped one",
+    )
     p.add_argument("--workdir", default=None)
     args = p.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -414,6 +445,8 @@ def main() -> None:
 
                     with dask.config.set(scheduler=client.get):
                         write_matrix(synthetic(n, m, record_chunk=chunk), store, record_chunk=chunk)
+                if args.groups:
+                    add_sites(store, n, chunk, args.groups)
                 fl = floors(client, store, work, m, n, chunk, args.repeats)
                 warm: dict[str, float] = {}
                 for query in queries:
@@ -421,6 +454,21 @@ def main() -> None:
                         label = f"{query}:{noise}"
                         warm[label] = bench_query(
                             client, store, work, query, m, m * n, fl, args, noise
+                        )
+                    if args.groups and query == "centered-covariance":
+                        for noise in args.noise.split(","):
+                            warm[f"grouped:{noise}"] = bench_query(
+                                client, store, work, query, m, m * n, fl, args, noise, args.groups
+                            )
+                for noise in args.noise.split(","):
+                    one, grouped = (
+                        warm.get(f"centered-covariance:{noise}"),
+                        warm.get(f"grouped:{noise}"),
+                    )
+                    if one and grouped:  # the same data, the same warm cluster, this run
+                        print(
+                            f"{'':>6} centered-covariance with {args.groups} groups / without "
+                            f"({noise}): {grouped / one:.2f}x"
                         )
                 for noise in args.noise.split(","):
                     cov = warm.get(f"covariance:{noise}")

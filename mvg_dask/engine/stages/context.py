@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, ZarrMatrix
+from mvg_dask.engine.blocks import Clipper, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain
@@ -106,6 +106,16 @@ def source_of(rplan: ReleasePlan) -> ZarrMatrix:
     """The plan's input, as the tasks read it."""
     inp = rplan.input
     return ZarrMatrix(inp.store, inp.variable, inp.records_first, inp.storage_options)
+
+
+def labels_of(rplan: ReleasePlan) -> ZarrLabels | None:
+    """The group variable of a grouped release, as the Gram tasks read it (``None``: not
+    grouped)."""
+    q, inp = rplan.query, rplan.input
+    if q.groups is None:
+        return None
+    assert q.group_variable is not None
+    return ZarrLabels(inp.store, q.group_variable, q.groups, inp.storage_options)
 
 
 def mark_aborted(target: OutputTarget) -> None:

@@ -10,7 +10,13 @@ from distributed import Client, Future
 
 from mvg_dask.engine.blocks import add_grams, combine_grams, gram_task
 from mvg_dask.engine.cluster import Progress, gather_with_progress
-from mvg_dask.engine.stages.context import GramPass, RunContext, clipper_for, source_of
+from mvg_dask.engine.stages.context import (
+    GramPass,
+    RunContext,
+    clipper_for,
+    labels_of,
+    source_of,
+)
 from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
@@ -74,7 +80,8 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan) -> GramPass:
     client = ctx.client
     ranges = rplan.input.gram_ranges()
     m = rplan.input.features
-    on_client = m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
+    # a grouped release's partials stack one matrix per group
+    on_client = rplan.query.group_count * m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
     places = [None] * len(ranges) if on_client else homes(client, len(ranges))
     ctx.read_started = True
     # one scheduler message per run of leaves that share a home (one for the whole pass
@@ -91,6 +98,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan) -> GramPass:
             source=source_of(rplan),
             clipper=clipper_for(rplan),
             step=rplan.input.record_chunk,
+            labels=labels_of(rplan),
             pure=False,
             **placed(home),
         )
@@ -130,7 +138,7 @@ def finish_gram(ctx: RunContext, rplan: ReleasePlan, gram_pass: GramPass) -> np.
     Returns
     -------
     ndarray
-        The ``m x m`` sum.
+        The ``m x m`` sum (a grouped release: ``G x m x m``, one per group).
     """
     client, leaves = ctx.client, gram_pass.leaves
     gather_with_progress(

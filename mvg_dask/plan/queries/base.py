@@ -13,7 +13,7 @@ against the proved ones); a new query subclasses it and registers its name in
 from __future__ import annotations
 
 import math
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -118,6 +118,13 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
         ``f(X) = X X^T / N0`` changes by exactly ``x x^T / N0`` when a record is added or
         removed, and ``gamma`` or an entry range (which grow with the private count) must be
         declared by calibrations that need them.
+    groups : tuple of (str or int), optional
+        A grouped release (``group_by``): the declared labels, one released value per group,
+        each the query of that group's records with the global, public ``N``. Its
+        sensitivities are the joint ones of the concatenated groups, ``max(s_replace-one,
+        sqrt(2) s_add-remove)`` (docs/bounds.md, Sec. 15 and 17).
+    group_variable : str, optional
+        The input variable holding each record's group label (given with ``groups``).
     """
 
     kind: ClassVar[str] = ""
@@ -135,6 +142,8 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
     gamma: float | None = None
     entry_range: tuple[float, float] | None = None
     records_known: bool = True
+    groups: tuple[str | int, ...] | None = None
+    group_variable: str | None = None
 
     def __post_init__(self) -> None:
         if self.features < 1 or self.records < 1:
@@ -147,6 +156,8 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"declared {name} must be a finite number > 0, got {value!r}")
         self._check_fields()
+        if self.groups is not None:
+            self._check_groups()
         if self.entry_range is not None:
             a, b = self.entry_range
             if not (math.isfinite(a) and math.isfinite(b) and a < b):
@@ -154,6 +165,51 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
 
     def _check_fields(self) -> None:
         """Refuse fields the query type cannot take (a hook)."""
+
+    def _check_groups(self) -> None:
+        if not self.augmented:
+            raise ValueError(
+                f"a {self.kind} query cannot be grouped: group a centered-covariance or a "
+                "regression query (its moment carries each group's count)"
+            )
+        if not self.groups or self.group_variable is None:
+            raise ValueError("a grouped query needs its group labels and their variable")
+        if not self.records_known:
+            raise ValueError("a grouped query divides by the public record count (replace-one)")
+
+    # -- grouped releases (docs/bounds.md, Sec. 15 and 17) ------------------------------
+    @property
+    def group_count(self) -> int:
+        """``G``: the number of released groups (``1`` for an ungrouped query)."""
+        return 1 if self.groups is None else len(self.groups)
+
+    def ungrouped(self) -> MatrixQuery:
+        """The query of one group (this query without its groups)."""
+        return self if self.groups is None else replace(self, groups=None, group_variable=None)
+
+    def released_float_error(
+        self,
+        abs_max: np.ndarray,
+        whitening: ferr.Whitening,
+        *,
+        norm_max: float | None,
+        algorithm: Algorithm,
+        ratio: float | None,
+        context: Any,
+    ) -> float:
+        """:meth:`float_error` as the lattice charges it: times ``sqrt(2)`` for a grouped
+        release (two groups' computed values differ between neighbours; docs/bounds.md,
+        Sec. 17)."""
+        err = self.float_error(
+            abs_max, whitening, norm_max=norm_max, algorithm=algorithm, ratio=ratio, context=context
+        )
+        return err if self.groups is None else math.sqrt(2.0) * err
+
+    def released_lattice_coordinates(self, algorithm: Algorithm) -> int:
+        """:meth:`lattice_coordinates` as the lattice charges them: twice as many for a
+        grouped release (the two changed groups' coordinates; ``grid sqrt(2 c)``)."""
+        c = self.lattice_coordinates(algorithm)
+        return c if self.groups is None else 2 * c
 
     def record_domain(self, domain: RecordDomain) -> RecordDomain:
         """The domain of what one record contributes through, given the records' declared
@@ -266,6 +322,9 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
         out.update(self._extra_dict())
         if not self.records_known:
             out["records_known"] = False
+        if self.groups is not None:  # only when set: an ungrouped plan keeps its bytes
+            out["groups"] = list(self.groups)
+            out["group_variable"] = self.group_variable
         return out
 
     def _extra_dict(self) -> dict[str, object]:
@@ -282,4 +341,6 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
             "gamma": data.get("declared_gamma"),
             "entry_range": None if rng is None else (float(rng[0]), float(rng[1])),
             "records_known": bool(data.get("records_known", True)),
+            "groups": None if data.get("groups") is None else tuple(data["groups"]),
+            "group_variable": data.get("group_variable"),
         }

@@ -13,7 +13,13 @@ from typing import ClassVar
 
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 
-__all__ = ["DECLARED_RTOL", "DeclaredBoundError", "DeclaredBounds", "at_least"]
+__all__ = [
+    "DECLARED_RTOL",
+    "DeclaredBoundError",
+    "DeclaredBounds",
+    "at_least",
+    "check_grouped_neighbours",
+]
 
 #: A declared bound within this relative distance below the proved one counts as the proved one
 #: (a value typed with fewer digits, or computed in another order); the larger is used.
@@ -37,6 +43,15 @@ class DeclaredBoundError(ValueError):
         self.field = field
 
 
+def check_grouped_neighbours(neighbours: Neighbours) -> None:
+    """Refuse a neighbouring relation other than replace-one for a grouped release."""
+    if neighbours != "replace-one":
+        raise ValueError(
+            "a grouped release divides by the public record count: it takes replace-one "
+            f"neighbours, not {neighbours}"
+        )
+
+
 def at_least(x: float, digits: int = 6) -> str:
     """``x`` rounded up to ``digits`` significant digits (a value one may declare)."""
     text = f"{x:.{digits}g}"
@@ -56,6 +71,11 @@ class DeclaredBounds:
     gamma: float | None
     entry_range: tuple[float, float] | None
     records_known: bool
+    groups: tuple[str | int, ...] | None
+
+    def ungrouped(self) -> DeclaredBounds:
+        """The query of one group (a hook of :class:`~mvg_dask.plan.queries.base.MatrixQuery`)."""
+        return self
 
     def check_neighbours(self, neighbours: Neighbours) -> None:
         """Refuse a neighbouring relation the query cannot take (a hook)."""
@@ -82,7 +102,7 @@ class DeclaredBounds:
         DeclaredBoundError
             A built-in query's declared value is below the proved bound.
         """
-        proved = self.proved_l2_sensitivity(domain, neighbours)
+        proved = self.joint_l2_sensitivity(domain, neighbours)
         if self.sensitivity is None:
             assert proved is not None  # a custom query declares its sensitivity
             return proved
@@ -117,6 +137,34 @@ class DeclaredBounds:
         self.check_neighbours(neighbours)
         return None
 
+    def joint_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
+        """:meth:`proved_l2_sensitivity` of the released value: for a grouped release (the
+        concatenation of every group's query, each with the public ``N``) the joint bound
+        ``max(s_replace-one, sqrt(2) s_add-remove)`` of one group's query (docs/bounds.md,
+        Sec. 15 and 17: a neighbour replaces a record within its group, or moves it to
+        another group, or out of the declared ones).
+
+        Parameters
+        ----------
+        domain : BoxDomain or L2BallDomain
+            Declared record domain.
+        neighbours : {"replace-one"}
+            Neighbouring relation (a grouped release takes replace-one only).
+
+        Returns
+        -------
+        float or None
+            The bound.
+        """
+        if self.groups is None:
+            return self.proved_l2_sensitivity(domain, neighbours)
+        check_grouped_neighbours(neighbours)
+        one = self.ungrouped()
+        within = one.proved_l2_sensitivity(domain, "replace-one")
+        moved = one.proved_l2_sensitivity(domain, "add-remove")
+        assert within is not None and moved is not None
+        return max(within, math.sqrt(2.0) * moved)
+
     def sensitivity_excess(self, domain: RecordDomain, neighbours: Neighbours) -> float:
         """``declared s_2 / proved s_2`` (``>= 1``): the factor ``exact`` scales ``Delta_M`` by.
 
@@ -136,7 +184,7 @@ class DeclaredBounds:
         float
             The factor.
         """
-        proved = self.proved_l2_sensitivity(domain, neighbours)
+        proved = self.joint_l2_sensitivity(domain, neighbours)
         if proved is None or self.sensitivity is None:
             return 1.0
         return self.l2_sensitivity(domain, neighbours) / proved

@@ -36,6 +36,7 @@ __all__ = [
     "RegressionQuery",
     "augmented_gram",
     "centered_from_moment",
+    "grouped_centered_from_moment",
 ]
 
 
@@ -94,6 +95,46 @@ def centered_from_moment(
     shifted = np.array(moment[:m, m], dtype=np.float64)
     covariance = np.asarray(moment[:m, :m] - np.outer(shifted, shifted))
     return (shifted if centre is None else shifted + centre), covariance
+
+
+def grouped_centered_from_moment(
+    moments: np.ndarray, centre: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every group's mean and covariance around it, from a grouped release's noisy moments.
+
+    A group's moment ``M_g = Z_g Z_g^T / N`` (``z = [x - c; 1]``) divides by the global ``N``:
+    its corner ``M_g[m, m]`` is the group's (noisy) share ``N_g / N``, so the mean about ``c`` is
+    ``m_g = M_g[:m, m] / M_g[m, m]``, the mean ``m_g + c`` and the covariance
+    ``M_g[:m, :m] / M_g[m, m] - m_g m_g^T`` (``numpy.cov`` of the group's records,
+    ``bias=True``, without noise). A group whose noisy corner is not positive (an empty or tiny
+    group) gets NaN for both.
+
+    Parameters
+    ----------
+    moments : ndarray
+        ``G x (m + 1) x (m + 1)``.
+    centre : ndarray, optional
+        ``c`` (``m``); none by default.
+
+    Returns
+    -------
+    mean : ndarray
+        ``G x m``.
+    covariance : ndarray
+        ``G x m x m``.
+    """
+    m = moments.shape[-1] - 1
+    share = np.asarray(moments[:, m, m], dtype=np.float64)
+    ok = share > 0
+    safe = np.where(ok, share, 1.0)
+    shifted = moments[:, :m, m] / safe[:, None]
+    covariance = (
+        moments[:, :m, :m] / safe[:, None, None] - shifted[:, :, None] * shifted[:, None, :]
+    )
+    mean = shifted if centre is None else shifted + centre
+    mean[~ok] = np.nan
+    covariance[~ok] = np.nan
+    return mean, covariance
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
+from mvg_dask.plan.queries.bounds import check_grouped_neighbours
 from mvg_dask.privacy import sensitivity as sens
 from mvg_dask.privacy.calibration import Algorithm
 
@@ -167,6 +168,11 @@ class WhitenedBounds:
         raise NotImplementedError
 
     sensitivity: float | None
+    groups: tuple[str | int, ...] | None
+
+    def ungrouped(self) -> WhitenedBounds:
+        """The query of one group (a hook of :class:`~mvg_dask.plan.queries.base.MatrixQuery`)."""
+        return self
 
     # -- whitened sensitivity ---------------------------------------------------------------
     def mahalanobis_sensitivity(
@@ -260,12 +266,35 @@ class WhitenedBounds:
         """The domain's bounds, times ``declared s_2 / proved s_2`` when a larger ``s_2`` is
         declared for a built-in query (docs/bounds.md, Sec. 12)."""
         excess = self.sensitivity_excess(domain, neighbours)
+        found = self._proved_mahalanobis(
+            domain, neighbours, precision, algorithm, directions, ratios
+        )
+        return [excess * b for b in found]
+
+    def _proved_mahalanobis(
+        self,
+        domain: RecordDomain,
+        neighbours: Neighbours,
+        precision: np.ndarray | LowRankPrecision,
+        algorithm: Algorithm,
+        directions: np.ndarray | None,
+        ratios: list[float | None],
+    ) -> list[float]:
+        """The domain's bounds (no declared excess). A grouped release's are the joint ones,
+        ``max(Delta_replace-one, sqrt(2) Delta_add-remove)`` of one group's query, ratio by
+        ratio (every group's noise has the same law; docs/bounds.md, Sec. 15 and 17)."""
+        if self.groups is not None:
+            check_grouped_neighbours(neighbours)
+            one = self.ungrouped()
+            args = (precision, algorithm, directions, ratios)
+            within = one._proved_mahalanobis(domain, "replace-one", *args)
+            moved = one._proved_mahalanobis(domain, "add-remove", *args)
+            return [max(a, math.sqrt(2.0) * b) for a, b in zip(within, moved, strict=True)]
         white = whitened(precision, directions)
         lam = white.lambda_max
         s2 = self._base_l2_sensitivity(domain, neighbours)
         bounds = [s2 * (math.sqrt(lam) if algorithm == "unimodal" else lam)]
-        found = self.whitened_bounds(domain, neighbours, white, algorithm, bounds, ratios)
-        return [excess * b for b in found]
+        return self.whitened_bounds(domain, neighbours, white, algorithm, bounds, ratios)
 
     def _base_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float:
         """The proved ``s_2`` of a built-in query, the declared one of a custom query."""
