@@ -62,7 +62,7 @@ def _grouped_input(tmp_path: Path, m: int, n: int, labels: np.ndarray, chunk: in
 def test_each_group_is_numpy_at_a_huge_epsilon(tmp_path, client, noise, labels):
     """Every group's mean and covariance are numpy's (``np.cov(bias=True)``) on that group's
     clipped records; records labelled 7 (not declared) are ignored; the moment of a group is
-    ``Z_g Z_g^T / N`` with the global N."""
+    ``Z_g Z_g^T / N`` with the global N (``z = [x - c; 1]``, ``c`` the box's centre)."""
     n = 3000
     raw = np.random.default_rng(5).choice([0, 1, 2, 7], size=n, p=[0.3, 0.3, 0.3, 0.1])
     groups: list[Any] = GROUPS
@@ -87,7 +87,7 @@ def test_each_group_is_numpy_at_a_huge_epsilon(tmp_path, client, noise, labels):
     Xc = np.clip(X, 0, 1)
     for g in range(3):
         mine = Xc[:, raw == g]
-        Z = np.vstack([mine, np.ones(mine.shape[1])])
+        Z = np.vstack([mine - 0.5, np.ones(mine.shape[1])])  # about the box's centre
         np.testing.assert_allclose(ds["moment"].values[g], Z @ Z.T / n, atol=1e-6)
         np.testing.assert_allclose(ds["mean"].values[g], mine.mean(axis=1), atol=1e-5)
         np.testing.assert_allclose(ds["covariance"].values[g], np.cov(mine, bias=True), atol=1e-5)
@@ -122,7 +122,7 @@ def test_each_group_has_the_plans_noise_under_its_own_key(tmp_path, client, capl
     key = NoiseKey.from_seed(3).derive("release")
     Xc = np.clip(X, 0, 1)
     for g in range(2):
-        Z = np.vstack([Xc[:, labels == g], np.ones(n // 2)])
+        Z = np.vstack([Xc[:, labels == g] - 0.5, np.ones(n // 2)])  # about the centre
         want = Z @ Z.T / n + covariance_noise(plan, key.derive(f"group-{g}"))
         # the same draw; the sums differ from the chunked ones in their last bits only
         np.testing.assert_allclose(ds["moment"].values[g], want, rtol=0, atol=1e-15)
@@ -315,7 +315,7 @@ def test_the_lattice_charges_both_changed_groups(tmp_path):
     from mvg_dask.plan.noise_plan import release_float_error
 
     q = grouped.query
-    args = (grouped.query_domain, "symmetric", grouped.noise_plan().directions)
+    args = (grouped.query.record_domain(grouped.domain), "symmetric", grouped.noise_plan().directions)
     v = grouped.noise_plan().row_variances
     ratio = grouped.noise_plan().symmetric_ratio
     e_g = release_float_error(q, *args, v, ratio, grouped.lattice_context)
