@@ -476,20 +476,32 @@ def gram_task(
             x, c = clipper(source.read(a, b), a)
         except MvgDaskError as exc:
             return Outcome.failure(exc)
+        if clipper.centre is not None:  # fl(x - c), in the block's own fresh buffer
+            x = _shifted(x, clipper.centre)
         if indices is not None:  # added into the task's running sum, group by group
             assert labels is not None
             index = indices[a - start : b - start]
-            shifted = x if clipper.centre is None else x - clipper.centre.reshape(-1, 1)
-            total = grouped_gram(shifted, index, len(labels.groups), into=total)
+            total = grouped_gram(x, index, len(labels.groups), into=total)
             clipped += c + int(np.count_nonzero(index < 0))
             continue
-        part = augmented_gram(x, clipper.centre) if clipper.augment else x @ x.T
+        part = augmented_gram(x) if clipper.augment else x @ x.T
         if total is None:
             total = part
         else:
             total += part
         clipped += c
     return Outcome((total, clipped))
+
+
+def _shifted(x: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """``fl(x - c)`` of a clipped block (the values of
+    :func:`~mvg_dask.plan.queries.moment.augmented_gram`'s shift), formed in place: the block is
+    a fresh buffer of this task (a decoded chunk or its clipped copy), and a second ``m x b``
+    array per chunk costs its page faults."""
+    c = centre.reshape(-1, 1)
+    if x.flags.writeable:
+        return np.subtract(x, c, out=x)
+    return x - c
 
 
 def combine_grams(parts: list[Outcome]) -> Outcome:
