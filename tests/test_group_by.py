@@ -315,7 +315,11 @@ def test_the_lattice_charges_both_changed_groups(tmp_path):
     from mvg_dask.plan.noise_plan import release_float_error
 
     q = grouped.query
-    args = (grouped.query.record_domain(grouped.domain), "symmetric", grouped.noise_plan().directions)
+    args = (
+        grouped.query.record_domain(grouped.domain),
+        "symmetric",
+        grouped.noise_plan().directions,
+    )
     v = grouped.noise_plan().row_variances
     ratio = grouped.noise_plan().symmetric_ratio
     e_g = release_float_error(q, *args, v, ratio, grouped.lattice_context)
