@@ -74,8 +74,9 @@ def release_spec(
         ``domain={"box": {"lower": 0, "upper": 1}}``, ``privacy={"epsilon": 1, "delta": 1e-6}``,
         ``output={"store": "out/ctg.zarr"}``.
     query : str or dict
-        The query: ``"identity"``, ``"covariance"``, ``"centered-covariance"`` or
-        ``{"regression": {"target": "f4"}}`` (docs/concepts/queries.md).
+        The query: ``"identity"``, ``"covariance"``, ``"centered-covariance"``,
+        ``{"regression": {"target": "f4"}}`` or ``{"cross-covariance": {"rows": [...],
+        "cols": [...]}}`` (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
         Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
         no ledger.
