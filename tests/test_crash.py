@@ -229,6 +229,39 @@ def test_killed_after_the_skeleton_a_wide_identity_resumes_its_noise_matrices(tm
     assert got == want
 
 
+def _moment_bytes_after_a_kill(
+    tmp_path: Path, loopback: str, store: str, extra: dict, point: str, tag: str
+) -> list[bytes]:
+    """A moment release (``extra``: its query and grouping) run uninterrupted, and killed at
+    ``point`` then re-run: each run's ``moment``, ``mean`` and ``covariance`` bytes, after
+    checking that it exits cleanly and is charged once."""
+    outs = []
+    for name, crash in (("ref", None), ("crashed", point)):
+        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
+        spec = spec_dict(
+            store,
+            str(out),
+            query="covariance",
+            release_id=f"{tag}-{name}",
+            mechanism={"algorithm": "symmetric"},
+            ledger={"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}},
+        )
+        spec_path = write_spec(tmp_path / f"{name}.yaml", spec | extra)
+        if crash:
+            proc = _run(spec_path, loopback, crash_at=crash)
+            proc.communicate(timeout=300)
+            assert proc.returncode == -signal.SIGKILL
+        proc = _run(spec_path, loopback)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        with open_ledger(ledger) as book:
+            (entry,) = book.releases()
+            assert entry.status == "committed" and entry.noise_key is None
+        ds = api.open_release(str(out))
+        outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
+    return outs
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "query,point",
@@ -243,30 +276,7 @@ def test_moment_release_resumes_identically(tmp_path, loopback, query, point):
     key: the same ``moment``, ``mean`` and ``covariance`` bytes as an uninterrupted run,
     charged once."""
     store = make_input(tmp_path / "in.zarr", data(4, 6000, seed=6), chunk=500)
-    outs = []
-    for name, crash in (("ref", None), ("crashed", point)):
-        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
-        spec = spec_dict(
-            store,
-            str(out),
-            query="covariance",
-            release_id=f"mom-{name}",
-            mechanism={"algorithm": "symmetric"},
-            ledger={"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}},
-        )
-        spec_path = write_spec(tmp_path / f"{name}.yaml", {**spec, "query": query})
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
-        ds = api.open_release(str(out))
-        outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
+    outs = _moment_bytes_after_a_kill(tmp_path, loopback, store, {"query": query}, point, "mom")
     assert outs[0] == outs[1]
 
 
@@ -278,33 +288,10 @@ def test_grouped_release_resumes_identically(tmp_path, loopback):
     charged once."""
     store = make_input(tmp_path / "in.zarr", data(3, 5000, seed=6), chunk=500)
     add_group_variable(store, np.random.default_rng(1).integers(0, 4, 5000))
-    outs = []
-    for name, crash in (("ref", None), ("crashed", "skeleton")):
-        out, ledger = tmp_path / f"{name}.zarr", str(tmp_path / f"{name}.sqlite")
-        spec = spec_dict(
-            store,
-            str(out),
-            query="covariance",
-            release_id=f"grp-{name}",
-            mechanism={"algorithm": "symmetric"},
-            ledger={"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}},
-        )
-        spec |= {
-            "query": "centered-covariance",
-            "group_by": {"variable": "site", "groups": [0, 1, 2]},
-        }
-        spec_path = write_spec(tmp_path / f"{name}.yaml", spec)
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
-        ds = api.open_release(str(out))
-        assert ds["moment"].shape == (3, 4, 4)
-        outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
+    extra = {
+        "query": "centered-covariance",
+        "group_by": {"variable": "site", "groups": [0, 1, 2]},
+    }
+    outs = _moment_bytes_after_a_kill(tmp_path, loopback, store, extra, "skeleton", "grp")
+    assert len(outs[0]) == 8 * (3 * 4 * 4 + 3 * 3 + 3 * 3 * 3)  # every group's three variables
     assert outs[0] == outs[1]
