@@ -36,13 +36,27 @@ class ChargedRunFailed(click.ClickException):
     exit_code = 3
 
 
+def quiet_dask_logs() -> None:
+    """dask's own chatter only from warnings up, for the rest of this process.
+
+    distributed logs a closed connection at ``INFO`` *with its traceback*, and a comm of the
+    embedded cluster may be closed after the cluster's own silencing has ended (a client's
+    background send, finishing while the process exits after an error): a command reports its
+    errors in one line, so those lines never reach its stderr. distributed sets its loggers'
+    levels when it is imported, so it is imported first.
+    """
+    import distributed  # noqa: F401  (sets its loggers' levels on import)
+
+    for noisy in ("distributed", "tornado", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def setup_logging() -> None:
     """Progress lines on stderr; dask's own chatter only from warnings up."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s mvg_dask %(message)s", stream=sys.stderr
     )
-    for noisy in ("distributed", "tornado", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_dask_logs()
 
 
 def charged_clause(exc: MvgDaskError) -> str:

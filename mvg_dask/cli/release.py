@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mvg_dask.cli._common import EXIT_CODES, fail, setup_logging
+from mvg_dask.cli._common import EXIT_CODES, fail, quiet_dask_logs, setup_logging
 from mvg_dask.errors import MvgDaskError
 
 
@@ -119,7 +119,9 @@ def release(
             security = make_security(
                 ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir
             )
-        if not quiet:
+        if quiet:
+            quiet_dask_logs()
+        else:
             setup_logging()
         result = api.release(
             spec,
