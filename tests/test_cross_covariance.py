@@ -25,7 +25,7 @@ from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain, L2BallDomain
 from mvg_dask.plan.queries import CrossCovarianceQuery, query_from_dict
 from mvg_dask.spec import SpecError, parse_spec
-from tests.pipeline_helpers import data, make_input, write_spec
+from tests.pipeline_helpers import data, equal_depth_chunks, make_input, write_spec
 
 STARTS = 20
 REL = 1e-9
@@ -351,34 +351,6 @@ def test_add_remove_with_a_public_normaliser(tmp_path, client):
     assert plan["sensitivity"] == pytest.approx(math.sqrt(2.0 * 3.0) / 800)
 
 
-def _equal_depth_chunks(records: int, features: int) -> tuple[int, int]:
-    """Two record chunkings whose Gram passes have the same summation depth (the lattice
-    plan's float-error bound depends on it; so with these the plans are the same)."""
-    from mvg_dask.plan.lattice import gram_depth
-    from mvg_dask.plan.release_plan import TREE_FAN_IN, InputMetadata
-
-    def depth(chunk: int) -> int:
-        meta = InputMetadata(
-            store="x",
-            variable="X",
-            record_dim="record",
-            feature_dim="feature",
-            dims=("feature", "record"),
-            shape=(features, records),
-            dtype="float64",
-            record_chunk=chunk,
-        )
-        return gram_depth(records, chunk, meta.gram_chunks_per_task(), TREE_FAN_IN)
-
-    by_depth: dict[int, int] = {}
-    for chunk in range(64, records):
-        d = depth(chunk)
-        if d in by_depth:
-            return by_depth[d], chunk
-        by_depth[d] = chunk
-    raise AssertionError("no two chunkings with the same depth")
-
-
 @pytest.mark.parametrize("noise", ["lattice", "float"])
 def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise):
     """Dyadic data (multiples of 1/4, so every partial Gram sum is exact) in two chunkings, one
@@ -387,7 +359,7 @@ def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise):
     rng = np.random.default_rng(4)
     N = 2000
     X = rng.integers(0, 5, (5, N)) / 4.0
-    chunks = _equal_depth_chunks(N, 5) if noise == "lattice" else (250, 333)
+    chunks = equal_depth_chunks(N, 5) if noise == "lattice" else (250, 333)
     outs = []
     for i, chunk in enumerate(chunks):
         store = make_input(tmp_path / f"in{i}.zarr", X, chunk=chunk, records_first=i == 1)
