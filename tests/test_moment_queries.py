@@ -8,6 +8,7 @@ written; the accuracy of ``mean`` and ``covariance`` is checked against the meas
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,11 +168,47 @@ def test_dry_run_names_the_stages_and_the_moment(tmp_path):
         text=True,
         check=True,
     ).stdout
-    assert "regression on 'f2': second moment Z Z^T / N of z = [x; 1] (5 x 5)" in table
+    assert (
+        "regression on 'f2': second moment Z Z^T / N of z = [x - c; 1] (5 x 5), c = the box's "
+        "centre" in table
+    )
+    routes = next(line for line in table.splitlines() if line.strip().startswith("routes"))
+    assert routes.endswith("by the worst case: the centred moment"), routes
     assert "gram -> moment" in table
     assert public["stages"] == ["gram", "moment"]
     assert public["plan"]["query"]["kind"] == "regression"
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_the_routes_line_is_the_route_errors_at_the_centre_and_a_corner(tmp_path):
+    """The dry run's routes line: both routes' expected errors with the data's mean at the box's
+    centre and at a corner (:func:`centered_route_errors`, itself checked by Monte Carlo in
+    tests/test_centered_bounds.py), the centred moment's worst case the smaller; no such line
+    for the covariance, an l2 ball or add-remove neighbours."""
+    from mvg_dask.plan.presentation import centered_routes_text
+    from mvg_dask.privacy.sensitivity import centered_route_errors
+
+    store = make_input(tmp_path / "in.zarr", data(3, 800, seed=1), chunk=200)
+    spec = _spec(store, tmp_path / "o.zarr", "centered-covariance")
+    spec["domain"] = {"box": {"lower": [0.0, -1.0, 0.0], "upper": [1.0, 1.0, 4.0]}}
+    rplan = api.dry_run(spec)
+    text = centered_routes_text(rplan)
+    assert text is not None
+    lo, hi = np.array([0.0, -1.0, 0.0]), np.array([1.0, 1.0, 4.0])
+    mu = rplan.budgets.release_mu
+    at_centre = centered_route_errors(lo, hi, 800, mu)
+    at_corner = centered_route_errors(lo, hi, 800, mu, mean=lo)  # every corner is as far
+    numbers = [float(v) for v in re.findall(r"(\d\.\d+(?:e-?\d+)?) \.\. ", text)]
+    worst = [float(v) for v in re.findall(r"\.\. (\d\.\d+(?:e-?\d+)?)", text)]
+    assert numbers == pytest.approx(
+        [at_centre.totals()["centred"], at_centre.totals()["mean-first"]], rel=5e-3
+    )
+    assert worst[0] == pytest.approx(at_corner.centred_covariance + at_corner.centred_mean, 5e-3)
+    assert worst[0] > numbers[0] and worst[1] > worst[0]
+    cov = dict(spec, query="covariance")
+    ball = dict(spec, domain={"l2_norm": 1.0})
+    assert centered_routes_text(api.dry_run(cov)) is None
+    assert centered_routes_text(api.dry_run(ball)) is None
 
 
 def test_query_round_trips_and_the_augmented_domain_holds_every_record():

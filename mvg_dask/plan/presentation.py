@@ -57,9 +57,11 @@ def _query_text(rplan: ReleasePlan) -> str:
     if rplan.query.kind == "identity":
         return f"identity: the {m} x {n} data matrix itself, noise on every entry"
     if rplan.query.augmented:
+        centred = getattr(rplan.query, "centre", None) is not None
+        about = "c = the box's centre" if centred else "c = 0 (an l2 ball)"
         moment = (
-            f"second moment Z Z^T / N of z = [x; 1] ({m + 1} x {m + 1}), N = {n} (public under "
-            "replace-one); mean and covariance around it computed from it"
+            f"second moment Z Z^T / N of z = [x - c; 1] ({m + 1} x {m + 1}), {about}, N = {n} "
+            "(public under replace-one); mean and covariance around it computed from it"
         )
         target = getattr(rplan.query, "target_label", None)
         moment = moment if target is None else f"regression on {target!r}: {moment}"
@@ -88,6 +90,53 @@ def _groups_text(rplan: ReleasePlan) -> str:
     return (
         f"; one release per group of {q.group_variable!r}: {len(q.groups)} declared groups "
         f"({shown}), M_g = Z_g Z_g^T / N, undeclared labels dropped; one release's budget"
+    )
+
+
+def centered_routes_text(rplan: ReleasePlan) -> str | None:
+    """Why a moment release takes the centred moment rather than a DP mean first: both routes'
+    expected squared error (covariance plus mean, uniform precisions, the data's mean at the
+    box's centre .. at a corner; docs/bounds.md, Sec. 14), and the choice by the worst case,
+    since the plan does not see the data's mean. ``None`` where the comparison does not apply
+    (not a moment query, an l2 ball, add-remove neighbours, a calibration that is not a
+    Gaussian mechanism).
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan.
+
+    Returns
+    -------
+    str or None
+        One line for the dry run.
+    """
+    from mvg_dask.privacy.sensitivity import centered_route_errors
+
+    mu = rplan.budgets.release_mu
+    box = rplan.domain.to_dict().get("box")
+    if not rplan.query.augmented or mu is None or box is None or rplan.neighbours != "replace-one":
+        return None
+    assert isinstance(box, dict)
+    lo, hi = np.asarray(box["lower"], dtype=np.float64), np.asarray(box["upper"], dtype=np.float64)
+    lo, hi = np.broadcast_to(lo, (rplan.input.features,)), np.broadcast_to(hi, lo.shape)
+    records = float(rplan.input.records)
+    at_centre = centered_route_errors(lo, hi, records, mu)
+    at_corner = centered_route_errors(lo, hi, records, mu, mean=hi)
+    centred = (at_centre.totals()["centred"], at_corner.centred_covariance + at_corner.centred_mean)
+    first = (
+        at_centre.totals()["mean-first"],
+        at_centre.mean_first_worst_covariance + at_centre.mean_first_mean,
+    )
+    chosen = (
+        "the centred moment"
+        if centred[1] <= first[1]
+        else "a DP mean first would be smaller (not built: the centred moment is released)"
+    )
+    return (
+        f"expected squared error (covariance + mean; data mean at the box's centre .. a corner): "
+        f"centred moment {centred[0]:.3g} .. {centred[1]:.3g}, DP mean first {first[0]:.3g} .. "
+        f"{first[1]:.3g}; by the worst case: {chosen}"
     )
 
 
@@ -184,6 +233,9 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
     if declared is not None:
         rows.append(("declared", declared.removeprefix("declared ")))
     rows.append(("noise std", _noise_std_text(rplan)))
+    routes = centered_routes_text(rplan)
+    if routes is not None:
+        rows.append(("routes", routes))
     rows.append(("arithmetic", _noise_kind_text(rplan)))
     budgets = rplan.budgets
     parts = [f"epsilon = {rplan.epsilon:g}, delta = {rplan.delta:.3g} ({rplan.neighbours})"]
