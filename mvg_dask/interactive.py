@@ -48,6 +48,7 @@ from mvg_dask.plan.noise_plan import (
     noise_plan_from_dict,
 )
 from mvg_dask.plan.queries import query_from_dict
+from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
 from mvg_dask.release_format import (
     COVARIANCE,
@@ -482,11 +483,12 @@ def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
     """The noise std of a moment release's ``mean`` (exact: the last column of the noisy
     ``moment``) or ``covariance`` (the delta method, marked ``approximate``).
 
-    With ``moment = M + E`` (entry std ``s``; the moment of ``[x - c; 1]``, ``m = M[:m, m]`` the
-    shifted mean) the covariance ``C = M~_xx - m~ m~^T`` is, to first order,
-    ``C_xx + E_ij - m_i E_j1 - m_j E_i1`` (``1`` the constant term), so ``Var C_ij ~ s_ij^2 +
-    m_i^2 s_j1^2 + m_j^2 s_i1^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_i1^2`` on it,
-    evaluated at the released shifted mean (the entries' noises taken as independent, as they
+    With ``moment = M + E`` (entry std ``s``; the moment of ``[x - c; 1]``: a release's moment
+    of ``[x - c; s]`` and its std are taken there first; ``m = M[:m, m]`` the shifted mean)
+    the covariance ``C = M~_xx - m~ m~^T`` is, to first order, ``C_xx + E_ij - m_i E_j1 -
+    m_j E_i1`` (``1`` the constant term), so ``Var C_ij ~ s_ij^2 + m_i^2 s_j1^2 + m_j^2
+    s_i1^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_i1^2`` on it, evaluated at the released
+    shifted mean (the entries' noises taken as independent, as they
     are for standard directions). Its coverage is measured in the tests.
     """
     if GROUP_DIM in ds[MOMENT].dims:
@@ -495,13 +497,15 @@ def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
             "noisy share N_g / N) is not given; use noise_std('moment'), whose entries are "
             "exact for every group"
         )
-    s = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
+    query = json.loads(ds.attrs[PLAN_ATTR])["query"]
+    std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
+    s = scale_constant(std, 1.0 / float(query.get("scale", 1.0)))  # of the moment of [x - c; 1]
     m = s.shape[0] - 1
     var = ds[name]
     if name == MEAN:
         return xr.DataArray(s[:m, m].copy(), dims=var.dims, coords=var.coords, name="noise_std")
     mean = np.asarray(ds[MEAN].values, dtype=np.float64)  # the released m~_x + c
-    centre = json.loads(ds.attrs[PLAN_ATTR])["query"].get("centre")
+    centre = query.get("centre")
     if centre is not None:
         mean = mean - np.asarray(centre, dtype=np.float64)
     s_c = s[:m, m]

@@ -34,6 +34,7 @@ import xarray as xr
 
 from mvg_dask import interactive
 from mvg_dask.plan.estimators import moment_regression
+from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.release_format import (
     CONSTANT_TERM,
     GROUP_DIM,
@@ -270,7 +271,8 @@ class MvgAccessor(_ReleaseAccessor):
         else:  # an input without feature names: the features by position, "#0", "#1", ...
             labels = [*(f"#{i}" for i in range(moment.shape[-1] - 1)), CONSTANT_TERM]
             target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
-        centre = json.loads(ds.attrs[PLAN_ATTR])["query"].get("centre")
+        query = json.loads(ds.attrs[PLAN_ATTR])["query"]
+        centre, scale = query.get("centre"), float(query.get("scale", 1.0))
         source = ds.attrs.get(RELEASE_ID_ATTR)
         if GROUP_DIM not in moment.dims:
             fit = moment_regression(
@@ -281,6 +283,7 @@ class MvgAccessor(_ReleaseAccessor):
                 noise_std=std,
                 ridge=ridge,
                 centre=centre,
+                scale=scale,
             )
             attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
             attrs["source_release"] = source
@@ -289,7 +292,8 @@ class MvgAccessor(_ReleaseAccessor):
             ).rename("coefficients")
         # a grouped release: one fit per group, from that group's moment divided by its noisy
         # share N_g / N (the corner), i.e. the group's own second moment, and its noise std alike
-        values = np.asarray(moment.values, dtype=np.float64)
+        values = scale_constant(moment.values, 1.0 / scale)  # the moments of [x - c; 1]
+        std = None if std is None else scale_constant(std, 1.0 / scale)
         shares = values[:, -1, -1]
         fits = [
             moment_regression(

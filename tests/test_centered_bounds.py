@@ -1,11 +1,11 @@
 """The centered covariance's bounds (docs/bounds.md, Sec. 13 and 14) against optimisation.
 
-Route (a): the covariance machinery on the augmented record ``z = [x; 1]`` (a box gains the
-constant coordinate ``[1, 1]``, a ball of radius ``C`` the enclosing ball of radius
-``sqrt(C^2 + 1)``). Route (b): a DP mean, then the covariance around it on the shifted box.
-Each bound is checked, as in tests/test_bounds.py, by L-BFGS-B from many random starts over the
-records ``x`` (the constant coordinate appended, never optimised), plus corners where stated.
-Seeds are stated; the tests are deterministic.
+Route (a): the covariance machinery on the augmented record ``z = [x - c; s]`` (a box gains
+the constant coordinate ``[s, s]``, a ball of radius ``C`` the enclosing ball of radius
+``sqrt(C^2 + s^2)``; most cases at ``c = 0``, ``s = 1``). Route (b): a DP mean, then the
+covariance around it on the shifted box. Each bound is checked, as in tests/test_bounds.py, by
+L-BFGS-B from many random starts over the records ``x`` (the constant coordinate appended,
+never optimised), plus corners where stated. Seeds are stated; the tests are deterministic.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def q_weighted(D: np.ndarray, r: float) -> float:
     return float(off + r * np.sum(np.diag(D) ** 2))
 
 
-def aug(x: np.ndarray) -> np.ndarray:
-    return np.append(x, 1.0)
+def aug(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    return np.append(x, scale)
 
 
 def maximise(objective, lower, upper, pairs: bool, rng, *, radius: float | None = None) -> float:
@@ -78,10 +78,10 @@ def corners_max(objective, lower, upper, pairs: bool) -> float:
     return max(objective(x, xp) for x in corners for xp in corners)
 
 
-def aug_diff(x: np.ndarray, xp: np.ndarray | None) -> np.ndarray:
-    z = aug(x)
+def aug_diff(x: np.ndarray, xp: np.ndarray | None, scale: float = 1.0) -> np.ndarray:
+    z = aug(x, scale)
     D = np.outer(z, z)
-    return D if xp is None else D - np.outer(aug(xp), aug(xp))
+    return D if xp is None else D - np.outer(aug(xp, scale), aug(xp, scale))
 
 
 def boxes(m: int, rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -196,6 +196,81 @@ def test_augmented_ball_l2_sensitivity_dominates_optimisation(radius):
     assert found / N <= s2 * (1 + REL)
     claimed = math.sqrt(2) * (radius**2 + 1) if radius >= 1 else math.sqrt(8) * radius
     assert found == pytest.approx(claimed, rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [0.125, 4.0])
+@pytest.mark.parametrize("box", ["unit", "sym", "asym"])
+def test_scaled_constant_bounds_dominate_optimisation(scale, box):
+    """The constant coordinate ``[s, s]`` (``z = [x - c; s]``): the l2 and the whitened
+    (unimodal, equi-modal, symmetric) bounds of the augmented box against L-BFGS-B from 20
+    starts and the corners, both neighbouring relations, a random diagonal precision (seed
+    500 + case); and the augmented ball's radius ``sqrt(C^2 + s^2)`` against its records."""
+    m = 3
+    case = 3 * ["unit", "sym", "asym"].index(box) + (scale > 1)
+    rng = np.random.default_rng(500 + case)
+    lo, hi = boxes(m, rng)[box]
+    domain = augmented_domain(BoxDomain.create(lo, hi, m), scale=scale)
+    assert domain.lower[-1] == domain.upper[-1] == scale  # type: ignore[attr-defined]
+    q = CovarianceQuery(m + 1, 1)
+    P, _, Ainv = _precisions("diagonal", m + 1, rng)
+    for neighbours in ("replace-one", "add-remove"):
+        pairs = neighbours == "replace-one"
+
+        def diff(x, xp):
+            return aug_diff(x, xp, scale)
+
+        def white(x, xp, Ainv=Ainv):
+            return Ainv @ diff(x, xp) @ Ainv.T
+
+        s2 = q.l2_sensitivity(domain, neighbours)
+        frob = lambda x, xp: float(np.linalg.norm(diff(x, xp)))  # noqa: E731
+        found = max(maximise(frob, lo, hi, pairs, rng), corners_max(frob, lo, hi, pairs))
+        assert found <= s2 * (1 + REL), (neighbours, "l2")
+        uni = q.mahalanobis_sensitivity(domain, neighbours, P, "unimodal")
+        found = maximise(
+            lambda x, xp: float(np.linalg.norm(Ainv @ diff(x, xp))), lo, hi, pairs, rng
+        )
+        assert found <= uni * (1 + REL), (neighbours, "unimodal")
+        equi = q.mahalanobis_sensitivity(domain, neighbours, P, "equi-modal")
+        found = maximise(lambda x, xp: float(np.linalg.norm(white(x, xp))), lo, hi, pairs, rng)
+        assert found <= equi * (1 + REL), (neighbours, "equi-modal")
+        for r in RATIOS[:2]:
+            bound = q.mahalanobis_sensitivity(domain, neighbours, P, "symmetric", ratio=r)
+            obj = lambda x, xp, r=r: q_weighted(white(x, xp), r) / r  # noqa: E731
+            found = max(maximise(obj, lo, hi, pairs, rng), corners_max(obj, lo, hi, pairs))
+            assert math.sqrt(found) <= bound * (1 + REL), (neighbours, r)
+    ball = augmented_domain(L2BallDomain(0.75, m), scale=scale)
+    assert ball.radius >= math.hypot(0.75, scale)  # type: ignore[attr-defined]
+    assert ball.radius <= math.hypot(0.75, scale) * (1 + 1e-14)  # type: ignore[attr-defined]
+
+
+def test_augmented_scale_is_the_optimum_of_the_planners_error():
+    """:func:`augmented_scale` (a closed-form first-order rule) against the exact expected
+    error of route (a) about the centre (:func:`augmented_route_errors`: the planner's symmetric
+    noise at its best ratio, the data's mean at a corner), minimised over ``s = 2^k``: the same
+    power of two on boxes of widths 0.01 to 100 and 1 to 64 features, and never more than 1 %
+    worse where they differ; ``s = 1`` costs 20x and more on narrow and wide boxes."""
+    for width in (0.01, 0.1, 1.0, 10.0, 100.0):
+        for m in (1, 2, 5, 20, 64):
+            lo, hi = np.zeros(m), np.full(m, width)
+            centre = (lo + hi) / 2
+
+            def total(s, lo=lo, hi=hi, centre=centre):
+                cov, mean, _ = sens.augmented_route_errors(
+                    lo, hi, 1e4, 1.0, shift=centre, mean=hi, scale=s
+                )
+                return cov + mean
+
+            grid = [2.0**k for k in range(-12, 12)]
+            errors = [total(s) for s in grid]
+            chosen = sens.augmented_scale(float(np.sum((hi - centre) ** 2)), m)
+            assert total(chosen) <= min(errors) * 1.01, (width, m, chosen)
+            if width in (0.01, 100.0):
+                assert total(1.0) >= 20 * total(chosen), (width, m)
+    assert sens.augmented_scale(0.25 * 5, 5) == 1.0  # [0, 1]^5 keeps the constant 1
+    assert sens.augmented_scale(0.25 * 4, 4) == 0.5
+    with pytest.raises(ValueError, match="A > 0"):
+        sens.augmented_scale(0.0, 3)
 
 
 # -- route (a): the whitened bounds on the augmented domain ------------------------------------
@@ -403,9 +478,10 @@ def test_box_symmetric_noise_matches_the_planner(m):
 
 
 def test_route_errors_match_monte_carlo():
-    """Route (a)'s covariance and mean errors (closed form), plain and about the box centre,
-    against 20,000 simulated releases of M = Z Z^T / N + sqrt(v) S sqrt(v), seed 77: each within
-    4 standard errors (alpha about 6e-5 per check). Route (b)'s covariance error (noise at the
+    """Route (a)'s covariance and mean errors (closed form), plain, about the box centre and
+    about it with the constant ``s = 1/4``, against 20,000 simulated releases of
+    ``M = Z Z^T / N + sqrt(v) S sqrt(v)``, seed 77: each within 4 standard errors (alpha about
+    6e-5 per check). Route (b)'s covariance error (noise at the
     plug-in, the bias of the clamped noisy mean) is checked the same way against its upper
     bound."""
     rng = np.random.default_rng(77)
@@ -417,17 +493,19 @@ def test_route_errors_match_monte_carlo():
     xbar = X.mean(axis=1)
     cov = np.cov(X, bias=True)
     res = sens.centered_route_errors(lo, hi, N, mu, mean=xbar)
+    scaled = sens.centered_route_errors(lo, hi, N, mu, mean=xbar, scale=0.25)
     n = 20_000
     k = m + 1
     iu = np.triu_indices(k, 1)
-    for shift, want_cov, want_mean in (
-        (np.zeros(m), res.augmented_covariance, res.augmented_mean),
-        (np.full(m, 0.5), res.centred_covariance, res.centred_mean),
+    for shift, s_c, want_cov, want_mean in (
+        (np.zeros(m), 1.0, res.augmented_covariance, res.augmented_mean),
+        (np.full(m, 0.5), 1.0, res.centred_covariance, res.centred_mean),
+        (np.full(m, 0.5), 0.25, scaled.centred_covariance, scaled.centred_mean),
     ):
         v, r = sens.box_symmetric_noise(
-            np.append(lo - shift, 1.0), np.append(hi - shift, 1.0), N, mu
+            np.append(lo - shift, s_c), np.append(hi - shift, s_c), N, mu
         )
-        Z = np.vstack([X - shift[:, None], np.ones(N)])
+        Z = np.vstack([X - shift[:, None], np.full(N, s_c)])
         M = Z @ Z.T / N
         cov_err, mean_err = np.empty(n), np.empty(n)
         for t in range(n):
@@ -435,7 +513,7 @@ def test_route_errors_match_monte_carlo():
             S[iu] = math.sqrt(r) * rng.standard_normal(iu[0].size)
             S = np.triu(S) + np.triu(S, 1).T
             Mh = M + v * S
-            d = Mh[:m, m]
+            d = Mh[:m, m] / s_c
             cov_err[t] = np.sum((Mh[:m, :m] - np.outer(d, d) - cov) ** 2)
             mean_err[t] = np.sum((shift + d - xbar) ** 2)
         for sample, want in ((cov_err, want_cov), (mean_err, want_mean)):

@@ -62,7 +62,7 @@ def _grouped_input(tmp_path: Path, m: int, n: int, labels: np.ndarray, chunk: in
 def test_each_group_is_numpy_at_a_huge_epsilon(tmp_path, client, noise, labels):
     """Every group's mean and covariance are numpy's (``np.cov(bias=True)``) on that group's
     clipped records; records labelled 7 (not declared) are ignored; the moment of a group is
-    ``Z_g Z_g^T / N`` with the global N (``z = [x - c; 1]``, ``c`` the box's centre)."""
+    ``Z_g Z_g^T / N`` with the global N (``z = [x - c; s]``, ``c`` the box's centre)."""
     n = 3000
     raw = np.random.default_rng(5).choice([0, 1, 2, 7], size=n, p=[0.3, 0.3, 0.3, 0.1])
     groups: list[Any] = GROUPS
@@ -85,9 +85,11 @@ def test_each_group_is_numpy_at_a_huge_epsilon(tmp_path, client, noise, labels):
     assert ds["covariance"].dims == ("group", "feature_row", "feature_col")
     assert list(ds["group"].values) == groups
     Xc = np.clip(X, 0, 1)
+    scale = json.loads(ds.attrs["mvg_dask_plan"])["query"]["scale"]
+    assert scale == 0.5  # [0, 1]^4's constant (augmented_scale)
     for g in range(3):
         mine = Xc[:, raw == g]
-        Z = np.vstack([mine - 0.5, np.ones(mine.shape[1])])  # about the box's centre
+        Z = np.vstack([mine - 0.5, np.full(mine.shape[1], scale)])  # about the box's centre
         np.testing.assert_allclose(ds["moment"].values[g], Z @ Z.T / n, atol=1e-6)
         np.testing.assert_allclose(ds["mean"].values[g], mine.mean(axis=1), atol=1e-5)
         np.testing.assert_allclose(ds["covariance"].values[g], np.cov(mine, bias=True), atol=1e-5)
@@ -121,8 +123,9 @@ def test_each_group_has_the_plans_noise_under_its_own_key(tmp_path, client, capl
     plan = api.dry_run(spec).noise_plan()
     key = NoiseKey.from_seed(3).derive("release")
     Xc = np.clip(X, 0, 1)
+    scale = json.loads(ds.attrs["mvg_dask_plan"])["query"]["scale"]
     for g in range(2):
-        Z = np.vstack([Xc[:, labels == g] - 0.5, np.ones(n // 2)])  # about the centre
+        Z = np.vstack([Xc[:, labels == g] - 0.5, np.full(n // 2, scale)])  # about the centre
         want = Z @ Z.T / n + covariance_noise(plan, key.derive(f"group-{g}"))
         # the same draw; the sums differ from the chunked ones in their last bits only
         np.testing.assert_allclose(ds["moment"].values[g], want, rtol=0, atol=1e-15)

@@ -69,6 +69,44 @@ def test_centered_covariance_at_a_huge_epsilon_is_numpy(tmp_path, client, noise)
     assert "mvg_dask_target" not in ds.attrs
 
 
+@pytest.mark.parametrize(
+    ("domain", "factor", "scale"),
+    [
+        ({"box": {"lower": 0.0, "upper": 0.1}}, 0.1, 2.0**-4),
+        ({"box": {"lower": -20.0, "upper": 20.0}}, 40.0, 32.0),
+        ({"l2_norm": 0.5}, 0.25, 0.5),
+    ],
+    ids=["narrow", "wide", "ball"],
+)
+def test_the_constant_follows_the_domains_scale(tmp_path, client, domain, factor, scale):
+    """A narrow box, a wide box and an l2 ball: the plan's constant ``s`` (a power of two from
+    the domain alone), the release at a huge epsilon equal to numpy (the moment of ``[x - c;
+    s]``, the mean, ``np.cov(bias=True)``) and the accessor's regression to ``lstsq``."""
+    X = data(3, 2000, seed=12) * factor
+    if "box" in domain:
+        X = X - (20.0 if factor == 40.0 else 0.0)
+    store = make_input(tmp_path / "in.zarr", X, chunk=512)
+    spec = _spec(store, tmp_path / "c.zarr", {"regression": {"target": "f2"}}, privacy=HUGE)
+    spec["domain"] = domain
+    plan = api.dry_run(spec)
+    assert plan.query.scale == scale  # type: ignore[attr-defined]
+    ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
+    assert json.loads(ds.attrs["mvg_dask_plan"])["query"]["scale"] == scale
+    if "box" in domain:  # the records as the release clips them
+        X = np.clip(X, domain["box"]["lower"], domain["box"]["upper"])
+    else:
+        X = X * np.minimum(1.0, 0.5 / np.linalg.norm(X, axis=0))
+    centre = np.asarray(plan.query.centre or np.zeros(3))  # type: ignore[attr-defined]
+    Z = np.vstack([X - centre[:, None], np.full(2000, scale)])
+    tol = 1e-6 * max(factor, 1.0) ** 2
+    np.testing.assert_allclose(ds["moment"].values, Z @ Z.T / 2000, atol=tol)
+    np.testing.assert_allclose(ds["mean"].values, X.mean(axis=1), atol=tol)
+    np.testing.assert_allclose(ds["covariance"].values, np.cov(X, bias=True), atol=tol)
+    fit = ds.mvg.regression(intercept=True, ridge=0.0)
+    want = np.linalg.lstsq(np.vstack([X[:2], np.ones(2000)]).T, X[2], rcond=None)[0]
+    np.testing.assert_allclose(fit.values, want, rtol=1e-4, atol=1e-4)
+
+
 def test_regression_moments_give_least_squares(tmp_path, client):
     """The released moment holds ``X^T X / N``, ``X^T y / N`` and the means (about the box's
     centre): the accessor's fit without a ridge is numpy's least squares on the clipped data,
@@ -140,7 +178,9 @@ def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise, grou
         outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
     assert chunks[0] != chunks[1]
     assert outs[0] == outs[1]
-    Z = np.vstack([X - 0.5, np.ones(N)])[:, labels == 0 if grouped else slice(None)]
+    s = api.dry_run(spec).query.scale  # type: ignore[attr-defined]
+    assert s == 0.5  # the constant's scale for [0, 1]^4 (augmented_scale)
+    Z = np.vstack([X - 0.5, np.full(N, s)])[:, labels == 0 if grouped else slice(None)]
     first = np.frombuffer(outs[0][: 25 * 8])  # the (first group's) moment
     assert not np.allclose(first, (Z @ Z.T / N).ravel(), atol=1e-6)  # noisy
     assert np.allclose(first, (Z @ Z.T / N).ravel(), atol=0.5)  # of these data
@@ -169,8 +209,8 @@ def test_dry_run_names_the_stages_and_the_moment(tmp_path):
         check=True,
     ).stdout
     assert (
-        "regression on 'f2': second moment Z Z^T / N of z = [x - c; 1] (5 x 5), c = the box's "
-        "centre" in table
+        "regression on 'f2': second moment Z Z^T / N of z = [x - c; s] (5 x 5), c = the box's "
+        "centre, s = 0.5" in table
     )
     routes = next(line for line in table.splitlines() if line.strip().startswith("routes"))
     assert routes.endswith("by the worst case: the centred moment"), routes
@@ -196,8 +236,9 @@ def test_the_routes_line_is_the_route_errors_at_the_centre_and_a_corner(tmp_path
     assert text is not None
     lo, hi = np.array([0.0, -1.0, 0.0]), np.array([1.0, 1.0, 4.0])
     mu = rplan.budgets.release_mu
-    at_centre = centered_route_errors(lo, hi, 800, mu)
-    at_corner = centered_route_errors(lo, hi, 800, mu, mean=lo)  # every corner is as far
+    s = rplan.query.scale  # type: ignore[attr-defined]
+    at_centre = centered_route_errors(lo, hi, 800, mu, scale=s)
+    at_corner = centered_route_errors(lo, hi, 800, mu, mean=lo, scale=s)  # every corner alike
     numbers = [float(v) for v in re.findall(r"(\d\.\d+(?:e-?\d+)?) \.\. ", text)]
     worst = [float(v) for v in re.findall(r"\.\. (\d\.\d+(?:e-?\d+)?)", text)]
     assert numbers == pytest.approx(
@@ -263,10 +304,14 @@ def test_noise_std_of_mean_and_covariance_match_the_measured_noise(tmp_path, cli
     ds = api.open_release(api.release(spec, client=client, seed=0, progress=False).output)
     plan = api.dry_run(spec).noise_plan()
     Xc = np.clip(X, 0, 1)
-    Z = np.vstack([Xc - 0.5, np.ones(800)])  # the moment about the box's centre
+    scale = json.loads(ds.attrs["mvg_dask_plan"])["query"]["scale"]
+    Z = np.vstack([Xc - 0.5, np.full(800, scale)])  # the moment about the box's centre
     truth = Z @ Z.T / 800
     c = np.full(4, 0.5)
-    draws = [centered_from_moment(truth + plan.draw(NoiseKey.from_seed(s)), c) for s in range(4000)]
+    draws = [
+        centered_from_moment(truth + plan.draw(NoiseKey.from_seed(s)), c, scale)
+        for s in range(4000)
+    ]
     means = np.stack([d[0] for d in draws])
     covs = np.stack([d[1] for d in draws])
     rel_se = 1 / np.sqrt(2 * 3999)

@@ -60,6 +60,32 @@ def test_exact_moments_give_least_squares(intercept: bool) -> None:
 
 
 @pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize("scale", [0.0625, 4.0])
+def test_a_scaled_and_centred_moment_gives_the_same_fit(intercept: bool, scale: float) -> None:
+    """The moment of ``[x - c; s]`` (built directly, not through ``scale_constant``) with its
+    ``centre`` and ``scale``: the same coefficients as the moment of ``[x; 1]``; the AdaSSP
+    ridge is the predictor block's (which the scale does not move); a scale that is not
+    positive is refused."""
+    x = _records(seed=3)
+    c = np.array([0.5, 0.25, 0.5, 0.75])
+    z = np.column_stack([x - c, np.full(len(x), scale)])
+    moment = z.T @ z / len(x)
+    ref = moment_regression(_moment(x), LABELS, TARGET, intercept=intercept, ridge=0)
+    fit = moment_regression(
+        moment, LABELS, TARGET, intercept=intercept, ridge=0, centre=c, scale=scale
+    )
+    np.testing.assert_allclose(fit.coefficients, ref.coefficients, rtol=1e-9, atol=1e-12)
+    # the noise std of the released [x - c; s] entries: the constant's row and column scale
+    std = np.full((5, 5), 1e-3)
+    std[-1, :] *= scale
+    std[:, -1] *= scale
+    noisy = moment_regression(moment, LABELS, TARGET, intercept=True, noise_std=std, scale=scale)
+    assert noisy.ridge == pytest.approx(adassp_ridge(np.full((3, 3), 1e-3)), rel=1e-12)
+    with pytest.raises(ValueError, match="positive and finite"):
+        moment_regression(moment, LABELS, TARGET, ridge=0, scale=0.0)
+
+
+@pytest.mark.parametrize("intercept", [False, True])
 def test_ridge_is_least_squares_on_augmented_records(intercept: bool) -> None:
     """Second formula: ridge ``lambda`` on ``(1/N) ||y - X b - b0||^2`` is least squares on the
     records stacked over ``sqrt(N lambda) I`` (a zero row for the unpenalised intercept)."""

@@ -277,12 +277,14 @@ def domain_from_dict(data: dict[str, Any], m: int) -> RecordDomain:
     return L2BallDomain(float(data["l2_norm"]), m)
 
 
-def augmented_domain(domain: RecordDomain, shift: np.ndarray | None = None) -> RecordDomain:
-    """The domain of the augmented record ``z = [x - c; 1]`` (docs/bounds.md, Sec. 13).
+def augmented_domain(
+    domain: RecordDomain, shift: np.ndarray | None = None, scale: float = 1.0
+) -> RecordDomain:
+    """The domain of the augmented record ``z = [x - c; s]`` (docs/bounds.md, Sec. 13).
 
-    A box gains the coordinate ``[1, 1]`` (exactly the augmented records), shifted by a public
+    A box gains the coordinate ``[s, s]`` (exactly the augmented records), shifted by a public
     ``c`` if given (docs/bounds.md Sec. 14 recommends the box centre); an L2 ball of radius
-    ``C`` (``c = 0``) is enclosed in the ball of radius ``sqrt(C^2 + 1)`` in ``m + 1``
+    ``C`` (``c = 0``) is enclosed in the ball of radius ``sqrt(C^2 + s^2)`` in ``m + 1``
     dimensions, rounded up so that the float radius is never below the true one.
 
     Parameters
@@ -291,19 +293,24 @@ def augmented_domain(domain: RecordDomain, shift: np.ndarray | None = None) -> R
         The declared record domain of ``x``.
     shift : ndarray, optional
         ``c`` (box only); ``0`` by default.
+    scale : float, default 1
+        ``s > 0``, the public constant coordinate (a power of two in a release:
+        :func:`mvg_dask.privacy.sensitivity.augmented_scale`).
 
     Returns
     -------
     BoxDomain or L2BallDomain
         The domain of ``z``, with ``m + 1`` features.
     """
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"the constant coordinate must be positive and finite, got {scale!r}")
     if isinstance(domain, BoxDomain):
         c = np.zeros(domain.m) if shift is None else _as_vector("shift", shift, domain.m)
-        lo = np.append(domain.lower - c, 1.0)
-        hi = np.append(domain.upper - c, 1.0)
+        lo = np.append(domain.lower - c, scale)
+        hi = np.append(domain.upper - c, scale)
         return BoxDomain.create(lo, hi, domain.m + 1, allow_equal=True)
     if shift is not None and np.any(np.asarray(shift) != 0):
         raise ValueError("an L2-ball domain is augmented about its centre 0 only")
-    # three roundings below sqrt(C^2 + 1) cost at most ~1.5 ulp; 4 ulp more covers them
-    radius = math.sqrt(domain.radius**2 + 1.0) * (1.0 + 4.0 * np.finfo(np.float64).eps)
+    # three roundings below sqrt(C^2 + s^2) cost at most ~1.5 ulp; 4 ulp more covers them
+    radius = math.sqrt(domain.radius**2 + scale * scale) * (1.0 + 4.0 * np.finfo(np.float64).eps)
     return L2BallDomain(radius, domain.m + 1)

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from mvg_dask.plan.noise_plan import NoisePlan
+from mvg_dask.plan.queries.moment import scale_constant
 
 
 def identity_noise_gram(plan: NoisePlan) -> np.ndarray:
@@ -364,11 +365,13 @@ def moment_regression(
     noise_std: ArrayLike | None = None,
     ridge: float | str = "adassp",
     centre: ArrayLike | None = None,
+    scale: float = 1.0,
 ) -> MomentRegression:
     """Ridge regression of ``target`` on every other feature from a released second moment.
 
     ``moment`` estimates ``M = Z Z^T / N`` of the augmented records ``z = [x; 1]`` (``x`` holds
-    the target), its terms labelled ``labels`` with :data:`CONSTANT_TERM` last. With ``P`` the
+    the target), its terms labelled ``labels`` with :data:`CONSTANT_TERM` last (a moment of
+    ``[x - c; s]`` is first taken to ``[x - c; 1]``: ``centre`` and ``scale``). With ``P`` the
     predictors (every feature but the target) and ``y`` the target, the fit minimises
     ``(1/N) sum (y - x_P b - b_0)^2 + lambda ||b||^2`` (the intercept is not penalised), in the
     released sufficient statistics (Wang 2018's SSP, "sufficient statistics perturbation"):
@@ -407,6 +410,10 @@ def moment_regression(
         data and only ``b_0`` moves (``b_0 + c_y - c_P^T b``); without one the uncentred moment
         ``T M~ T^T`` (``T = [[I, c], [0, 1]]``) is fitted, its noise std taken entry by entry
         with independent entries (as for standard directions).
+    scale : float, default 1
+        ``s`` when ``moment`` is the moment of ``[x - c; s]`` (a moment release's constant
+        coordinate, a power of two): its last row and column, and their noise std, are
+        divided by ``s`` first (the corner by ``s^2``; exact).
 
     Returns
     -------
@@ -431,6 +438,13 @@ def moment_regression(
     P = [i for i in range(K - 1) if i != t]
     if not P:
         raise ValueError("the regression needs at least one predictor besides the target")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"the constant's scale must be positive and finite, got {scale!r}")
+    if scale != 1.0:
+        M = scale_constant(M, 1.0 / scale)
+        if noise_std is not None:
+            std = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), (K, K))
+            noise_std = scale_constant(std, 1.0 / scale)
     c = None if centre is None else np.asarray(centre, dtype=np.float64)
     if c is not None and c.shape != (K - 1,):
         raise ValueError(f"the centre must hold one value per feature ({K - 1}), got {c.shape}")

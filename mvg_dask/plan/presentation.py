@@ -60,8 +60,9 @@ def _query_text(rplan: ReleasePlan) -> str:
         centred = getattr(rplan.query, "centre", None) is not None
         about = "c = the box's centre" if centred else "c = 0 (an l2 ball)"
         moment = (
-            f"second moment Z Z^T / N of z = [x - c; 1] ({m + 1} x {m + 1}), {about}, N = {n} "
-            "(public under replace-one); mean and covariance around it computed from it"
+            f"second moment Z Z^T / N of z = [x - c; s] ({m + 1} x {m + 1}), {about}, "
+            f"s = {getattr(rplan.query, 'scale', 1.0):g}, N = {n} (public under replace-one); "
+            "mean and covariance around it computed from it"
         )
         target = getattr(rplan.query, "target_label", None)
         moment = moment if target is None else f"regression on {target!r}: {moment}"
@@ -120,9 +121,9 @@ def centered_routes_text(rplan: ReleasePlan) -> str | None:
     assert isinstance(box, dict)
     lo, hi = np.asarray(box["lower"], dtype=np.float64), np.asarray(box["upper"], dtype=np.float64)
     lo, hi = np.broadcast_to(lo, (rplan.input.features,)), np.broadcast_to(hi, lo.shape)
-    records = float(rplan.input.records)
-    at_centre = centered_route_errors(lo, hi, records, mu)
-    at_corner = centered_route_errors(lo, hi, records, mu, mean=hi)
+    records, scale = float(rplan.input.records), float(getattr(rplan.query, "scale", 1.0))
+    at_centre = centered_route_errors(lo, hi, records, mu, scale=scale)
+    at_corner = centered_route_errors(lo, hi, records, mu, mean=hi, scale=scale)
     centred = (at_centre.totals()["centred"], at_corner.centred_covariance + at_corner.centred_mean)
     first = (
         at_centre.totals()["mean-first"],

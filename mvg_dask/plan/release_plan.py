@@ -48,6 +48,7 @@ from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
+from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
     MOMENT_QUERY_KINDS,
     CrossCovarianceQuerySpec,
@@ -854,6 +855,16 @@ def _count_share(spec: ReleaseSpec) -> float:
     return privacy.count_share if private_count and privacy.records is None else 0.0
 
 
+def _moment_scale(domain: RecordDomain) -> float:
+    """The constant coordinate ``s`` of a moment query's ``z = [x - c; s]``, from the declared
+    domain alone (:func:`~mvg_dask.privacy.sensitivity.augmented_scale`): ``A = sup ||x - c||^2``
+    is the box's squared half-diagonal about its centre, or the ball's squared radius."""
+    if isinstance(domain, BoxDomain):
+        half = (domain.upper - domain.lower) / 2.0
+        return augmented_scale(float(half @ half), domain.m)
+    return augmented_scale(domain.radius**2, domain.m)
+
+
 def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> MatrixQuery:
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
@@ -862,6 +873,7 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
     fields: dict[str, Any] = _query_features(spec, metadata)
     if kind in MOMENT_QUERY_KINDS:
         fields["features"] = metadata.features + 1  # the constant term
+        fields["scale"] = _moment_scale(domain)
         if isinstance(domain, BoxDomain):  # shifted by the box's centre (docs/bounds.md Sec. 14)
             fields["centre"] = tuple(float(c) for c in (domain.lower + domain.upper) / 2)
     if spec.regression_target is not None:

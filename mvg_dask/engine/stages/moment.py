@@ -1,4 +1,4 @@
-"""The ``moment`` stage: the augmented second moment ``Z Z^T / N`` of ``z = [x - c; 1]``,
+"""The ``moment`` stage: the augmented second moment ``Z Z^T / N`` of ``z = [x - c; s]``,
 privatized on the client, written with the mean and the covariance around it
 (post-processing). A grouped release privatizes every group's moment, each with its own noise
 (docs/concepts/queries.md, "Grouped releases")."""
@@ -13,7 +13,11 @@ from mvg_dask.engine.stages.context import RunContext
 from mvg_dask.engine.stages.covariance import covariance_noise
 from mvg_dask.engine.stages.gram import wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.plan.queries.moment import centered_from_moment, grouped_centered_from_moment
+from mvg_dask.plan.queries.moment import (
+    centered_from_moment,
+    grouped_centered_from_moment,
+    scale_constant,
+)
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import COVARIANCE, MEAN, MOMENT
 
@@ -45,25 +49,31 @@ def run_moment(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     release_key = ctx.key.derive("release")
     groups = rplan.query.groups
     centre = getattr(rplan.query, "centre_vector", None)
+    scale = getattr(rplan.query, "scale", 1.0)
     if groups is None:
         noise = _float_noise(rplan, release_key)
-        noisy = _privatize(
-            rplan, wait_for_gram(ctx, rplan) / rplan.query.records, release_key, noise
-        )
-        mean, covariance = centered_from_moment(noisy, centre)
+        noisy = _privatize(rplan, _moment(ctx, rplan, scale), release_key, noise)
+        mean, covariance = centered_from_moment(noisy, centre, scale)
     else:
         keys = [release_key.derive(f"group-{i}") for i in range(len(groups))]
         noises = [_float_noise(rplan, key) for key in keys]
-        query = wait_for_gram(ctx, rplan) / rplan.query.records
+        query = _moment(ctx, rplan, scale)
         noisy = np.stack(
             [
                 _privatize(rplan, query[i], key, n)
                 for i, (key, n) in enumerate(zip(keys, noises, strict=True))
             ]
         )
-        mean, covariance = grouped_centered_from_moment(noisy, centre)
+        mean, covariance = grouped_centered_from_moment(noisy, centre, scale)
     ctx.target.write_matrix_values({MOMENT: noisy, MEAN: mean, COVARIANCE: covariance})
     return rplan
+
+
+def _moment(ctx: RunContext, rplan: ReleasePlan, scale: float) -> np.ndarray:
+    """The exact query: the Gram pass's sums of ``[x - c; 1]`` divided by ``N``, the constant
+    coordinate then scaled to ``s`` (a power of two: exactly the moment of ``[x - c; s]``,
+    :func:`~mvg_dask.plan.queries.moment.scale_constant`)."""
+    return scale_constant(wait_for_gram(ctx, rplan) / rplan.query.records, scale)
 
 
 def _float_noise(rplan: ReleasePlan, key: NoiseKey) -> np.ndarray | None:

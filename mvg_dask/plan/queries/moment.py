@@ -1,10 +1,11 @@
 """The moment queries: the second moment ``M = Z Z^T / N`` of the augmented records
-``z = [x; 1]`` (``(m + 1) x (m + 1)``, symmetric PSD), released as one covariance query.
+``z = [x - c; s]`` (``(m + 1) x (m + 1)``, symmetric PSD), released as one covariance query.
 
-``M`` holds every statistic of the records up to second order: its last column is the mean
-``x_bar = X 1 / N`` (and its corner the constant ``1``), its top-left block the second moment
-``X X^T / N``, so the covariance around the mean is ``M[:m, :m] - x_bar x_bar^T``
-(``numpy.cov(X, bias=True)``). Both are post-processing of the one noisy ``M``.
+``M`` holds every statistic of the records up to second order: its last column is ``s`` times
+the mean about ``c`` (``u = M[:m, m] / s``, the mean ``c + u``; its corner the constant
+``s^2``), its top-left block the second moment about ``c``, so the covariance around the mean is
+``M[:m, :m] - u u^T`` (``numpy.cov(X, bias=True)``). Both are post-processing of the one noisy
+``M``.
 
 * ``centered-covariance`` publishes ``moment``, ``mean`` and ``covariance``.
 * ``regression`` is the same release with a declared response feature ``y`` among the
@@ -13,16 +14,19 @@
 
 Per record: ``z z^T``; per task: the Gram matrix of the block with a row of ones appended
 (:func:`augmented_gram`: ``X X^T``, the row sums and the count, without forming ``Z``); the
-fixed-tree combine and the finalize step are the covariance's. Sensitivity: the covariance
-bounds of the augmented domain (``mvg_dask.plan.domain.augmented_domain``; docs/bounds.md
-Sec. 13). A declared box is shifted by its centre ``c`` first, ``z = [x - c; 1]`` (its
-``R = sup ||x - c||^2`` is about a quarter of ``sup ||x||^2`` on ``[0, 1]^m``, and the noise
-with it; docs/bounds.md Sec. 14): the mean adds ``c`` back and the covariance does not depend
-on it.
+fixed-tree combine and the finalize step are the covariance's, then the last row and column are
+multiplied by ``s`` (:func:`scale_constant`: a power of two, so exactly the moment of ``[x - c;
+s]``). Sensitivity: the covariance bounds of the augmented domain
+(``mvg_dask.plan.domain.augmented_domain``; docs/bounds.md Sec. 13). A declared box is shifted
+by its centre ``c`` first (its ``R = sup ||x - c||^2`` is about a quarter of ``sup ||x||^2`` on
+``[0, 1]^m``, and the noise with it), and the constant ``s`` matches the domain's scale
+(``mvg_dask.privacy.sensitivity.augmented_scale``; docs/bounds.md Sec. 14): the mean adds ``c``
+back and the covariance depends on neither.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,15 +41,19 @@ __all__ = [
     "augmented_gram",
     "centered_from_moment",
     "grouped_centered_from_moment",
+    "scale_constant",
 ]
 
 
-def augmented_gram(block: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
-    """``Z Z^T`` of the augmented records ``z = [x - c; 1]`` of a block, without forming ``Z``:
-    ``[[X_c X_c^T, X_c 1], [1^T X_c^T, b]]`` with ``X_c = fl(X - c)``. Each entry is a sum of
-    products ``z_i z_j`` over the block's records, as docs/bounds.md Sec. 11 bounds them (the
-    query is defined on the computed ``fl(x - c)``, a function of one record whose range is
-    the shifted box: rounding is monotone).
+def augmented_gram(
+    block: np.ndarray, centre: np.ndarray | None = None, scale: float = 1.0
+) -> np.ndarray:
+    """``Z Z^T`` of the augmented records ``z = [x - c; s]`` of a block, without forming ``Z``:
+    ``[[X_c X_c^T, s X_c 1], [s 1^T X_c^T, s^2 b]]`` with ``X_c = fl(X - c)``. Each entry is a
+    sum of products ``z_i z_j`` over the block's records, as docs/bounds.md Sec. 11 bounds them
+    (the query is defined on the computed ``fl(x - c)``, a function of one record whose range
+    is the shifted box: rounding is monotone; ``s`` is a power of two, so ``s`` times a float
+    sum is the float sum of the ``s``-scaled terms, exactly).
 
     Parameters
     ----------
@@ -53,6 +61,8 @@ def augmented_gram(block: np.ndarray, centre: np.ndarray | None = None) -> np.nd
         ``m x b`` records (features x records), float64.
     centre : ndarray, optional
         ``c`` (``m``), the public centre the records are shifted by; none by default.
+    scale : float, default 1
+        ``s``, the constant coordinate.
 
     Returns
     -------
@@ -68,29 +78,57 @@ def augmented_gram(block: np.ndarray, centre: np.ndarray | None = None) -> np.nd
     out[:m, m] = sums
     out[m, :m] = sums
     out[m, m] = b
+    return out if scale == 1.0 else scale_constant(out, scale)
+
+
+def scale_constant(moment: np.ndarray, factor: float) -> np.ndarray:
+    """A (stack of) augmented moment(s) with the constant coordinate multiplied by ``factor``:
+    the last row and column times ``factor``, the corner times ``factor^2`` (exact for a power
+    of two). ``scale_constant(M, s)`` turns the moment of ``[x - c; 1]`` into that of
+    ``[x - c; s]``, ``scale_constant(M, 1 / s)`` back.
+
+    Parameters
+    ----------
+    moment : ndarray
+        ``(..., m + 1, m + 1)``.
+    factor : float
+        The factor.
+
+    Returns
+    -------
+    ndarray
+        A new array of the same shape.
+    """
+    out = np.array(moment, dtype=np.float64)
+    if factor != 1.0:
+        out[..., -1, :] *= factor
+        out[..., :, -1] *= factor
     return out
 
 
 def centered_from_moment(
-    moment: np.ndarray, centre: np.ndarray | None = None
+    moment: np.ndarray, centre: np.ndarray | None = None, scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The mean and the covariance around it, from a (noisy) augmented second moment.
 
     Parameters
     ----------
     moment : ndarray
-        ``(m + 1) x (m + 1)``: ``Z Z^T / N`` of ``z = [x - c; 1]``, plus noise.
+        ``(m + 1) x (m + 1)``: ``Z Z^T / N`` of ``z = [x - c; s]``, plus noise.
     centre : ndarray, optional
         ``c`` (``m``); none by default.
+    scale : float, default 1
+        ``s``.
 
     Returns
     -------
     mean : ndarray
-        ``M[:m, m] + c``, ``(m,)``.
+        ``u + c``, ``u = M[:m, m] / s``, ``(m,)``.
     covariance : ndarray
-        ``M[:m, :m] - M[:m, m] M[:m, m]^T`` (``numpy.cov(X, bias=True)`` without noise: the
-        covariance does not depend on ``c``), symmetric when ``M`` is.
+        ``M[:m, :m] - u u^T`` (``numpy.cov(X, bias=True)`` without noise: the covariance does
+        not depend on ``c`` or ``s``), symmetric when ``M`` is.
     """
+    moment = scale_constant(moment, 1.0 / scale)
     m = moment.shape[0] - 1
     shifted = np.array(moment[:m, m], dtype=np.float64)
     covariance = np.asarray(moment[:m, :m] - np.outer(shifted, shifted))
@@ -98,16 +136,16 @@ def centered_from_moment(
 
 
 def grouped_centered_from_moment(
-    moments: np.ndarray, centre: np.ndarray | None = None
+    moments: np.ndarray, centre: np.ndarray | None = None, scale: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every group's mean and covariance around it, from a grouped release's noisy moments.
 
-    A group's moment ``M_g = Z_g Z_g^T / N`` (``z = [x - c; 1]``) divides by the global ``N``:
-    its corner ``M_g[m, m]`` is the group's (noisy) share ``N_g / N``, so the mean about ``c`` is
-    ``m_g = M_g[:m, m] / M_g[m, m]``, the mean ``m_g + c`` and the covariance
-    ``M_g[:m, :m] / M_g[m, m] - m_g m_g^T`` (``numpy.cov`` of the group's records,
-    ``bias=True``, without noise). A group whose noisy corner is not positive (an empty or tiny
-    group) gets NaN for both.
+    A group's moment ``M_g = Z_g Z_g^T / N`` (``z = [x - c; s]``, taken back to ``s = 1`` first
+    by :func:`scale_constant`) divides by the global ``N``: its corner ``M_g[m, m]`` is the
+    group's (noisy) share ``N_g / N``, so the mean about ``c`` is ``m_g = M_g[:m, m] /
+    M_g[m, m]``, the mean ``m_g + c`` and the covariance ``M_g[:m, :m] / M_g[m, m] - m_g m_g^T``
+    (``numpy.cov`` of the group's records, ``bias=True``, without noise). A group whose noisy
+    corner is not positive (an empty or tiny group) gets NaN for both.
 
     Parameters
     ----------
@@ -115,6 +153,8 @@ def grouped_centered_from_moment(
         ``G x (m + 1) x (m + 1)``.
     centre : ndarray, optional
         ``c`` (``m``); none by default.
+    scale : float, default 1
+        ``s``.
 
     Returns
     -------
@@ -123,6 +163,7 @@ def grouped_centered_from_moment(
     covariance : ndarray
         ``G x m x m``.
     """
+    moments = scale_constant(moments, 1.0 / scale)
     m = moments.shape[-1] - 1
     share = np.asarray(moments[:, m, m], dtype=np.float64)
     ok = share > 0
@@ -139,7 +180,7 @@ def grouped_centered_from_moment(
 
 @dataclass(frozen=True)
 class CenteredCovarianceQuery(CovarianceQuery):
-    """The augmented second moment ``Z Z^T / N`` of ``z = [x - c; 1]``, published with the mean
+    """The augmented second moment ``Z Z^T / N`` of ``z = [x - c; s]``, published with the mean
     and the covariance around it (parameters of :class:`~mvg_dask.plan.MatrixQuery`, and the
     following; ``features`` counts the augmented terms, ``m + 1``).
 
@@ -149,16 +190,26 @@ class CenteredCovarianceQuery(CovarianceQuery):
         ``c``, public: the centre of a declared box (the plan's choice, docs/bounds.md
         Sec. 14: the shifted box's ``R = sup ||x - c||^2`` is about a quarter of the unshifted
         one on ``[0, 1]^m``); ``None`` (an L2 ball, centred at 0): no shift.
+    scale : float, default 1
+        ``s``, public: the constant coordinate, a power of two ``2^k``, ``|k| <= 64`` (the
+        plan's choice, :func:`mvg_dask.privacy.sensitivity.augmented_scale`).
     """
 
     kind: ClassVar[str] = "centered-covariance"
     augmented: ClassVar[bool] = True
 
     centre: tuple[float, ...] | None = None
+    scale: float = 1.0
 
     def _check_fields(self) -> None:
         if self.features < 2:
             raise ValueError("a moment query needs at least one feature besides the constant")
+        mantissa, exponent = math.frexp(self.scale) if math.isfinite(self.scale) else (0.0, 0)
+        if mantissa != 0.5 or not -63 <= exponent <= 65:
+            raise ValueError(
+                f"a moment query's constant scale must be a power of two 2^k, |k| <= 64, got "
+                f"{self.scale!r}"
+            )
         if not self.records_known:
             raise ValueError(f"a {self.kind} release divides by the public record count")
 
@@ -175,15 +226,18 @@ class CenteredCovarianceQuery(CovarianceQuery):
     def record_domain(self, domain: RecordDomain) -> RecordDomain:
         """The augmented records' domain (``mvg_dask.plan.domain.augmented_domain``, shifted
         by the centre): what the query sums."""
-        return augmented_domain(domain, self.centre_vector)
+        return augmented_domain(domain, self.centre_vector, self.scale)
 
     def partial(self, block: np.ndarray) -> np.ndarray:
         """``Z_b Z_b^T`` of the augmented block (:func:`augmented_gram`, as the engine forms
         it)."""
-        return augmented_gram(np.asarray(block, dtype=np.float64), self.centre_vector)
+        return augmented_gram(np.asarray(block, dtype=np.float64), self.centre_vector, self.scale)
 
     def _extra_dict(self) -> dict[str, object]:
-        return {} if self.centre is None else {"centre": list(self.centre)}
+        out: dict[str, object] = {} if self.centre is None else {"centre": list(self.centre)}
+        if self.scale != 1.0:
+            out["scale"] = self.scale
+        return out
 
     @classmethod
     def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +246,7 @@ class CenteredCovarianceQuery(CovarianceQuery):
         return {
             **super().fields_from_dict(data),
             "centre": None if centre is None else tuple(float(v) for v in centre),
+            "scale": float(data.get("scale", 1.0)),
         }
 
 
