@@ -195,7 +195,7 @@ DIRECTION_DIM = "direction"
 #: ``noise_variances`` keeps that dimension with another length (the top ``k`` and their
 #: complement's one variance).
 COMPONENT_DIM = "component"
-#: The second moment ``Z Z^T / N`` of the augmented records ``z = [x; 1]`` (centered-covariance
+#: The second moment ``Z Z^T / N`` of the augmented records ``z = [x - c; s]`` (centered-covariance
 #: and regression releases): the variable that carries their Gaussian noise.
 MOMENT = "moment"
 #: The mean ``M[:m, m]`` beside :data:`MOMENT` (post-processing).

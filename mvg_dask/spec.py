@@ -541,7 +541,7 @@ class ReleaseSpec(_Strict):
 #: The queries with a square, symmetric PSD output (the second moment of the records, or of the
 #: records with a constant term).
 SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
-#: The queries released as the second moment of the augmented record ``z = [x; 1]``.
+#: The queries released as the second moment of the augmented record ``z = [x - c; s]``.
 MOMENT_QUERY_KINDS = ("centered-covariance", "regression")
 
 

@@ -15,8 +15,9 @@
 # # The covariance around the mean, and a regression, from one release
 #
 # `numpy.cov` and `xarray.cov` centre the data; the MVG paper's covariance `X Xᵀ / N` does not.
-# `query: centered-covariance` releases the second moment of the augmented records `[x; 1]`:
-# its last column is the mean and the rest the second moment, so the mean and the covariance
+# `query: centered-covariance` releases the second moment of the augmented records `[x − c; s]`
+# (`c` the declared box's centre, `s` a public constant matched to its scale, here 1): its last
+# column is the mean about `c` and the rest the second moment, so the mean and the covariance
 # around it come from one noisy matrix, at the budget of one release. With a declared response
 # feature, `query: {regression: {target: ...}}` is the same release, and `ds.mvg.regression`
 # fits a linear model from it (a ridge whose λ comes from the public noise level).

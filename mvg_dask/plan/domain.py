@@ -57,8 +57,8 @@ class BoxDomain:
         m : int
             Number of features.
         allow_equal : bool, default False
-            Accept ``lower_i == upper_i`` (a constant coordinate, such as the ``1`` of the
-            augmented record ``[x; 1]``; every bound holds on it, docs/bounds.md Sec. 13). A
+            Accept ``lower_i == upper_i`` (a constant coordinate, such as the ``s`` of the
+            augmented record ``[x - c; s]``; every bound holds on it, docs/bounds.md Sec. 13). A
             declared domain keeps ``lower < upper``.
 
         Returns

@@ -19,7 +19,7 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
 ``covariance``
     Add the noise to ``X X^T / N`` and write it (with a noisy count: also the noisy sum).
 ``moment``
-    Add the noise to the augmented second moment ``Z Z^T / N`` (``z = [x; 1]``) and write it
+    Add the noise to the augmented second moment ``Z Z^T / N`` (``z = [x - c; s]``) and write it
     with the mean and the covariance around it (centered-covariance and regression releases).
 ``cross-covariance``
     Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.

@@ -131,7 +131,7 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
     #: Whether the output has one column per record (the identity): the noise is drawn record
     #: range by record range and the release has no diagonal.
     per_record_columns: ClassVar[bool] = False
-    #: Whether the query sums the augmented records ``[x; 1]`` (the moment queries): its
+    #: Whether the query sums the augmented records ``[x - c; s]`` (the moment queries): its
     #: ``features`` then count the constant term too.
     augmented: ClassVar[bool] = False
 
