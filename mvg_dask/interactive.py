@@ -480,39 +480,60 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
 
 
 def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
-    """The noise std of a moment release's ``mean`` (exact: the last column of the noisy
-    ``moment``) or ``covariance`` (the delta method, marked ``approximate``).
+    """The noise std of a moment release's ``mean`` or ``covariance`` (the delta method; exact
+    for an ungrouped release's ``mean``, else marked ``approximate``).
 
-    With ``moment = M + E`` (entry std ``s``; the moment of ``[x - c; 1]``: a release's moment
-    of ``[x - c; s]`` and its std are taken there first; ``m = M[:m, m]`` the shifted mean)
-    the covariance ``C = M~_xx - m~ m~^T`` is, to first order, ``C_xx + E_ij - m_i E_j1 -
-    m_j E_i1`` (``1`` the constant term), so ``Var C_ij ~ s_ij^2 + m_i^2 s_j1^2 + m_j^2
-    s_i1^2`` off the diagonal and ``s_ii^2 + 4 m_i^2 s_i1^2`` on it, evaluated at the released
-    shifted mean (the entries' noises taken as independent, as they
-    are for standard directions). Its coverage is measured in the tests.
+    Take the noisy moment of ``[x - c; 1]`` (a release's moment of ``[x - c; s]`` and its std
+    are taken there first, exactly): ``B = M[:m, :m]``, ``a = M[:m, m]``, ``p = M[m, m]`` with
+    entry stds ``s_ij``, ``s_i`` and ``s_p``, and ``u = a / p``, ``C = B / p - u u^T``. To first
+    order ``du = (da - u dp) / p`` and ``dC_ij = (dB_ij - u_j da_i - u_i da_j + (u_i u_j -
+    C_ij) dp) / p``, so
+
+    ``Var u_i ~ (s_i^2 + u_i^2 s_p^2) / p^2``, ``Var C_ij ~ (s_ij^2 + u_j^2 s_i^2 + u_i^2 s_j^2
+    + (u_i u_j - C_ij)^2 s_p^2) / p^2`` off the diagonal and ``(s_ii^2 + 4 u_i^2 s_i^2 + (u_i^2
+    - C_ii)^2 s_p^2) / p^2`` on it, evaluated at the released values (the entries' noises taken
+    as independent, as they are for standard directions). An ungrouped release divides by the
+    public ``N``: ``p = 1`` and ``s_p = 0`` (the mean's std is then exact). A grouped release
+    divides by the group's noisy share ``p = N_g / N`` (a group whose share is not positive
+    gets NaN). Its coverage is measured in the tests.
     """
-    if GROUP_DIM in ds[MOMENT].dims:
-        raise ValueError(
-            f"the noise std of a grouped release's {name!r} (the group's moment divided by its "
-            "noisy share N_g / N) is not given; use noise_std('moment'), whose entries are "
-            "exact for every group"
-        )
     query = json.loads(ds.attrs[PLAN_ATTR])["query"]
-    std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), ds[MOMENT].shape)
-    s = scale_constant(std, 1.0 / float(query.get("scale", 1.0)))  # of the moment of [x - c; 1]
-    m = s.shape[0] - 1
+    scale = float(query.get("scale", 1.0))
+    moment = ds[MOMENT]
+    std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), moment.shape[-2:])
+    s = scale_constant(std, 1.0 / scale)  # of the moment of [x - c; 1]
+    m = s.shape[-1] - 1
+    grouped = GROUP_DIM in moment.dims
+    values = scale_constant(moment.values, 1.0 / scale).reshape(-1, m + 1, m + 1)
+    p = values[:, m, m] if grouped else np.ones(values.shape[0])
+    s_p = s[m, m] if grouped else 0.0
+    ok = p > 0
+    p = np.where(ok, p, np.nan)[:, None]
+    u = values[:, :m, m] / p  # (G, m) means about c
+    s_a = s[:m, m]
     var = ds[name]
     if name == MEAN:
-        return xr.DataArray(s[:m, m].copy(), dims=var.dims, coords=var.coords, name="noise_std")
-    mean = np.asarray(ds[MEAN].values, dtype=np.float64)  # the released m~_x + c
-    centre = query.get("centre")
-    if centre is not None:
-        mean = mean - np.asarray(centre, dtype=np.float64)
-    s_c = s[:m, m]
-    v = s[:m, :m] ** 2 + np.outer(s_c**2, mean**2) + np.outer(mean**2, s_c**2)
-    v[np.diag_indices(m)] = np.diag(s[:m, :m]) ** 2 + 4.0 * mean**2 * s_c**2
-    out = xr.DataArray(np.sqrt(v), dims=var.dims, coords=var.coords, name="noise_std")
-    out.attrs["approximate"] = "delta method: covariance = moment_xx - mean mean^T"
+        sd = np.sqrt(s_a**2 + u**2 * s_p**2) / p
+        out = xr.DataArray(sd.reshape(var.shape), dims=var.dims, coords=var.coords)
+        if grouped:
+            out.attrs["approximate"] = "delta method: mean = moment[:, 1] / moment[1, 1]"
+        return out.rename("noise_std")
+    cov = values[:, :m, :m] / p[:, :, None] - u[:, :, None] * u[:, None, :]
+    u2 = u**2
+    v = (
+        s[:m, :m] ** 2
+        + u2[:, None, :] * (s_a**2)[None, :, None]
+        + u2[:, :, None] * (s_a**2)[None, None, :]
+        + (u[:, :, None] * u[:, None, :] - cov) ** 2 * s_p**2
+    )
+    idx = np.arange(m)
+    v[:, idx, idx] = (
+        np.diag(s[:m, :m]) ** 2 + 4.0 * u2 * s_a**2 + (u2 - cov[:, idx, idx]) ** 2 * s_p**2
+    )
+    sd = np.sqrt(v) / p[:, :, None]
+    out = xr.DataArray(sd.reshape(var.shape), dims=var.dims, coords=var.coords, name="noise_std")
+    what = "moment_xx / share - mean mean^T" if grouped else "moment_xx - mean mean^T"
+    out.attrs["approximate"] = f"delta method: covariance = {what}"
     return out
 
 
