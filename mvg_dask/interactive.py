@@ -97,15 +97,17 @@ DEFAULT_RECORD_CHUNK = 100_000
 
 
 # -- release -----------------------------------------------------------------------------------
-def select_variable(obj: xr.DataArray | xr.Dataset, variable: str | None) -> xr.DataArray:
+def select_variable(
+    obj: xr.DataArray | xr.Dataset, variable: str | None, exclude: str | None = None
+) -> xr.DataArray:
     """The DataArray to release: ``obj`` itself, or a Dataset's ``variable`` (its only data
-    variable when not given)."""
+    variable besides ``exclude``, a grouped release's labels, when not given)."""
     if isinstance(obj, xr.DataArray):
         if variable is not None and obj.name is not None and variable != obj.name:
             raise ValueError(f"variable={variable!r} but the DataArray is named {obj.name!r}")
         return obj.rename(variable or obj.name or "X")
     if variable is None:
-        names = [str(n) for n in obj.data_vars]
+        names = [str(n) for n in obj.data_vars if n != exclude]
         if len(names) != 1:
             raise ValueError(
                 f"the Dataset has {len(names)} data variables ({', '.join(names) or 'none'}); "
@@ -195,9 +197,11 @@ class _PlannedCopy(NamedTuple):
     input_store: str
     output_store: str
     record_chunk: int
+    labels: xr.DataArray | None = None
 
 
 def _plan_copy(
+    obj: xr.DataArray | xr.Dataset,
     arr: xr.DataArray,
     directory: str | Path,
     name: str,
@@ -207,15 +211,11 @@ def _plan_copy(
     record_chunk: int | None,
     fields: Mapping[str, Any],
 ) -> _PlannedCopy:
-    """Plan the release of ``arr`` from the metadata its input copy will have (nothing written)."""
+    """Plan the release of ``arr`` (of ``obj``) from the metadata its input copy will have, and
+    check a grouped release's labels (nothing written)."""
     from mvg_dask.engine.metadata import load_directions_matrix
 
     _check_dims(arr, record_dim, feature_dim)
-    if "group_by" in fields:
-        raise ValueError(
-            "group_by: the accessor copies one variable, not its group labels; write the data "
-            "and the group variable to a Zarr store and release it with mvg_dask.api.release"
-        )
     rid = release_id or new_release_id(name)
     input_store, output_store = _paths(directory, rid)
     spec = _spec(
@@ -228,10 +228,39 @@ def _plan_copy(
         feature_dim=feature_dim,
         fields=fields,
     )
+    labels = None if spec.group_by is None else _group_labels(obj, arr, spec)
     chunk = _record_chunk(arr, record_dim, record_chunk)
     meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
     rplan = plan_release(spec, meta, directions_matrix=load_directions_matrix(spec))
-    return _PlannedCopy(spec, rplan, input_store, output_store, chunk)
+    return _PlannedCopy(spec, rplan, input_store, output_store, chunk, labels)
+
+
+def _group_variable(fields: Mapping[str, Any]) -> str | None:
+    """The group variable a spec's ``group_by`` names, if any (before the spec is validated)."""
+    group_by = fields.get("group_by")
+    if isinstance(group_by, Mapping) and isinstance(group_by.get("variable"), str):
+        return str(group_by["variable"])
+    return None
+
+
+def _group_labels(obj: xr.DataArray | xr.Dataset, arr: xr.DataArray, spec: Any) -> xr.DataArray:
+    """A grouped release's labels: the Dataset's ``group_by.variable``, one per record, of the
+    declared labels' type (the checks of a store's group variable,
+    :func:`~mvg_dask.engine.metadata.check_group_variable`), copied with the data."""
+    from mvg_dask.engine.metadata import check_group_variable
+
+    group_by, inp = spec.group_by, spec.input
+    if not isinstance(obj, xr.Dataset):
+        raise ValueError(
+            f"group_by: the labels are a variable beside the data; release a Dataset holding "
+            f"{arr.name!r} and {group_by.variable!r} (one label per record)"
+        )
+    arrays = {str(k): v for k, v in obj.variables.items() if str(k) not in obj.dims}
+    dims_of: dict[str, tuple[str, ...] | None] = {
+        k: tuple(str(d) for d in v.dims) for k, v in arrays.items()
+    }
+    check_group_variable(group_by, inp, arrays, dims_of, int(arr.sizes[inp.record_dim]))
+    return obj[group_by.variable]
 
 
 def dry_run_xarray(
@@ -273,8 +302,9 @@ def dry_run_xarray(
     """
     from mvg_dask.engine.preview import preview
 
-    arr = select_variable(obj, variable)
+    arr = select_variable(obj, variable, _group_variable(fields))
     planned = _plan_copy(
+        obj,
         arr,
         directory or Path.cwd(),
         name,
@@ -288,16 +318,29 @@ def dry_run_xarray(
 
 
 def write_input(
-    arr: xr.DataArray, store: str, record_dim: str, feature_dim: str, record_chunk: int
+    arr: xr.DataArray,
+    store: str,
+    record_dim: str,
+    feature_dim: str,
+    record_chunk: int,
+    labels: xr.DataArray | None = None,
 ) -> None:
     """Write ``arr`` (in memory or lazy) as a new float64 Zarr v3 store, one chunk per
-    ``record_chunk`` records (lazy data blockwise, in-memory data directly)."""
+    ``record_chunk`` records (lazy data blockwise, in-memory data directly), with a grouped
+    release's ``labels`` beside it (strings as Zarr v3 variable-length strings)."""
     out = arr.astype(np.float64)
     out.encoding = {}
     chunks = {record_dim: record_chunk, feature_dim: int(arr.sizes[feature_dim])}
     if out.chunks is not None:
         out = out.chunk(chunks)
     ds = out.to_dataset(name=str(arr.name))
+    enc: dict[str, Any] = {str(arr.name): {"chunks": tuple(chunks[str(d)] for d in out.dims)}}
+    if labels is not None:
+        values = labels.compute().variable.to_base_variable()
+        if values.dtype.kind in "US":
+            values = values.astype(object)
+        ds[str(labels.name)] = values
+        enc[str(labels.name)] = {"chunks": (record_chunk,)}
     for v in ds.variables.values():
         v.encoding = {}
     # strings as objects: Zarr v3 variable-length strings (fixed-width unicode has no v3 spec)
@@ -308,17 +351,23 @@ def write_input(
             if c.dtype.kind == "U" and c.ndim == 1
         }
     )
-    enc = {str(arr.name): {"chunks": tuple(chunks[str(d)] for d in out.dims)}}
     ds.to_zarr(store, mode="w-", zarr_format=3, consolidated=False, encoding=enc)
 
 
-def _check_same_input(arr: xr.DataArray, store: str) -> None:
+def _check_same_input(arr: xr.DataArray, store: str, labels: xr.DataArray | None = None) -> None:
     """A retried release id must release the data of its first run: same dims and shape, and,
-    for in-memory data, the same values (lazy data is not read again to compare)."""
-    copy = xr.open_zarr(store, consolidated=False)[str(arr.name)]
+    for in-memory data, the same values and group labels (lazy data is not read again to
+    compare)."""
+    stored = xr.open_zarr(store, consolidated=False)
+    copy = stored[str(arr.name)]
     same = copy.dims == arr.dims and copy.shape == arr.shape
     if same and arr.chunks is None:
         same = bool(np.array_equal(copy.values, np.asarray(arr.values, dtype=np.float64)))
+    if same and labels is not None:
+        name = str(labels.name)
+        same = name in stored.variables and bool(
+            np.array_equal(stored[name].values.astype(labels.dtype), labels.values)
+        )
     if not same:
         raise ValueError(
             f"{store} already holds the input of this release id with other data; choose a new "
@@ -369,18 +418,25 @@ def release_xarray(
     xarray.Dataset
         The opened release (:func:`mvg_dask.api.open_release`).
     """
-    arr = select_variable(obj, variable)
+    arr = select_variable(obj, variable, _group_variable(fields))
     # the whole plan is checked before anything is written
     planned = _plan_copy(
-        arr, directory, name, release_id, record_dim, feature_dim, record_chunk, fields
+        obj, arr, directory, name, release_id, record_dim, feature_dim, record_chunk, fields
     )
     planned.plan.check_seed(seed)
     api.performance_report_path(planned.output_store, performance_report)
     Path(directory).mkdir(parents=True, exist_ok=True)
     if Path(planned.input_store).exists():  # a retry of the same release id reuses its first copy
-        _check_same_input(arr, planned.input_store)
+        _check_same_input(arr, planned.input_store, planned.labels)
     else:
-        write_input(arr, planned.input_store, record_dim, feature_dim, planned.record_chunk)
+        write_input(
+            arr,
+            planned.input_store,
+            record_dim,
+            feature_dim,
+            planned.record_chunk,
+            planned.labels,
+        )
     result = api.release(
         planned.spec,
         client=client,

@@ -25,7 +25,7 @@ import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.engine.blocks import group_indices, grouped_gram
 from mvg_dask.engine.stages.covariance import covariance_noise
-from mvg_dask.errors import DataError
+from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, L2BallDomain
 from mvg_dask.plan.queries import CenteredCovarianceQuery, query_from_dict
@@ -436,20 +436,54 @@ def test_bad_group_by_is_refused_before_anything_is_written_or_charged(
     assert not ledger.exists()
 
 
-def test_the_accessor_refuses_group_by():
+def test_the_accessor_releases_groups_and_refuses_bad_labels(tmp_path, client):
+    """``ds.mvg.release(..., group_by=...)`` on a Dataset holding the data and the labels: each
+    group is numpy's at a huge epsilon (the labels copied beside the data, the data variable
+    chosen besides them); a DataArray, labels of the wrong length or type are refused before
+    anything is written."""
     import xarray as xr
 
-    arr = xr.DataArray(np.zeros((2, 10)), dims=("feature", "record"), name="X")
-    with pytest.raises(ValueError, match="group_by"):
-        api_fields = {
-            "query": "centered-covariance",
-            "domain": {"box": {"lower": 0.0, "upper": 1.0}},
-            "privacy": {"epsilon": 1.0, "delta": 1e-5},
-            "group_by": {"variable": "site", "groups": [0]},
-        }
-        from mvg_dask.interactive import dry_run_xarray
-
-        dry_run_xarray(arr, **api_fields)
+    n = 1200
+    labels = np.array(["a", "b", "c"])[np.arange(n) % 3]
+    X = data(3, n, seed=31)
+    ds = xr.Dataset(
+        {"X": (("feature", "record"), X), "site": (("record",), labels)},
+        coords={"feature": ["f0", "f1", "f2"]},
+    )
+    fields: dict[str, Any] = {
+        "query": "centered-covariance",
+        "domain": {"box": {"lower": 0.0, "upper": 1.0}},
+        "privacy": HUGE,
+        "group_by": {"variable": "site", "groups": ["a", "b", "c"]},
+    }
+    out = tmp_path / "rel"
+    preview = ds.mvg.dry_run(out, **fields)
+    assert "3 declared groups" in preview.text()
+    rel = ds.mvg.release(out, client=client, seed=1, progress=False, **fields)
+    assert list(rel["group"].values) == ["a", "b", "c"]
+    Xc = np.clip(X, 0, 1)
+    for g, label in enumerate("abc"):
+        mine = Xc[:, labels == label]
+        np.testing.assert_allclose(rel["mean"].values[g], mine.mean(axis=1), atol=1e-5)
+        np.testing.assert_allclose(rel["covariance"].values[g], np.cov(mine, bias=True), atol=1e-5)
+    # a retry of the release id must bring the labels of its input copy (the same labels pass
+    # that check and meet the complete release, which has no ledger to find it in)
+    rid = rel.attrs["mvg_dask_release_id"]
+    with pytest.raises(ReleaseError, match="already exists"):
+        ds.mvg.release(out, release_id=rid, client=client, seed=1, progress=False, **fields)
+    moved = ds.assign(site=(("record",), np.roll(labels, 1)))
+    with pytest.raises(ValueError, match="other data"):
+        moved.mvg.release(out, release_id=rid, client=client, seed=1, progress=False, **fields)
+    bad = tmp_path / "bad"
+    with pytest.raises(ValueError, match="beside the data"):
+        ds["X"].mvg.release(bad, client=client, seed=1, progress=False, **fields)
+    short = ds.assign(site=(("other",), labels[:10]))
+    with pytest.raises(DataError, match="one label per record"):
+        short.mvg.release(bad, variable="X", client=client, seed=1, progress=False, **fields)
+    ints = dict(fields, group_by={"variable": "site", "groups": [0, 1, 2]})
+    with pytest.raises(DataError, match="declared groups are integers"):
+        ds.mvg.release(bad, client=client, seed=1, progress=False, **ints)
+    assert not bad.exists() or not any(bad.iterdir())
 
 
 # -- engine invariance and the accessor -------------------------------------------------------
