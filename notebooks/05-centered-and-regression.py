@@ -123,8 +123,9 @@ xr.Dataset({"private": fit, "non-private least squares": ("term", exact)})
 # %% [markdown]
 # With 248 records the noise is large against `XᵀX / N`: the ridge, set from the public noise
 # level so that the fit never divides by the noise, shrinks the coefficients towards zero. The
-# paper's Exp. I measures the prediction error of this estimator (the `exact-moments` row of the
-# results page), where it beats every other private regressor of the comparison.
+# paper's Exp. I measures the prediction error of this estimator on a release of this query (the
+# `exact-regression` row of the results page, with a binary allocation on ALT, the target and the
+# constant), where it beats every other private regressor of the comparison.
 #
 # The ledger holds both releases:
 

@@ -58,7 +58,8 @@ COMMON = {
     "jl",
 }
 EXPECTED_METHODS = {
-    "regression": COMMON | {"mvg-thm2-dppca", "exact-dppca", "exact-moments", "blr"},
+    "regression": COMMON
+    | {"mvg-thm2-dppca", "exact-dppca", "exact-moments", "exact-regression", "blr"},
     "first-pc": COMMON
     | {"mvg-thm3", "exact-symmetric", "exact-traceless", "analyze-gauss", "ppca"},
     "covariance": COMMON | {"exact-unbiased", "exact-covariance", "blr"},
@@ -171,7 +172,14 @@ def test_tau_sweep_chooses_the_best(run_all: dict[str, Path]) -> None:
     groups: dict[tuple[str, str], list[dict[str, str]]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["epsilon"]), []).append(r)
-    assert {m for m, _ in groups} == {"mvg-thm2", "mgm-udn", "mgm-idn", "exact", "exact-moments"}
+    assert {m for m, _ in groups} == {
+        "mvg-thm2",
+        "mgm-udn",
+        "mgm-idn",
+        "exact",
+        "exact-moments",
+        "exact-regression",
+    }
     for group in groups.values():
         assert [float(r["tau"]) for r in group] == [0.55, 0.65, 0.75, 0.85, 0.95]
         (chosen,) = [r for r in group if r["chosen"] == "true"]

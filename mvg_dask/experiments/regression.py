@@ -26,6 +26,17 @@ noise. Nothing is tuned on the data or on the test set. The fit and the rule are
 post-processing estimator (:func:`mvg_dask.plan.estimators.moment_regression` with an intercept,
 :func:`mvg_dask.plan.estimators.adassp_ridge`; AdaSSP, Wang 2018), the one behind
 ``ds.mvg.regression``.
+
+Extra row ``exact-regression``: the product's own regression release,
+``query: {regression: {target: drinks}}``. It releases the second moment of the *centred*
+augmented records ``z = [x - c; 1]`` (``c`` the centre of the declared box, so ``R`` is about a
+quarter of the uncentred one's; docs/bounds.md Sec. 13-14), planned by the product's release
+planner from a spec (:meth:`RegressionExperiment.regression_spec`,
+:func:`mvg_dask.plan.release_plan.plan_release`: the same query, domain and noise plan as
+``mvg-dask release`` and ``api.dry_run``), the same binary allocation and ``tau`` sweep as the
+``exact-moments`` row (ALT, Y and the constant). The fit is ``ds.mvg.regression(intercept=True)``'s:
+:func:`~mvg_dask.plan.estimators.moment_regression` about the centre with the AdaSSP ridge of
+the published noise std.
 """
 
 from __future__ import annotations
@@ -52,7 +63,7 @@ from mvg_dask.experiments.methods import (
     binary_method,
     reference_methods,
 )
-from mvg_dask.experiments.runner import PaperExperiment
+from mvg_dask.experiments.runner import TAUS, PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
     Allocation,
@@ -73,13 +84,16 @@ from mvg_dask.plan.estimators import (
 )
 from mvg_dask.plan.lattice import NoiseKind
 from mvg_dask.plan.noise_plan import gram_step_lattice
-from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery, RegressionQuery
+from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, plan_release
 from mvg_dask.privacy.calibration import Algorithm
+from mvg_dask.spec import ReleaseSpec, parse_spec
 
 __all__ = [
     "KRR_ALPHA",
     "METHODS",
     "MOMENTS_RIDGE",
+    "REGRESSION_RELEASE",
     "RegressionExperiment",
     "krr_rmse",
     "moments_ridge_rmse",
@@ -100,6 +114,9 @@ MOMENTS_RIDGE: Final = ADASSP_RIDGE_FACTOR
 #: this relative margin, are "starved": max-PNR's water level did not reach them and they only
 #: got the allocation's floor.
 _STARVED: Final = 1e-6
+
+#: The key of the row released as the product's ``query: {regression: ...}``.
+REGRESSION_RELEASE: Final = "exact-regression"
 
 _ID = "identity query, Alg. 1 (unimodal), s2 = ||w|| = sqrt(6)"
 _IMPORTANT = "ALT, Y"
@@ -133,6 +150,19 @@ METHODS: Final[tuple[Method, ...]] = (
         "the feature covariance (from the plan)",
     ),
     Method(
+        key=REGRESSION_RELEASE,
+        label=f"MVG, exact, regression query (centred moments; binary: {_IMPORTANT}, 1)",
+        kind="exact",
+        sweep_tau=True,
+        calibration="exact",
+        description="the product's query: {regression: {target: drinks}} release, planned by "
+        "its release planner: symmetric noise on M = Z Z^T / N for z = (x - c, 1), c = 0.5 the "
+        "centre of the declared box (sensitivity of the shifted box), binary allocation on "
+        "ALT, Y and the constant; ridge regression with an intercept about c from the released "
+        "moments (ds.mvg.regression(intercept=True): AdaSSP lambda = 4 x the RMS Frobenius norm "
+        "of the published noise on the predictors' block)",
+    ),
+    Method(
         key="exact-dppca",
         label="MVG, exact (DP-PCA, max-PNR)",
         kind="exact",
@@ -147,6 +177,13 @@ METHODS: Final[tuple[Method, ...]] = (
     jl_method("JL transform (BBDS, for Upadhyay [46])"),
     blr_method("Exponential (Blum et al. [104], public candidates)"),
 )
+
+
+def _centre_text(query: RegressionQuery) -> str:
+    """The query's centre, as the settings print it."""
+    centre = query.centre or ()
+    values = sorted(set(centre))
+    return f"{values[0]:g} per feature" if len(values) == 1 else ", ".join(f"{v:g}" for v in centre)
 
 
 def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -288,6 +325,21 @@ class RegressionExperiment(PaperExperiment):
         self.moments_domain = BoxDomain.create(
             np.append(ds.lower, 0.0), np.append(ds.upper, 1.0), m + 1
         )
+        self.release_metadata = InputMetadata(
+            store="liver.zarr",
+            variable="X",
+            record_dim="record",
+            feature_dim="feature",
+            dims=("record", "feature"),
+            shape=(n, m),
+            dtype="float64",
+            record_chunk=n,
+            feature_names=tuple(ds.feature_names),
+        )
+        query = self.regression_release_plan(1.0, 1.0 / n, TAUS[0]).query
+        assert isinstance(query, RegressionQuery)
+        self.regression_query = query
+        self.regression_moment = query.partial(ds.X) / n
         self.output_range = self.query.output_entry_range(self.domain)
         constant = float(np.sqrt(np.mean((ds.X[self.target].mean() - self.test_y) ** 2)))
         self.settings: Mapping[str, str] = {
@@ -300,9 +352,76 @@ class RegressionExperiment(PaperExperiment):
             "important (binary)": ", ".join(ds.feature_names[i] for i in ds.important),
             "moments row": f"M = Z Z^T / N for z = (x, y, 1) in [0, 1]^{m + 1}, ridge regression "
             f"from M~ with lambda = {MOMENTS_RIDGE:g} x RMS ||noise on C_xx||_F",
+            "regression-query row": f"the product's query: {{regression: {{target: "
+            f"{ds.feature_names[self.target]}}}}} release (its release planner), the moment of "
+            f"z = (x - c, 1), c = {_centre_text(query)}; ds.mvg.regression(intercept=True)",
             "DP-PCA": f"Analyze Gauss on X X^T, {DP_PCA_SHARE:.0%} of the budget, "
             f"k = {DP_PCA_K}, max-PNR allocation",
         }
+
+    # -- the product's regression release -------------------------------------------------------
+    def regression_spec(self, epsilon: float, delta: float, tau: float) -> ReleaseSpec:
+        """The spec of the product's regression release of the private Liver data.
+
+        ``query: {regression: {target: drinks}}`` on the declared box, ``exact`` calibration
+        (whose default algorithm for a moment query is ``symmetric``), standard directions with
+        the binary allocation on ALT, Y and the constant term (the moment's last), the
+        experiment's noise kind.
+
+        Parameters
+        ----------
+        epsilon, delta : float
+            Privacy parameters.
+        tau : float
+            The binary allocation's share.
+
+        Returns
+        -------
+        ReleaseSpec
+            The validated spec (its input is :attr:`release_metadata`'s store, never read).
+        """
+        ds = self.dataset
+        important = [*(int(i) for i in ds.important), ds.n_features]
+        return parse_spec(
+            {
+                "name": "exp1-regression",
+                "input": {"store": self.release_metadata.store, "variable": "X"},
+                "domain": {"box": {"lower": ds.lower.tolist(), "upper": ds.upper.tolist()}},
+                "query": {"regression": {"target": ds.feature_names[self.target]}},
+                "mechanism": {
+                    "calibration": "exact",
+                    "allocation": {"strategy": "binary", "important": important, "share": tau},
+                    "noise": self.noise,
+                },
+                "privacy": {"epsilon": epsilon, "delta": delta},
+                "output": {"store": "exp1-regression.zarr"},
+            },
+            source="Exp. I regression release",
+        )
+
+    def regression_release_plan(self, epsilon: float, delta: float, tau: float) -> ReleasePlan:
+        """The product's release plan of :meth:`regression_spec` for the private data's metadata
+        (:func:`mvg_dask.plan.release_plan.plan_release`, what ``api.dry_run`` returns for a
+        store holding them in one chunk).
+
+        Parameters
+        ----------
+        epsilon, delta : float
+            Privacy parameters.
+        tau : float
+            The binary allocation's share.
+
+        Returns
+        -------
+        ReleasePlan
+            The plan (query with its centre, domain, noise plan).
+        """
+        return plan_release(
+            self.regression_spec(epsilon, delta, tau),
+            self.release_metadata,
+            release_id="exp1-regression",
+            created="1970-01-01T00:00:00+00:00",
+        )
 
     # -- metric -------------------------------------------------------------------------------
     def errors(self, released: np.ndarray) -> np.ndarray:
@@ -343,7 +462,17 @@ class RegressionExperiment(PaperExperiment):
     def _binary_value(self, method: Method) -> np.ndarray:
         if method.key == "exact-moments":
             return self.moments
+        if method.key == REGRESSION_RELEASE:
+            return self.regression_moment
         return super()._binary_value(method)
+
+    def _binary_plan(self, method: Method, epsilon: float, delta: float, tau: float) -> NoisePlan:
+        if method.key != REGRESSION_RELEASE:
+            return super()._binary_plan(method, epsilon, delta, tau)
+        rplan = self.regression_release_plan(epsilon, delta, tau)
+        if rplan.query != self.regression_query:  # the moment was computed for this query
+            raise AssertionError("the release plan's query differs from the experiment's")
+        return rplan.noise_plan()
 
     def _synthetic_errors(self, records: np.ndarray) -> np.ndarray:
         return self.errors(np.swapaxes(records, 1, 2))
@@ -359,11 +488,30 @@ class RegressionExperiment(PaperExperiment):
         return super()._binary_domain(method)
 
     def _plan_errors(self, method: Method, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+        if method.key == REGRESSION_RELEASE:
+            return self._regression_release_rmse(plan, released)
         if method.key != "exact-moments":
             return super()._plan_errors(method, plan, released)
         k = self.target
         ridge = adassp_ridge(plan.released_entry_std()[:k, :k], factor=MOMENTS_RIDGE)
         return moments_ridge_rmse(released, self.test_x, self.test_y, target=k, ridge=ridge)
+
+    def _regression_release_rmse(self, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
+        """RMSE of ``ds.mvg.regression(intercept=True)`` on each released moment: the fit about
+        the query's centre with the AdaSSP ridge of the published noise std."""
+        query = self.regression_query
+        labels = [*(str(v) for v in self.dataset.feature_names), CONSTANT_TERM]
+        fit = moment_regression(
+            released,
+            labels,
+            labels[query.target],
+            intercept=True,
+            noise_std=plan.released_entry_std(),
+            ridge="adassp",
+            centre=query.centre,
+        )
+        pred = fit.predict(self.test_x)
+        return np.asarray(np.sqrt(np.mean((pred - self.test_y[None, :]) ** 2, axis=1)))
 
     def _evaluate_extra(
         self, method: Method, epsilon: float, delta: float, trials: int, key: NoiseKey

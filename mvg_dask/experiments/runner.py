@@ -329,6 +329,25 @@ class PaperExperiment(ABC):
         """The record domain and the domain-knowledge features of a binary row."""
         return self.domain, tuple(self.dataset.important)
 
+    def _binary_plan(self, method: Method, epsilon: float, delta: float, tau: float) -> NoisePlan:
+        """The noise plan of a binary row at ``(epsilon, delta)`` and share ``tau``: by default
+        :func:`~mvg_dask.experiments.mechanisms.binary_plan` on :meth:`_binary_query` and
+        :meth:`_binary_domain` (a row planned as a product release plans it overrides this)."""
+        assert method.calibration is not None
+        query, algorithm = self._binary_query(method)
+        domain, important = self._binary_domain(method)
+        return binary_plan(
+            query,
+            domain,
+            epsilon=epsilon,
+            delta=delta,
+            algorithm=algorithm,
+            calibration=method.calibration,
+            important=important,
+            tau=tau,
+            noise=self.noise,
+        )
+
     def _plan_errors(self, method: Method, plan: NoisePlan, released: np.ndarray) -> np.ndarray:
         """The errors of a binary MVG row's ``released`` matrices (by default
         :meth:`_released_errors`).
@@ -372,19 +391,7 @@ class PaperExperiment(ABC):
         delta = 1.0 / self.dataset.n_records
         if method.sweep_tau:
             assert tau is not None and method.calibration is not None
-            query, algorithm = self._binary_query(method)
-            domain, important = self._binary_domain(method)
-            plan = binary_plan(
-                query,
-                domain,
-                epsilon=epsilon,
-                delta=delta,
-                algorithm=algorithm,
-                calibration=method.calibration,
-                important=important,
-                tau=tau,
-                noise=self.noise,
-            )
+            plan = self._binary_plan(method, epsilon, delta, tau)
             released = plan_release(plan, self._binary_value(method), key, trials)
             return Evaluation(
                 errors=self._plan_errors(method, plan, released),
