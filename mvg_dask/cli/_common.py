@@ -43,10 +43,13 @@ def quiet_dask_logs() -> None:
     embedded cluster may be closed after the cluster's own silencing has ended (a client's
     background send, finishing while the process exits after an error): a command reports its
     errors in one line, so those lines never reach its stderr. distributed sets its loggers'
-    levels when it is imported, so it is imported first.
+    levels from dask's ``logging`` settings when it is imported: before that the setting is
+    made (a command refused early never imports distributed), after it the levels.
     """
-    import distributed  # noqa: F401  (sets its loggers' levels on import)
+    if "distributed" not in sys.modules:
+        import dask
 
+        dask.config.set({"logging.distributed": "warning"})
     for noisy in ("distributed", "tornado", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

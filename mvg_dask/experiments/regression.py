@@ -509,6 +509,7 @@ class RegressionExperiment(PaperExperiment):
             noise_std=plan.released_entry_std(),
             ridge="adassp",
             centre=query.centre,
+            scale=query.scale,
         )
         pred = fit.predict(self.test_x)
         return np.asarray(np.sqrt(np.mean((pred - self.test_y[None, :]) ** 2, axis=1)))
