@@ -81,6 +81,11 @@ def _check_compatible(
     )
     if directions.dim != m:
         raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
+    if query.column_noise_variances is not None and rule.has_precision_budget:
+        raise ValueError(
+            f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
+            f"on A^-1 f B^-T: use calibration exact, not {calibration}"
+        )
     return rule
 
 
@@ -238,14 +243,6 @@ class NoisePlan:
             return None if psi is None else np.diag(psi)
         return self.row_cov
 
-    def _column_std(self, std: np.ndarray) -> np.ndarray:
-        """``std`` (unimodal: ``m x 1``) times ``sqrt(psi_j)`` per column when ``Psi`` is a
-        fixed diagonal: ``Var Z_ij = Sigma_ii psi_j``."""
-        psi = self.query.column_noise_variances
-        if psi is None or self.algorithm != "unimodal":
-            return std
-        return np.asarray(std * np.sqrt(psi)[None, :])
-
     @property
     def output_symmetric_ratio(self) -> float | None:
         """``r`` of the noise a covariance release really adds: the plan's ratio for symmetric
@@ -291,7 +288,7 @@ class NoisePlan:
         (``B = W diag(sqrt(v))``): ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) +
         (1 - 2r) sum_i B_ki^2 B_li^2`` (docs/bounds.md, Sec. 1).
         """
-        return self._column_std(self.covariance.entry_std(self.entry_law()))
+        return _with_columns(self, self.covariance.entry_std(self.entry_law()))
 
     def draw(self, key: NoiseKey, *, tile: int = TILE_RECORDS) -> np.ndarray:
         """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
@@ -324,9 +321,7 @@ class NoisePlan:
             )
         else:
             Z = matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
-        psi = self.query.column_noise_variances
-        # B N B_Psi^T with B_Psi = diag(sqrt(psi)) (unimodal only): the columns scaled
-        return Z if psi is None else np.asarray(Z * np.sqrt(psi)[None, :])
+        return _with_columns(self, Z)
 
     def released_entry_std(self) -> np.ndarray:
         """Standard deviation of each entry of the noise a release publishes: the accuracy of a
@@ -336,7 +331,7 @@ class NoisePlan:
         Equal to :meth:`entry_std` except for equi-modal noise on a symmetric query, which the
         engine symmetrises (``(Z + Z^T) / 2``: :attr:`output_symmetric_ratio` ``= 1/2``).
         """
-        return self._column_std(self.covariance.entry_std(self.entry_law(released=True)))
+        return _with_columns(self, self.covariance.entry_std(self.entry_law(released=True)))
 
     def released_std_ranges(self) -> StdRanges:
         """``(min, max)`` of :meth:`released_entry_std` on the diagonal (every entry of a
@@ -344,13 +339,10 @@ class NoisePlan:
         directions (:meth:`~mvg_dask.plan.covariance.Diagonal.std_ranges`)."""
         m, n = self.shape
         square = not self.query.per_record_columns and m == n and m > 1
-        psi = self.query.column_noise_variances
-        if psi is None or self.algorithm != "unimodal":
-            return self.covariance.std_ranges(self.entry_law(released=True), (m, n), square=square)
-        # Var Z_ij = Sigma_ii psi_j, from the m_a x m_b entries (the size of the output); a
-        # cross-covariance has no diagonal, its columns are other features than its rows
-        values = self.released_entry_std()
-        return (float(values.min()), float(values.max())), None
+        if self.algorithm == "unimodal" and self.query.column_noise_variances is not None:
+            values = self.released_entry_std()  # a cross-covariance's m_a x m_b; no diagonal
+            return (float(values.min()), float(values.max())), None
+        return self.covariance.std_ranges(self.entry_law(released=True), (m, n), square=square)
 
     @property
     def release_sensitivity(self) -> float:
@@ -438,6 +430,16 @@ class NoisePlan:
 
     def _repr_html_(self) -> str:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
+
+
+def _with_columns(plan: NoisePlan, values: np.ndarray) -> np.ndarray:
+    """Unimodal noise (or its entries' std, ``m x 1``) with a fixed diagonal ``Psi``: each
+    column times ``sqrt(psi_j)``, i.e. ``B_Sigma N B_Psi^T`` with ``B_Psi = diag(sqrt(psi))``
+    and ``Var Z_ij = Sigma_ii psi_j``; unchanged otherwise."""
+    psi = plan.query.column_noise_variances
+    if psi is None or plan.algorithm != "unimodal":
+        return values
+    return np.asarray(values * np.sqrt(psi)[None, :])
 
 
 def _summary_lines(plan: NoisePlan) -> list[str]:
@@ -537,11 +539,6 @@ def build_noise_plan(
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
     rule = _check_compatible(query, algorithm, calibration, directions)
-    if query.column_noise_variances is not None and rule.has_precision_budget:
-        raise ValueError(
-            f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
-            f"on A^-1 f B^-T: use calibration exact, not {calibration}"
-        )
     budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
     s2 = query.l2_sensitivity(domain, neighbours)
     setting = _Setting(query, domain, neighbours, algorithm, directions, None)

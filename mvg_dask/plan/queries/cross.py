@@ -311,8 +311,10 @@ class CrossCovarianceQuery(MatrixQuery):
         err_b, mag_b = err[block], mag[block]
         psi = self.column_noise_variances
         if psi is not None:  # the engine whitens the columns first (engine/stages/cross.py)
-            cols = ferr.Whitening.diagonal(psi)
-            err_t, mag_t = ferr.whitened_error(err_b.T, mag_b.T, whitening=cols, two_sided=False)
+            col_white = ferr.Whitening.diagonal(psi)
+            err_t, mag_t = ferr.whitened_error(
+                err_b.T, mag_b.T, whitening=col_white, two_sided=False
+            )
             err_b, mag_b = err_t.T, mag_t.T
         err_g, mag_g = ferr.whitened_error(err_b, mag_b, whitening=whitening, two_sided=False)
         return ferr.lattice_coordinates_error(err_g, mag_g, algorithm="unimodal", ratio=None)
