@@ -696,6 +696,25 @@ def test_dry_run_shows_the_query(tmp_path: Path) -> None:
     assert not (tmp_path / "out.zarr").exists()
 
 
+def test_the_dry_run_shows_psi(tmp_path: Path) -> None:
+    """The dry run's query and noise-std lines and its JSON plan carry the column covariance;
+    nothing is written."""
+    from mvg_dask.plan.presentation import plan_rows, render_text
+
+    store = make_input(tmp_path / "in.zarr", data(5, 500), chunk=100)
+    spec = _spec(store, str(tmp_path / "out.zarr"), query=_col(PSI_COLS))
+    rplan = api.dry_run(spec)
+    text = render_text("plan", plan_rows(rplan))
+    psi = rplan.query.column_noise_variances
+    assert psi is not None
+    assert f"column noise Psi = diag({psi[0]:.4g}, {psi[1]:.4g}, {psi[2]:.4g})" in text
+    std = rplan.noise_plan().released_entry_std()
+    assert f"{std.min():.4g} .. {std.max():.4g} on each released entry" in text
+    plan = rplan.public_dict()["plan"]
+    assert plan["query"]["col_variances"] == list(psi) == plan["col_variances"]
+    assert not (tmp_path / "out.zarr").exists()
+
+
 def test_the_accessor_releases_a_cross_covariance(tmp_path: Path, client) -> None:
     """``arr.mvg.release(..., query={"cross-covariance": ...})``: the release, its coordinates
     and ``noise_std`` aligned with it; confidence intervals from the same rule."""

@@ -13,7 +13,7 @@ sign-definite boxes, ``sqrt(R_a R_b) / N`` (add-remove); whitened, ``A^-1 f B^-T
 Sigma^-1 a`` and ``R_b`` by ``S_b = sup b^T Psi^-1 b`` (the sign-definite factor only for a
 diagonal ``Sigma^-1``). Noise: rectangular ``m_a x m_b``, ``Sigma`` on the row features (scaled
 by the calibration) and a fixed diagonal ``Psi`` on the column features, normalised to
-``tr(Psi^-1) = m_b`` (:func:`column_variances`; ``Psi = I`` by default).
+``tr(Psi^-1) = m_b`` (``column_variances``; ``Psi = I`` by default).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class CrossCovarianceQuery(MatrixQuery):
         ``rows``).
     col_variances : tuple of float, optional
         The diagonal of the column covariance ``Psi`` (``m_b`` positive variances, from
-        :func:`column_variances`); ``None`` for ``Psi = I``.
+        ``column_variances``); ``None`` for ``Psi = I``.
     """
 
     kind: ClassVar[str] = "cross-covariance"
