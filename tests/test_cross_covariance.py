@@ -814,13 +814,19 @@ def test_matrix_directions_on_the_row_features(tmp_path, client) -> None:
 
 
 @pytest.mark.slow
-def test_empirical_audit_of_a_worst_case_pair(tmp_path: Path, client) -> None:
+@pytest.mark.parametrize(
+    "col_allocation",
+    [None, {"strategy": "binary", "important": ["f3"], "share": 0.8}],
+    ids=["identity", "psi"],
+)
+def test_empirical_audit_of_a_worst_case_pair(tmp_path: Path, client, col_allocation) -> None:
     """Clopper-Pearson lower bound on epsilon (tests/audit_helpers.py, alpha = 0.01) from
     30,000 releases of each dataset of a worst-case pair: the corner ``(1, 1, 1, 1)`` of
     ``[-1, 1]^4`` against a record clipped to ``(-1, -1, 1, 1)`` (``a' = -a``, ``b' = b``: the
-    whitened shift is the plan's ``Delta_M``, tight). The Gram matrices come from the engine's
-    own pass, each trial is the stage's :func:`cross_covariance_release` (lattice noise, the
-    default) with the key ``--seed s`` gives; seeds 8,000,000 + t. ``eps_lb <= epsilon``."""
+    whitened shift ``A^-1 D B^-T`` is the plan's ``Delta_M``, tight, with ``Psi = I`` or a
+    binary column allocation). The Gram matrices come from the engine's own pass, each trial is
+    the stage's :func:`cross_covariance_release` (lattice noise, the default) with the key
+    ``--seed s`` gives; seeds 8,000,000 + t. ``eps_lb <= epsilon``."""
     from mvg_dask.engine.stages.context import RunContext
     from mvg_dask.engine.stages.gram import finish_gram, submit_gram
     from mvg_dask.privacy import calibration as cal
@@ -846,14 +852,19 @@ def test_empirical_audit_of_a_worst_case_pair(tmp_path: Path, client) -> None:
         )
         spec["domain"] = {"box": {"lower": -1.0, "upper": 1.0}, "on_violation": "clip"}
         spec["query"] = {"cross-covariance": {"rows": ["f0", "f1"], "cols": ["f2", "f3"]}}
+        if col_allocation is not None:
+            spec["query"]["cross-covariance"]["col_allocation"] = col_allocation
         rplan = api.dry_run(spec)
         ctx = RunContext(client, NoiseKey.from_seed(0), CapturedOutput(), progress=False)  # type: ignore[arg-type]
         plans.append(rplan)
         grams.append(finish_gram(ctx, rplan, submit_gram(ctx, rplan)))
     plan = plans[0].noise_plan()
     B = plan.row_factor
+    psi = plan.query.column_noise_variances
+    col = np.ones(2) if psi is None else np.sqrt(psi)  # B_Psi = diag(sqrt(psi))
+    assert (psi is None) == (col_allocation is None)
     f_d, f_d2 = (plans[0].query.finalize(g) for g in grams)
-    shift = whiten(f_d2 - f_d, B, False)
+    shift = whiten(f_d2 - f_d, B, False) / col
     assert float(np.linalg.norm(shift)) == pytest.approx(plan.mahalanobis_sensitivity, rel=1e-9)
     assert plan.release_sensitivity == pytest.approx(mu, rel=1e-9)
 
@@ -866,13 +877,14 @@ def test_empirical_audit_of_a_worst_case_pair(tmp_path: Path, client) -> None:
                 for t in range(trials)
             ]
         )
-        return standardise(gaussian_log_lr(whiten(runs - f_d, B, False), shift), mu)
+        return standardise(gaussian_log_lr(whiten(runs - f_d, B, False) / col, shift), mu)
 
     t0 = statistic(plans[0], grams[0], seed)
     t1 = statistic(plans[1], grams[1], seed + trials)
     result = epsilon_lower_bound(t0, t1, delta)
     print(
-        f"\naudit cross-covariance replace-one (unimodal, exact, lattice): {result.describe(eps)}"
+        f"\naudit cross-covariance replace-one (unimodal, exact, lattice, "
+        f"{'Psi = I' if psi is None else 'Psi from col_allocation'}): {result.describe(eps)}"
     )
     assert 0.5 * eps < result.epsilon_lower <= eps
 
