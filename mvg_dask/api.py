@@ -76,7 +76,9 @@ def release_spec(
     query : str or dict
         The query: ``"identity"``, ``"covariance"``, ``"centered-covariance"``,
         ``{"regression": {"target": "f4"}}`` or ``{"cross-covariance": {"rows": [...],
-        "cols": [...]}}`` (docs/concepts/queries.md).
+        "cols": [...]}}``, optionally with ``"col_allocation": {"strategy": "binary",
+        "important": [...], "share": 0.8}`` for its column covariance ``Psi``
+        (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
         Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
         no ledger.

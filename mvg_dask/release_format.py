@@ -77,6 +77,7 @@ __all__ = [
     "ProgressLog",
     "attr",
     "check_complete",
+    "cross_col_noise_dims",
     "cross_noise_dims",
     "describe",
     "dims_for",
@@ -174,7 +175,8 @@ GRAM = "gram"
 RECORD_COUNT = "record_count"
 #: The noise's row covariance ``Sigma`` (``m x m``).
 ROW_COV = "row_cov"
-#: The noise's column covariance (equi-modal and symmetric noise).
+#: The noise's column covariance (equi-modal and symmetric noise; a cross-covariance's ``Psi``,
+#: ``m_b x m_b`` over its column features, when its column allocation makes ``Psi != I``).
 COL_COV = "col_cov"
 #: The noise's directions ``W`` (``m x m``), or DP-PCA's top ``k`` (``m x k``).
 DIRECTIONS = "directions"
@@ -237,6 +239,19 @@ def cross_noise_dims(feature: str) -> tuple[str, str]:
     """
     rows = dims_for(feature)[0]
     return rows, f"{rows}2"
+
+
+def cross_col_noise_dims(feature: str) -> tuple[str, str]:
+    """The dimensions of a cross-covariance's column covariance ``col_cov`` (``Psi``,
+    ``m_b x m_b``, published when ``Psi != I``): the output's column dimension and a second one.
+
+    Examples
+    --------
+    >>> cross_col_noise_dims("feature")
+    ('feature_col', 'feature_col2')
+    """
+    cols = dims_for(feature)[1]
+    return cols, f"{cols}2"
 
 
 def feature_dim(dims: Sequence[Hashable]) -> str:

@@ -340,11 +340,49 @@ class LedgerSpec(_Strict):
 FeatureLabel = Annotated[str, Field(min_length=1)] | int
 
 
+class ColAllocationSpec(_Strict):
+    """The column side's precision allocation of a cross-covariance: ``Psi^-1 = diag(theta) /
+    mean(theta)`` on the column features (docs/bounds.md, Sec. 16; docs/concepts/queries.md).
+
+    ``uniform`` is ``Psi = I``; ``binary`` gives the ``important`` column features (labels from
+    ``cols``) the share ``share`` (default 0.8) of the precision and the others the rest;
+    ``custom`` takes one positive ``theta`` per column feature, in the order of ``cols``.
+    """
+
+    strategy: Literal["uniform", "binary", "custom"] = "uniform"
+    important: list[FeatureLabel] | None = None
+    share: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    theta: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
+
+    @model_validator(mode="after")
+    def _fields_match_strategy(self) -> ColAllocationSpec:
+        if self.strategy == "binary" and not self.important:
+            raise ValueError("strategy binary needs important: the column features to favour")
+        if self.strategy != "binary" and (self.important is not None or self.share is not None):
+            raise ValueError("important and share are only used with strategy: binary")
+        if self.strategy == "custom" and self.theta is None:
+            raise ValueError("strategy custom needs theta: one share per column feature")
+        if self.strategy != "custom" and self.theta is not None:
+            raise ValueError("theta is only used with strategy: custom")
+        if self.important is not None and len(set(self.important)) != len(self.important):
+            raise ValueError("important repeats a feature")
+        return self
+
+    @field_validator("important", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
+            raise ValueError("feature labels are names (strings) or positions (integers)")
+        return value
+
+
 class CrossCovarianceSpec(_Strict):
-    """The two groups of features of a cross-covariance ``X_rows X_cols^T / N``."""
+    """The two groups of features of a cross-covariance ``X_rows X_cols^T / N``, and the
+    column side's precision allocation (absent: ``Psi = I``)."""
 
     rows: Annotated[list[FeatureLabel], Field(min_length=1)]
     cols: Annotated[list[FeatureLabel], Field(min_length=1)]
+    col_allocation: ColAllocationSpec | None = None
 
     @field_validator("rows", "cols", mode="before")
     @classmethod
@@ -359,11 +397,37 @@ class CrossCovarianceSpec(_Strict):
             labels = getattr(self, name)
             if len(set(labels)) != len(labels):
                 raise ValueError(f"{name} repeat a feature")
+        self._col_allocation_fits()
         return self
+
+    def _col_allocation_fits(self) -> None:
+        """The column allocation names column features and has one share per column."""
+        spec = self.col_allocation
+        if spec is None:
+            return
+        unknown = [label for label in spec.important or () if label not in self.cols]
+        if unknown:
+            raise ValueError(
+                f"col_allocation.important: {unknown[0]!r} is not one of the cols "
+                f"({', '.join(map(str, self.cols))})"
+            )
+        if (
+            spec.strategy == "binary"
+            and spec.share == 1
+            and len(spec.important or ()) < len(self.cols)
+        ):
+            raise ValueError(
+                "col_allocation.share: 1 leaves no precision for the other column features; "
+                "use a share below 1"
+            )
+        if spec.theta is not None and len(spec.theta) != len(self.cols):
+            raise ValueError(
+                f"col_allocation.theta has {len(spec.theta)} shares for {len(self.cols)} cols"
+            )
 
 
 class CrossCovarianceQuerySpec(_Strict):
-    """``{cross-covariance: {rows: [...], cols: [...]}}``."""
+    """``{cross-covariance: {rows: [...], cols: [...], col_allocation: {...}}}``."""
 
     model_config = ConfigDict(populate_by_name=True)
     cross_covariance: CrossCovarianceSpec = Field(alias="cross-covariance")
@@ -523,12 +587,18 @@ class ReleaseSpec(_Strict):
             raise ValueError(
                 f"mechanism.algorithm: a cross-covariance is not symmetric and its columns are "
                 f"other features than its rows; its noise is Sigma on the row features and "
-                f"Psi = I: use unimodal, not {mech.algorithm}"
+                f"Psi (query.cross-covariance.col_allocation, default I) on the column features: "
+                f"use unimodal, not {mech.algorithm}"
             )
         if mech.directions.method == "dp-pca":
             raise ValueError(
                 "mechanism.directions: DP-PCA directions are not offered for a cross-covariance "
                 "(they would be the row features' principal directions); use standard or matrix"
+            )
+        if self.query.cross_covariance.col_allocation is not None and mech.calibration != "exact":
+            raise ValueError(
+                "query.cross-covariance.col_allocation: a column covariance Psi is calibrated "
+                f"exactly on A^-1 f B^-T; use mechanism.calibration: exact, not {mech.calibration}"
             )
         if self.privacy.neighbours == "add-remove" and self.privacy.records is None:
             raise ValueError(
@@ -590,6 +660,9 @@ def spec_hash(spec: ReleaseSpec) -> str:
     # a spec without group_by hashes as it did before group_by existed
     exclude = {"release_id"} if spec.group_by is not None else {"release_id", "group_by"}
     data = spec.model_dump(mode="json", exclude=exclude)
+    cross = data["query"].get("cross_covariance") if isinstance(data["query"], dict) else None
+    if cross is not None and cross.get("col_allocation") is None:
+        cross.pop("col_allocation", None)  # Psi = I hashes as it did before Psi existed
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 

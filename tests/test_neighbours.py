@@ -195,6 +195,8 @@ CASES: list[Case] = [
     Case("cross-covariance", "unimodal", "exact", "replace-one", None, "l2", allocation="binary"),
     Case("cross-covariance", "unimodal", "mvg-thm2", "replace-one", None, "box"),
     Case("cross-covariance", "unimodal", "exact", "add-remove", N0, "l2"),
+    # and its own column covariance Psi (col_allocation): the plan's col_variances, col_cov
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box", allocation="psi"),
     # grouped releases: the replaced record moves to another group, or out of the declared ones
     Case("centered-covariance", "symmetric", "exact", "replace-one", None, "box", group="move"),
     Case("regression", "symmetric", "exact", "replace-one", None, "l2", group="drop"),
@@ -256,7 +258,7 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         mech["directions"] = {"method": "matrix", "path": str(root / "directions.npy")}
     elif case.directions == "dp-pca":
         mech["directions"] = {"method": "dp-pca", "k": 2, "budget_share": 0.25}
-    if case.allocation == "binary":
+    if case.allocation in ("binary", "psi"):
         mech["allocation"] = {"strategy": "binary", "share": 0.7}
         if case.directions != "dp-pca":
             mech["allocation"]["important"] = [0]
@@ -280,7 +282,7 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "query": (
             {"regression": {"target": "f2"}}
             if case.query == "regression"
-            else CROSS_QUERY
+            else _cross_query(case)
             if case.query == "cross-covariance"
             else case.query
         ),
@@ -291,6 +293,14 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
             **({"codec": "zstd"} if case.output == "float32-zstd" else {}),
         },
     }
+
+
+def _cross_query(case: Case) -> dict[str, Any]:
+    """:data:`CROSS_QUERY`, with a binary column allocation for the ``psi`` case."""
+    if case.allocation != "psi":
+        return CROSS_QUERY
+    col = {"strategy": "binary", "important": ["f3"], "share": 0.6}
+    return {"cross-covariance": {**CROSS_QUERY["cross-covariance"], "col_allocation": col}}
 
 
 def write_directions(root: Path) -> None:

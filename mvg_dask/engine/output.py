@@ -71,6 +71,7 @@ from mvg_dask.release_format import (
     SYMMETRIC_RATIO,
     TERM_DIM,
     ProgressLog,
+    cross_col_noise_dims,
     cross_noise_dims,
     describe,
     dims_for,
@@ -234,6 +235,10 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     }
     if plan.algorithm != "unimodal":
         out[COL_COV] = xr.DataArray(sigma, dims=(rows, cols))
+    elif plan.col_cov is not None:  # a cross-covariance's Psi, over its column features
+        out[COL_COV] = xr.DataArray(
+            plan.col_cov, dims=cross_col_noise_dims(rplan.input.feature_dim)
+        )
     out |= _ratio_variable(plan)
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
         out[DP_PCA_EIGENVALUES] = xr.DataArray(plan.directions.eigenvalues, dims=(DIRECTION_DIM,))
@@ -289,7 +294,10 @@ def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
     rows = np.asarray([labels[i] for i in rplan.query.rows], dtype=kind)  # type: ignore[attr-defined]
     cols = np.asarray([labels[i] for i in rplan.query.cols], dtype=kind)  # type: ignore[attr-defined]
     row_dim, col_dim = dims_for(rplan.input.feature_dim)
-    return {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
+    coords = {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
+    if rplan.query.column_noise_variances is not None:  # col_cov's second dimension
+        coords[cross_col_noise_dims(rplan.input.feature_dim)[1]] = cols
+    return coords
 
 
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:

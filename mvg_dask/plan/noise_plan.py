@@ -81,6 +81,11 @@ def _check_compatible(
     )
     if directions.dim != m:
         raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
+    if query.column_noise_variances is not None and rule.has_precision_budget:
+        raise ValueError(
+            f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
+            f"on A^-1 f B^-T: use calibration exact, not {calibration}"
+        )
     return rule
 
 
@@ -219,8 +224,11 @@ class NoisePlan:
     @property
     def col_variances(self) -> np.ndarray | None:
         """Column noise variances (equi-modal and symmetric: the row variances, ``A`` multiplies
-        the noise on both sides; unimodal: ``None``)."""
-        return None if self.algorithm == "unimodal" else self.row_variances
+        the noise on both sides; unimodal: ``None``, or a cross-covariance's fixed diagonal
+        ``Psi``)."""
+        if self.algorithm == "unimodal":
+            return self.query.column_noise_variances
+        return self.row_variances
 
     @property
     def row_cov(self) -> np.ndarray:
@@ -230,7 +238,10 @@ class NoisePlan:
     @property
     def col_cov(self) -> np.ndarray | None:
         """``Psi`` (``None`` means ``I_n``); symmetric noise ``A S A^T``: ``A A^T`` as well."""
-        return None if self.algorithm == "unimodal" else self.row_cov
+        if self.algorithm == "unimodal":
+            psi = self.query.column_noise_variances
+            return None if psi is None else np.diag(psi)
+        return self.row_cov
 
     @property
     def output_symmetric_ratio(self) -> float | None:
@@ -277,7 +288,7 @@ class NoisePlan:
         (``B = W diag(sqrt(v))``): ``Var Z_kl = r (Sigma_kk Sigma_ll + Sigma_kl^2) +
         (1 - 2r) sum_i B_ki^2 B_li^2`` (docs/bounds.md, Sec. 1).
         """
-        return self.covariance.entry_std(self.entry_law())
+        return _with_columns(self, self.covariance.entry_std(self.entry_law()))
 
     def draw(self, key: NoiseKey, *, tile: int = TILE_RECORDS) -> np.ndarray:
         """The whole noise matrix this plan adds under ``key``, from the canonical tile grid.
@@ -303,12 +314,14 @@ class NoisePlan:
         m, n = self.shape
         diagonal = self.covariance.diagonal
         if self.algorithm == "unimodal" and (self.query.per_record_columns or m != n):
-            return record_noise(key, B, 0, n, tile=tile, n_total=n, diagonal=diagonal)
-        if self.query.is_symmetric:
+            Z = record_noise(key, B, 0, n, tile=tile, n_total=n, diagonal=diagonal)
+        elif self.query.is_symmetric:
             return symmetric_query_noise(
                 key, B, self.algorithm, self.symmetric_ratio, diagonal=diagonal
             )
-        return matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
+        else:
+            Z = matrix_noise(key, B, B if self.algorithm == "equi-modal" else None)
+        return _with_columns(self, Z)
 
     def released_entry_std(self) -> np.ndarray:
         """Standard deviation of each entry of the noise a release publishes: the accuracy of a
@@ -318,7 +331,7 @@ class NoisePlan:
         Equal to :meth:`entry_std` except for equi-modal noise on a symmetric query, which the
         engine symmetrises (``(Z + Z^T) / 2``: :attr:`output_symmetric_ratio` ``= 1/2``).
         """
-        return self.covariance.entry_std(self.entry_law(released=True))
+        return _with_columns(self, self.covariance.entry_std(self.entry_law(released=True)))
 
     def released_std_ranges(self) -> StdRanges:
         """``(min, max)`` of :meth:`released_entry_std` on the diagonal (every entry of a
@@ -326,6 +339,9 @@ class NoisePlan:
         directions (:meth:`~mvg_dask.plan.covariance.Diagonal.std_ranges`)."""
         m, n = self.shape
         square = not self.query.per_record_columns and m == n and m > 1
+        if self.algorithm == "unimodal" and self.query.column_noise_variances is not None:
+            values = self.released_entry_std()  # a cross-covariance's m_a x m_b; no diagonal
+            return (float(values.min()), float(values.max())), None
         return self.covariance.std_ranges(self.entry_law(released=True), (m, n), square=square)
 
     @property
@@ -416,6 +432,16 @@ class NoisePlan:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
 
 
+def _with_columns(plan: NoisePlan, values: np.ndarray) -> np.ndarray:
+    """Unimodal noise (or its entries' std, ``m x 1``) with a fixed diagonal ``Psi``: each
+    column times ``sqrt(psi_j)``, i.e. ``B_Sigma N B_Psi^T`` with ``B_Psi = diag(sqrt(psi))``
+    and ``Var Z_ij = Sigma_ii psi_j``; unchanged otherwise."""
+    psi = plan.query.column_noise_variances
+    if psi is None or plan.algorithm != "unimodal":
+        return values
+    return np.asarray(values * np.sqrt(psi)[None, :])
+
+
 def _summary_lines(plan: NoisePlan) -> list[str]:
     """The lines of :meth:`NoisePlan.summary`."""
     m, n = plan.shape
@@ -427,6 +453,12 @@ def _summary_lines(plan: NoisePlan) -> list[str]:
         f"s2={plan.sensitivity:.6g}, Delta_M={plan.mahalanobis_sensitivity:.6g}",
         f"  noise std along directions: min {std.min():.4g}, max {std.max():.4g}",
     ]
+    if plan.algorithm == "unimodal" and plan.col_variances is not None:
+        psi = np.sqrt(plan.col_variances)
+        lines.append(
+            f"  column noise std (Psi, tr Psi^-1 = {psi.size}): min {psi.min():.4g}, "
+            f"max {psi.max():.4g}"
+        )
     if plan.precision_budget is not None:
         lines.append(f"  precision budget ({plan.budget_kind}): {plan.precision_budget:.6g}")
     if plan.symmetric_ratio is not None:

@@ -70,7 +70,14 @@ def _query_text(rplan: ReleasePlan) -> str:
     if rplan.query.kind == "cross-covariance":
         m_a, m_b = rplan.query.shape
         norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
-        return f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
+        text = f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
+        psi = rplan.query.column_noise_variances
+        if psi is None:
+            return text
+        return (
+            f"{text}; column noise Psi = diag({', '.join(f'{v:.4g}' for v in psi)}) "
+            f"(col_allocation, tr Psi^-1 = {m_b})"
+        )
     if not private_n:
         return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
     if not rplan.releases_count:

@@ -44,14 +44,17 @@ from mvg_dask.plan.noise_plan import (
 )
 from mvg_dask.plan.plan_json import plan_fields
 from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
+from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
+from mvg_dask.privacy import allocation
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
     MOMENT_QUERY_KINDS,
     CrossCovarianceQuerySpec,
+    CrossCovarianceSpec,
     ReleaseSpec,
     SpecError,
     spec_hash,
@@ -930,7 +933,24 @@ def _query_features(spec: ReleaseSpec, metadata: InputMetadata) -> dict[str, Any
                     f"feature is its position 0..{metadata.features - 1}, not {label!r}"
                 )
         out[side] = tuple(positions)
+    out["col_variances"] = _col_variances(spec.query.cross_covariance)
     return out
+
+
+def _col_variances(cross: CrossCovarianceSpec) -> tuple[float, ...] | None:
+    """The diagonal of ``Psi`` from the spec's ``col_allocation`` (``None``: ``Psi = I``): its
+    shares ``theta`` over the ``cols`` (binary: ``important`` labels of ``cols``), normalised
+    to ``tr(Psi^-1) = m_b`` (:func:`~mvg_dask.plan.queries.cross.column_variances`)."""
+    spec = cross.col_allocation
+    if spec is None or spec.strategy == "uniform":
+        return None
+    m_b = len(cross.cols)
+    if spec.strategy == "custom":
+        assert spec.theta is not None
+        return column_variances(np.asarray(spec.theta, dtype=np.float64))
+    important = [cross.cols.index(label) for label in spec.important or ()]
+    share = 0.8 if spec.share is None else spec.share
+    return column_variances(allocation.binary(m_b, important, share))
 
 
 def _target_position(target: str | int, metadata: InputMetadata) -> int:

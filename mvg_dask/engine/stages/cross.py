@@ -1,5 +1,6 @@
 """The ``cross-covariance`` stage: the ``rows x cols`` block of the Gram pass's ``X X^T / N``,
-privatized with rectangular noise (``Sigma`` on the rows, ``Psi = I``) on the client.
+privatized with rectangular noise (``Sigma`` on the rows, a fixed diagonal ``Psi`` on the
+columns, ``I`` by default) on the client.
 
 The block's entries are entries of the Gram the covariance release computes, by the same fixed
 summation tree, so the lattice release's float-error bound is the Gram lemma on the block
@@ -46,7 +47,16 @@ def cross_covariance_release(rplan: ReleasePlan, key: NoiseKey, gram: np.ndarray
         return np.asarray(query + plan.draw(key, tile=rplan.tile_records))
     n = query.shape[1]
     lattice = RecordLattice.for_plan(plan)
-    return lattice.release(query, key, 0, n, tile=rplan.tile_records, n_total=n)
+    psi = plan.query.column_noise_variances
+    if psi is None:  # Psi = I
+        return lattice.release(query, key, 0, n, tile=rplan.tile_records, n_total=n)
+    # Psi = diag(psi): the columns whitened first, fl(f_ij u_j) with u = fl(1 / fl(sqrt(psi)))
+    # (the sequence CrossCovarianceQuery.float_error bounds), the rows by the record lattice,
+    # and the published value's columns scaled back by fl(sqrt(psi)): post-processing
+    d = np.sqrt(psi)
+    whitened = np.ascontiguousarray(query * (1.0 / d)[None, :])
+    rows = lattice.release(whitened, key, 0, n, tile=rplan.tile_records, n_total=n)
+    return np.asarray(rows * d[None, :])
 
 
 def run_cross_covariance(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:

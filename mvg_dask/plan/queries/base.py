@@ -240,6 +240,12 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
         return False
 
     @property
+    def column_noise_variances(self) -> np.ndarray | None:
+        """The diagonal of a fixed column covariance ``Psi`` of unimodal noise (a
+        cross-covariance's column allocation); ``None``: ``Psi = I``."""
+        return None
+
+    @property
     def is_psd(self) -> bool:
         """True when every output is symmetric positive semi-definite."""
         return False

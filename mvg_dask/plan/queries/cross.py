@@ -8,10 +8,12 @@ entries are entries of that Gram, computed by the same float sequence.
 
 Sensitivity (docs/bounds.md, Sec. 16), with ``R_a = sup ||a||^2``, ``R_b = sup ||b||^2``:
 ``2 sqrt(R_a R_b) / N`` (replace-one), ``sqrt(2) sqrt(R_a R_b) / N`` when both sides are
-sign-definite boxes, ``sqrt(R_a R_b) / N`` (add-remove); whitened on the row side by ``Sigma^-1``
-the same with ``R_a`` replaced by ``S_a = sup a^T Sigma^-1 a`` (the sign-definite factor only for
-a diagonal ``Sigma^-1``). Noise: rectangular ``m_a x m_b``, ``Sigma`` on the row features and
-``Psi = I`` (unimodal).
+sign-definite boxes, ``sqrt(R_a R_b) / N`` (add-remove); whitened, ``A^-1 f B^-T`` with
+``Sigma = A A^T`` and ``Psi = B B^T``, the same with ``R_a`` replaced by ``S_a = sup a^T
+Sigma^-1 a`` and ``R_b`` by ``S_b = sup b^T Psi^-1 b`` (the sign-definite factor only for a
+diagonal ``Sigma^-1``). Noise: rectangular ``m_a x m_b``, ``Sigma`` on the row features (scaled
+by the calibration) and a fixed diagonal ``Psi`` on the column features, normalised to
+``tr(Psi^-1) = m_b`` (``column_variances``; ``Psi = I`` by default).
 """
 
 from __future__ import annotations
@@ -29,7 +31,31 @@ from mvg_dask.plan.queries.whitened import Whitened
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
 
-__all__ = ["CrossCovarianceQuery", "cross_factor", "sub_domain"]
+__all__ = ["CrossCovarianceQuery", "column_variances", "cross_factor", "sub_domain"]
+
+
+def column_variances(theta: np.ndarray) -> tuple[float, ...] | None:
+    """The column noise variances ``psi_j = mean(theta) / theta_j`` of a column allocation:
+    ``Psi^-1 = diag(theta) / mean(theta)``, normalised to ``tr(Psi^-1) = m_b`` (the scale of
+    ``Sigma (x) Psi`` is fixed on ``Psi``, the calibration scales ``Sigma``; docs/bounds.md,
+    Sec. 16). ``None`` (``Psi = I``) when every share is equal.
+
+    Parameters
+    ----------
+    theta : ndarray
+        One positive share per column feature.
+
+    Returns
+    -------
+    tuple of float or None
+        ``psi`` (one variance per column feature), or ``None`` for ``Psi = I``.
+    """
+    t = np.asarray(theta, dtype=np.float64).reshape(-1)
+    if t.size == 0 or not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise ValueError("a column allocation needs one finite share > 0 per column feature")
+    if np.all(t == t[0]):
+        return None
+    return tuple(float(v) for v in float(np.mean(t)) / t)
 
 
 def sub_domain(domain: RecordDomain, positions: tuple[int, ...]) -> RecordDomain:
@@ -89,14 +115,42 @@ class CrossCovarianceQuery(MatrixQuery):
     cols : tuple of int
         Positions of the column features ``b`` (``m_b``, distinct; may share features with
         ``rows``).
+    col_variances : tuple of float, optional
+        The diagonal of the column covariance ``Psi`` (``m_b`` positive variances, from
+        ``column_variances``); ``None`` for ``Psi = I``.
     """
 
     kind: ClassVar[str] = "cross-covariance"
 
     rows: tuple[int, ...] = ()
     cols: tuple[int, ...] = ()
+    col_variances: tuple[float, ...] | None = None
 
     def _check_fields(self) -> None:
+        self._check_positions()
+        psi = self.col_variances
+        if psi is None:
+            return
+        values = tuple(float(v) for v in psi)
+        if len(values) != len(self.cols):
+            raise ValueError(
+                f"cross-covariance col_variances has {len(values)} values for {len(self.cols)} cols"
+            )
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise ValueError("cross-covariance col_variances must be finite and > 0")
+        object.__setattr__(self, "col_variances", values)
+
+    @property
+    def column_noise_variances(self) -> np.ndarray | None:
+        """The diagonal of ``Psi`` (``None``: ``Psi = I``)."""
+        psi = self.col_variances
+        return None if psi is None else np.asarray(psi, dtype=np.float64)
+
+    def _column_precision(self) -> np.ndarray | None:
+        psi = self.column_noise_variances
+        return None if psi is None else 1.0 / psi
+
+    def _check_positions(self) -> None:
         for name in ("rows", "cols"):
             pos = tuple(getattr(self, name))
             if not pos:
@@ -204,17 +258,26 @@ class CrossCovarianceQuery(MatrixQuery):
         bounds: list[float],
         ratios: list[float | None],
     ) -> list[float]:
-        """Unimodal (``Psi = I``): ``c sqrt(S_a R_b) / N``, ``S_a = sup a^T Sigma^-1 a``; the
-        sign-definite ``c = sqrt(2)`` needs ``a^T Sigma^-1 a' >= 0``, proved for a diagonal
-        ``Sigma^-1`` on a sign-definite box (docs/bounds.md, Sec. 16)."""
+        """``Sigma`` on the rows, the fixed diagonal ``Psi`` on the columns:
+        ``c sqrt(S_a S_b) / N``, ``S_a = sup a^T Sigma^-1 a``, ``S_b = sup b^T Psi^-1 b``
+        (``= R_b`` for ``Psi = I``); the sign-definite ``c = sqrt(2)`` needs ``a^T Sigma^-1 a'
+        >= 0`` and ``b^T Psi^-1 b' >= 0``, proved for diagonal precisions on sign-definite boxes
+        (docs/bounds.md, Sec. 16). The generic ``s_2 sqrt(lambda_max(Sigma^-1))`` of ``bounds``
+        gains the factor ``sqrt(lambda_max(Psi^-1))``."""
         if algorithm != "unimodal":
             raise ValueError(unimodal_only(algorithm))
         da, db = self.sides(domain)
         S_a = white.sup_quadratic(da)
+        q = self._column_precision()
+        if q is None:
+            S_b = db.sup_norm_sq()
+        else:
+            S_b = Whitened(q).sup_quadratic(db)
+            bounds = [b * math.sqrt(float(np.max(q))) for b in bounds]
         p = white.precision
         diagonal = not isinstance(p, LowRankPrecision) and np.ndim(p) == 1
         definite = diagonal and da.sign_definite and db.sign_definite
-        own = cross_factor(neighbours, definite) * math.sqrt(S_a * db.sup_norm_sq())
+        own = cross_factor(neighbours, definite) * math.sqrt(S_a * S_b)
         least = float(min([*bounds, own / self.records]))
         return [least for _ in ratios]
 
@@ -229,10 +292,12 @@ class CrossCovarianceQuery(MatrixQuery):
         ratio: float | None,
         context: Any,
     ) -> float:
-        """``E`` of the row-whitened block (docs/bounds.md, Sec. 16): the Gram lemma
+        """``E`` of the whitened block (docs/bounds.md, Sec. 16): the Gram lemma
         (:func:`~mvg_dask.privacy.float_error.gram_error`) entrywise on the ``rows x cols``
-        block, the one-sided whitening (:func:`~mvg_dask.privacy.float_error.whitened_error`)
-        and the Frobenius norm of the entries' errors."""
+        block, the column whitening ``fl(f_ij u_j)`` (``u = fl(1 / fl(sqrt(psi)))``, a diagonal
+        whitening of the transpose) when ``Psi != I``, then the row whitening
+        (:func:`~mvg_dask.privacy.float_error.whitened_error`, one-sided) and the Frobenius norm
+        of the entries' errors."""
         if algorithm != "unimodal":
             raise ValueError(unimodal_only(algorithm))
         if context is None:
@@ -243,14 +308,23 @@ class CrossCovarianceQuery(MatrixQuery):
         err, mag = ferr.gram_error(ab, context.records, context.depth, float(self.records))
         m_a = len(rows)
         block = (slice(0, m_a), slice(m_a, None))
-        err_g, mag_g = ferr.whitened_error(
-            err[block], mag[block], whitening=whitening, two_sided=False
-        )
+        err_b, mag_b = err[block], mag[block]
+        psi = self.column_noise_variances
+        if psi is not None:  # the engine whitens the columns first (engine/stages/cross.py)
+            col_white = ferr.Whitening.diagonal(psi)
+            err_t, mag_t = ferr.whitened_error(
+                err_b.T, mag_b.T, whitening=col_white, two_sided=False
+            )
+            err_b, mag_b = err_t.T, mag_t.T
+        err_g, mag_g = ferr.whitened_error(err_b, mag_b, whitening=whitening, two_sided=False)
         return ferr.lattice_coordinates_error(err_g, mag_g, algorithm="unimodal", ratio=None)
 
     # -- description ------------------------------------------------------------------------
     def _extra_dict(self) -> dict[str, object]:
-        return {"rows": list(self.rows), "cols": list(self.cols)}
+        out: dict[str, object] = {"rows": list(self.rows), "cols": list(self.cols)}
+        if self.col_variances is not None:  # Psi = I: the plan keeps its bytes
+            out["col_variances"] = list(self.col_variances)
+        return out
 
     @classmethod
     def fields_from_dict(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +332,8 @@ class CrossCovarianceQuery(MatrixQuery):
         fields = super().fields_from_dict(data)
         fields["rows"] = tuple(int(i) for i in data["rows"])
         fields["cols"] = tuple(int(i) for i in data["cols"])
+        psi = data.get("col_variances")
+        fields["col_variances"] = None if psi is None else tuple(float(v) for v in psi)
         return fields
 
 
@@ -265,8 +341,8 @@ def unimodal_only(algorithm: str) -> str:
     """The refusal of a noise other than unimodal for a cross-covariance."""
     return (
         f"the cross-covariance query is not symmetric and its columns are other features than "
-        f"its rows: its noise is Sigma on the row features and Psi = I (algorithm: unimodal), "
-        f"not {algorithm}"
+        f"its rows: its noise is Sigma on the row features and a fixed Psi on the column "
+        f"features (algorithm: unimodal), not {algorithm}"
     )
 
 
