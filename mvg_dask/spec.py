@@ -447,6 +447,44 @@ class RegressionSpec(_Strict):
     regression: RegressionParams
 
 
+#: The routes to a centered covariance (docs/concepts/queries.md, "Centered covariance").
+CenteredRoute = Literal["auto", "moment", "mean-first"]
+
+
+class CenteredParams(_Strict):
+    """A centered covariance's route: ``moment`` (the second moment of ``[x - c; s]``, what
+    ``query: centered-covariance`` releases), ``mean-first`` (a DP mean, then the covariance
+    around it: docs/bounds.md, Sec. 14) or ``auto`` (the plan picks the route whose expected
+    error is the smaller in the worst case over the data's mean). ``mean_share`` is the mean
+    step's share ``mu_1^2 / mu^2`` of the Gaussian-DP budget (default: the plan's best split)."""
+
+    route: CenteredRoute = "moment"
+    mean_share: float | None = None
+
+    @field_validator("mean_share")
+    @classmethod
+    def _share(cls, value: float | None) -> float | None:
+        if value is not None and not 0.0 < value < 1.0:
+            raise ValueError(f"mean_share must lie in (0, 1), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _share_needs_mean(self) -> CenteredParams:
+        if self.mean_share is not None and self.route == "moment":
+            raise ValueError(
+                "mean_share: the moment route spends no budget on a mean; use route: "
+                "mean-first or auto, or drop mean_share"
+            )
+        return self
+
+
+class CenteredCovarianceSpec(_Strict):
+    """``{centered-covariance: {route: auto | moment | mean-first, mean_share: f}}``."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    centered_covariance: CenteredParams = Field(alias="centered-covariance")
+
+
 #: The most groups a ``group_by`` may declare.
 MAX_GROUPS = 10_000
 
@@ -492,12 +530,26 @@ class ReleaseSpec(_Strict):
     release_id: str | None = None
     input: InputSpec
     domain: DomainSpec
-    query: SimpleQuery | RegressionSpec | CrossCovarianceQuerySpec
+    query: SimpleQuery | RegressionSpec | CrossCovarianceQuerySpec | CenteredCovarianceSpec
     mechanism: MechanismSpec = MechanismSpec()
     privacy: PrivacySpec
     output: OutputSpec
     ledger: LedgerSpec | None = None
     group_by: GroupBySpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_centered(cls, data: Any) -> Any:
+        """``{centered-covariance: {route: moment}}`` (or ``{}``) is ``centered-covariance``:
+        the same release, bytes and spec hash."""
+        if not isinstance(data, dict):
+            return data
+        query = data.get("query")
+        if isinstance(query, dict) and set(query) == {"centered-covariance"}:
+            params = query["centered-covariance"]
+            if params is None or params == {} or params == {"route": "moment"}:
+                return {**data, "query": "centered-covariance"}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -530,6 +582,21 @@ class ReleaseSpec(_Strict):
         return _query_kind(self.query)
 
     @property
+    def centered_route(self) -> str | None:
+        """A centered covariance's declared route (``moment`` for ``query:
+        centered-covariance``; ``None`` for the other queries)."""
+        if isinstance(self.query, CenteredCovarianceSpec):
+            return self.query.centered_covariance.route
+        return "moment" if self.query == "centered-covariance" else None
+
+    @property
+    def mean_share(self) -> float | None:
+        """The declared budget share of a mean-first route's mean step (``None``: the plan's)."""
+        if isinstance(self.query, CenteredCovarianceSpec):
+            return self.query.centered_covariance.mean_share
+        return None
+
+    @property
     def regression_target(self) -> str | int | None:
         """The response feature of a regression release (``None`` for the other queries)."""
         return self.query.regression.target if isinstance(self.query, RegressionSpec) else None
@@ -537,6 +604,7 @@ class ReleaseSpec(_Strict):
     @model_validator(mode="after")
     def _mechanism_fits_query(self) -> ReleaseSpec:
         self._cross_covariance_fits()
+        self._mean_first_fits()
         mech = self.mechanism
         kind = self.query_kind
         square = kind in SQUARE_QUERIES
@@ -607,6 +675,37 @@ class ReleaseSpec(_Strict):
                 "count is not offered for it"
             )
 
+    def _mean_first_fits(self) -> None:
+        """What the mean-first route offers (docs/bounds.md, Sec. 14): a box domain,
+        replace-one neighbours, the exact calibration, fixed directions, no ``group_by``.
+        ``auto`` takes the moment route wherever these do not hold."""
+        if self.centered_route != "mean-first":
+            return
+        mech = self.mechanism
+        where = "query.centered-covariance.route: mean-first"
+        if self.domain.box is None:
+            raise ValueError(
+                f"{where} centres the records' box on the released mean; declare a box domain "
+                "(domain.box), or use route: moment for an l2 ball"
+            )
+        if self.privacy.neighbours != "replace-one":
+            raise ValueError(
+                f"{where} divides by the public record count: use privacy.neighbours: "
+                "replace-one, or route: moment"
+            )
+        if mech.calibration != "exact":
+            raise ValueError(
+                f"{where} composes two Gaussian mechanisms exactly (Gaussian DP); use "
+                f"mechanism.calibration: exact, not {mech.calibration}"
+            )
+        if mech.directions.method != "standard":
+            raise ValueError(
+                f"{where} takes the standard directions (the covariance's noise is planned on "
+                "the shifted box after the mean); use mechanism.directions: {method: standard}"
+            )
+        if self.group_by is not None:
+            raise ValueError(f"{where} is not offered with group_by; use route: moment")
+
 
 #: The queries with a square, symmetric PSD output (the second moment of the records, or of the
 #: records with a constant term).
@@ -647,6 +746,8 @@ def _query_kind(query: Any) -> str:
         return "regression"
     if isinstance(query, CrossCovarianceQuerySpec):
         return "cross-covariance"
+    if isinstance(query, CenteredCovarianceSpec):
+        return "centered-covariance"
     if isinstance(query, dict) and len(query) == 1:
         return str(next(iter(query)))
     return str(query)

@@ -408,6 +408,18 @@ def gram_step(gram: np.ndarray, lattice: Lattice, sigma: float, key: NoiseKey) -
     return step.region(np.asarray(gram, dtype=np.float64), (0, m), (0, m))
 
 
+def vector_release(f: np.ndarray, std: float, lattice: Lattice, key: NoiseKey) -> np.ndarray:
+    """A vector with noise ``N(0, std^2 I)`` on the lattice: whitened ``g = fl(f w)``,
+    ``w = fl(1 / std)``, rounded to the grid, plus the rounded Gaussian of the lattice's scale
+    (the key's tile 0), published as ``fl(std 2^k (h + K))`` (the mean-first route's mean,
+    docs/bounds.md, Sec. 14)."""
+    w = 1.0 / float(std)
+    f = np.asarray(f, dtype=np.float64)
+    t = to_lattice(f * w, lattice.log2_grid)
+    t += key.tile_lattice(0, f.shape, lattice.scale)
+    return float(std) * from_lattice(t, lattice.log2_grid)
+
+
 def noisy_count(records: int, count_mu: float, key: NoiseKey) -> float:
     """``N + K`` with ``K`` the rounded Gaussian of scale ``1 / mu`` (rounded up): the Gaussian
     mechanism of sensitivity 1 rounded, exact on the integers."""

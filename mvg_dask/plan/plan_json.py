@@ -14,6 +14,7 @@ from typing import Any
 from mvg_dask.plan.budget import Allocation, share_budget
 from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.lattice import LatticeContext
+from mvg_dask.plan.mean_first import MeanStep
 from mvg_dask.plan.noise_plan import NoisePlan, noise_plan_from_dict
 from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
@@ -28,10 +29,10 @@ def _allocation(a: dict[str, Any]) -> Allocation:
     )
 
 
-def _noise(data: dict[str, Any], dp: DpPcaStep | None) -> NoisePlan | None:
-    """The complete noise plan: the published one, or a DP-PCA release's resolved one (``None``
-    while its directions are pending)."""
-    if dp is None:
+def _noise(data: dict[str, Any], dp: DpPcaStep | None, mean: MeanStep | None) -> NoisePlan | None:
+    """The complete noise plan: the published one, or a DP-PCA (mean-first) release's resolved
+    one (``None`` while its directions, or its centre, are pending)."""
+    if dp is None and mean is None:
         return noise_plan_from_dict(data["plan"])
     if "resolved" in data:
         return noise_plan_from_dict(data["resolved"])
@@ -74,12 +75,14 @@ def plan_fields(
     query = query_from_dict(noise_d["query"])
     step = data.get("dp_pca")
     dp = None if step is None else DpPcaStep.from_dict(step)
+    mean = data.get("mean_first")
+    mean_step = None if mean is None else MeanStep.from_dict(mean)
     ctx = noise_d.get("lattice_context")
     budgets = share_budget(
         noise_d["calibration"],
         float(noise_d["epsilon"]),
         float(noise_d["delta"]),
-        0.0 if dp is None else dp.budget_share,
+        mean_step.share if mean_step is not None else 0.0 if dp is None else dp.budget_share,
         float(noise_d["composition"].get("count_share", 0.0)),
     )
     output = data["output"]
@@ -94,7 +97,8 @@ def plan_fields(
         "matrix_chunk": output.get("matrix_chunk"),
         "ledger": _ledger(data, ledger_location, ledger_password_file),
         "query": query,
-        "domain": domain_from_dict(noise_d["domain"], query.features),
+        # a mean-first plan publishes the declared box (its query sums [x - c; 1])
+        "domain": domain_from_dict(noise_d["domain"], query.features - (mean is not None)),
         "on_violation": data["on_violation"],
         "epsilon": float(noise_d["epsilon"]),
         "delta": float(noise_d["delta"]),
@@ -104,7 +108,8 @@ def plan_fields(
         "allocation": _allocation(noise_d["allocation"]),
         "budgets": budgets,
         "dp_pca": dp,
-        "noise": _noise(data, dp),
+        "noise": _noise(data, dp, mean_step),
+        "mean_first": mean_step,
         "tile_records": int(data["tile_records"]),
         "noise_kind": noise_d.get("noise", "float"),
         "lattice_context": (

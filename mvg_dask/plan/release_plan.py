@@ -37,6 +37,13 @@ from mvg_dask.plan.lattice import (
     gram_depth,
     panel_depth,
 )
+from mvg_dask.plan.mean_first import (
+    MeanStep,
+    choose_route,
+    plan_mean_step,
+    second_step_noise,
+    step_mus,
+)
 from mvg_dask.plan.noise_plan import (
     NoisePlan,
     build_noise_plan,
@@ -263,8 +270,7 @@ class ReleasePlan:
     output_dtype : {"float64", "float32"}
         Stored dtype of an identity release's values (``auto`` resolved from the input's).
     matrix_chunk : int or None
-        Features per chunk of a covariance output computed blockwise on the workers (panels of
-        ``matrix_chunk`` rows); ``None``: one chunk, assembled on the client.
+        Features per chunk of a covariance computed blockwise on the workers (``None``: one).
     ledger : LedgerCharge or None
         The budget charge.
     query : MatrixQuery
@@ -286,7 +292,7 @@ class ReleasePlan:
     dp_pca : DpPcaStep or None
         The direction step, when directions are chosen at run time.
     noise : NoisePlan or None
-        The noise plan; ``None`` while DP-PCA's directions are pending.
+        The noise plan; ``None`` while DP-PCA's directions (or the mean-first centre) pend.
     tile_records : int
         Records per noise tile.
     noise_kind : {"lattice", "float"}
@@ -296,6 +302,8 @@ class ReleasePlan:
     stages : tuple of str
         The passes the engine runs, in order (:mod:`mvg_dask.plan.stages`): implied by the
         other fields (filled in when not given, checked when given).
+    mean_first : MeanStep or None
+        A centered covariance by the mean-first route: its mean step (docs/bounds.md Sec. 14).
     """
 
     release_id: str
@@ -325,6 +333,7 @@ class ReleasePlan:
     noise_kind: str = "float"
     lattice_context: LatticeContext | None = None
     stages: tuple[str, ...] = ()
+    mean_first: MeanStep | None = None
 
     def __post_init__(self) -> None:
         implied = self.implied_stages()
@@ -343,6 +352,7 @@ class ReleasePlan:
             dp_pca=self.uses_dp_pca,
             panels=self.matrix_chunk is not None,
             lattice=self.noise_kind == "lattice",
+            mean_first=self.mean_first is not None,
         )
 
     # -- state -------------------------------------------------------------------------------
@@ -395,7 +405,9 @@ class ReleasePlan:
     def public_noise_dict(self) -> dict[str, Any]:
         """The noise plan as published: for DP-PCA releases the pending (data-independent) form,
         whose direction-dependent fields are ``null`` (the directions are noisy data variables
-        of the output, never attributes)."""
+        of the output, never attributes); the mean-first route's likewise."""
+        if self.mean_first is not None:
+            return mean_first_public_dict(self)
         if self.dp_pca is None:
             return self.noise_plan().to_dict()
         m = self.query.shape[0]
@@ -443,8 +455,8 @@ class ReleasePlan:
             "stages": list(self.stages),
             "dp_pca": None if self.dp_pca is None else self.dp_pca.to_dict(),
             "plan": self.public_noise_dict(),
-        }
-        if self.dp_pca is not None and self.noise is not None:
+        } | ({} if self.mean_first is None else {"mean_first": self.mean_first.to_dict()})
+        if (self.dp_pca is not None or self.mean_first is not None) and self.noise is not None:
             out["resolved"] = self.noise.to_dict()
         return out
 
@@ -540,6 +552,73 @@ class ReleasePlan:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
 
 
+#: noise-plan fields of the mean-first route that depend on the released centre
+_CENTRE_DEPENDENT = (*_DIRECTION_DEPENDENT, "sensitivity", "gamma", "precision_budget")
+
+
+def mean_first_public_dict(rplan: ReleasePlan) -> dict[str, Any]:
+    """The published noise plan of a mean-first release: step 2's plan with the box's centre
+    standing in for the released one, every field that depends on the centre ``null`` (the
+    centre is a noisy data variable of the output, never an attribute), the query the first
+    pass sums and the declared box.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        A plan with a ``mean_first`` step.
+
+    Returns
+    -------
+    dict
+        The data-independent form.
+    """
+    step = rplan.mean_first
+    assert step is not None
+    stand_in = _about_mean_noise(rplan, np.asarray(step.centre)).to_dict()
+    for name in _CENTRE_DEPENDENT:
+        if name in stand_in:
+            stand_in[name] = None
+    return {**stand_in, "query": rplan.query.to_dict(), "domain": rplan.domain.to_dict()}
+
+
+def _about_mean_noise(rplan: ReleasePlan, centre: np.ndarray) -> NoisePlan:
+    """Step 2's noise plan about ``centre`` (:func:`~mvg_dask.plan.mean_first.
+    second_step_noise`)."""
+    step = rplan.mean_first
+    assert step is not None and isinstance(rplan.domain, BoxDomain)
+    return second_step_noise(
+        rplan.domain,
+        centre,
+        rplan.input.records,
+        epsilon=rplan.epsilon,
+        delta=rplan.delta,
+        share=step.share,
+        algorithm=rplan.algorithm,
+        allocation=rplan.allocation,
+        noise=rplan.noise_kind,
+        lattice_context=rplan.lattice_context,
+    )
+
+
+def resolve_about_mean(rplan: ReleasePlan, centre: np.ndarray) -> ReleasePlan:
+    """A mean-first plan with step 2's noise plan about ``centre`` (the released mean clamped
+    into the box: public), made after step 1 as DP-PCA's plan is after its step.
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        A plan with a ``mean_first`` step.
+    centre : ndarray
+        :func:`~mvg_dask.plan.mean_first.centre_from_mean` of the released mean.
+
+    Returns
+    -------
+    ReleasePlan
+        The resolved plan.
+    """
+    return replace(rplan, noise=_about_mean_noise(rplan, centre))
+
+
 def plan_summary(rplan: ReleasePlan) -> str:
     """Human-readable lines: input, output and the noise plan.
 
@@ -561,6 +640,13 @@ def plan_summary(rplan: ReleasePlan) -> str:
     )
     declared = rplan.declared_bounds_text()
     tail = "" if declared is None else f"\n  {declared}"
+    if rplan.mean_first is not None and rplan.noise is None:
+        step = rplan.mean_first
+        return (
+            f"{head}\n  route mean-first: the mean with noise std {step.std:.4g} "
+            f"({step.share:.0%} of the squared Gaussian-DP budget), then the covariance about "
+            f"it, its noise planned after the mean; calibration {rplan.calibration}{tail}"
+        )
     if rplan.dp_pca is None:
         return f"{head}\n{rplan.noise_plan().summary()}{tail}"
     assert rplan.dp_pca is not None
@@ -803,9 +889,14 @@ def plan_release(
     )
     directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
     context = _lattice_context(spec, metadata)
-    budgets, step, noise = _budgets_and_noise(
-        spec, query, domain, allocation, directions, step, context
-    )
+    mean_step = _mean_first_step(spec, metadata, domain, query, context)
+    if mean_step is None:
+        budgets, step, noise = _budgets_and_noise(
+            spec, query, domain, allocation, directions, step, context
+        )
+    else:  # the mean takes the direction step's place in the Gaussian-DP split
+        budgets = share_budget("exact", privacy.epsilon, privacy.delta, mean_step.share)
+        noise = None
     plan = ReleasePlan(
         tile_records=tile_records_for(m),
         release_id=rid,
@@ -839,7 +930,9 @@ def plan_release(
             dp_pca=step is not None,
             panels=matrix_chunk is not None,
             lattice=mech.noise == "lattice",
+            mean_first=mean_step is not None,
         ),
+        mean_first=mean_step,
     )
     if step is not None:
         try:  # the pending form must build (it checks the calibration against the query)
@@ -847,6 +940,40 @@ def plan_release(
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan
+
+
+def _mean_first_step(
+    spec: ReleaseSpec,
+    metadata: InputMetadata,
+    domain: RecordDomain,
+    query: MatrixQuery,
+    context: LatticeContext | None,
+) -> MeanStep | None:
+    """The mean step of a centered covariance that takes the mean-first route (``None``: the
+    moment route). ``auto`` takes the moment route wherever the mean-first route does not apply
+    (an l2 ball, add-remove, a calibration other than ``exact``, DP-PCA or matrix directions,
+    ``group_by``), else the route of :func:`~mvg_dask.plan.mean_first.choose_route`."""
+    route, mech, privacy = spec.centered_route, spec.mechanism, spec.privacy
+    if route in (None, "moment") or not isinstance(domain, BoxDomain):
+        return None
+    if (
+        privacy.neighbours != "replace-one"
+        or mech.calibration != "exact"
+        or mech.directions.method != "standard"
+        or spec.group_by is not None
+    ):
+        return None  # auto only: the spec refuses these with route: mean-first
+    mu = cal.analytic_gaussian_mu(privacy.epsilon, privacy.delta)
+    scale = float(getattr(query, "scale", 1.0))
+    choice = choose_route(route, domain, metadata.records, mu, scale=scale, share=spec.mean_share)
+    if choice.route != "mean-first":
+        return None
+    assert choice.share is not None
+    mu_1, _ = step_mus(privacy.epsilon, privacy.delta, choice.share)
+    try:
+        return plan_mean_step(domain, metadata.records, mu_1, choice.share, context)
+    except ValueError as exc:
+        raise DataError(f"query.centered-covariance: {exc}") from None
 
 
 def _count_share(spec: ReleaseSpec) -> float:

@@ -21,6 +21,12 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
 ``moment``
     Add the noise to the augmented second moment ``Z Z^T / N`` (``z = [x - c; s]``) and write it
     with the mean and the covariance around it (centered-covariance and regression releases).
+``mean``
+    The mean-first route's step 1: the mean of the Gram pass's records with Gaussian noise; the
+    covariance's noise plan is made from it (docs/bounds.md, Sec. 14).
+``covariance-about-mean``
+    Its step 2: a second pass summing ``(x - centre)(x - centre)^T`` about the released mean
+    clamped into the box, plus noise, written with the mean.
 ``cross-covariance``
     Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
 ``covariance-panels``
@@ -42,6 +48,8 @@ COVARIANCE: Final = "covariance"
 MOMENT: Final = "moment"
 COVARIANCE_PANELS: Final = "covariance-panels"
 CROSS_COVARIANCE: Final = "cross-covariance"
+MEAN: Final = "mean"
+COVARIANCE_ABOUT_MEAN: Final = "covariance-about-mean"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
 
 #: the queries released as the augmented second moment (their last stage is ``moment``)
@@ -56,6 +64,8 @@ STAGES: Final = (
     IDENTITY,
     COVARIANCE,
     MOMENT,
+    MEAN,
+    COVARIANCE_ABOUT_MEAN,
     CROSS_COVARIANCE,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
@@ -63,7 +73,13 @@ STAGES: Final = (
 
 
 def release_stages(
-    query: str, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    query: str,
+    *,
+    noisy_count: bool,
+    dp_pca: bool,
+    panels: bool,
+    lattice: bool,
+    mean_first: bool = False,
 ) -> tuple[str, ...]:
     """The stages a release runs, in order.
 
@@ -79,12 +95,16 @@ def release_stages(
         A covariance computed blockwise on the workers (``matrix_chunk``).
     lattice : bool
         Lattice noise.
+    mean_first : bool, default False
+        A centered covariance by the mean-first route.
 
     Returns
     -------
     tuple of str
         Stage names (see the module's description).
     """
+    if mean_first:  # box, replace-one, fixed directions (the spec refuses the others)
+        return (GRAM, MEAN, COVARIANCE_ABOUT_MEAN)
     stages: list[str] = [NOISY_COUNT] if noisy_count else []
     if query == CROSS_COVARIANCE:  # fixed directions, whole matrix (the plan refuses others)
         return (*stages, GRAM, CROSS_COVARIANCE)

@@ -717,3 +717,37 @@ def covariance_error_bound(
     if not math.isfinite(out) or mag > _OVERFLOW:
         return math.inf
     return out * _UP
+
+
+def mean_error(abs_max: np.ndarray, records: int, depth: int, normaliser: float) -> float:
+    """Bound on ``||g_hat - g||_2`` for the whitened mean ``g = (sum_r x_r / N) / sigma`` as the
+    engine computes it, in units of ``1 / sigma`` (docs/bounds.md, Sec. 14, "What is built").
+
+    The row sums pass through at most ``depth`` additions (Lemma 11.1's sequence without the
+    product), ``f_hat = fl(S_hat / N)`` adds one rounding and ``fl(f_hat w)`` with
+    ``w = fl(1 / sigma)`` two more, so ``|g_hat_i - g_i| <= gamma_{depth + 3} rho a_i / sigma``
+    and the L2 bound is ``gamma_{depth + 3} rho ||a||``; multiply by ``1 / sigma``.
+
+    Parameters
+    ----------
+    abs_max : ndarray
+        ``a_i >= sup |x_i|`` over the (shifted) record domain.
+    records : int
+        An upper bound of the number of records.
+    depth : int
+        The largest number of additions a term passes through.
+    normaliser : float
+        The public normaliser ``N``.
+
+    Returns
+    -------
+    float
+        ``gamma_{depth + 3} rho ||a||`` (``inf`` where the sums could overflow).
+    """
+    a = np.abs(np.asarray(abs_max, dtype=np.float64)).reshape(-1)
+    if depth < 0:
+        raise ValueError("depth must be >= 0")
+    if float(records) * float(a.max(initial=0.0)) > _OVERFLOW:
+        return math.inf
+    rho = float(records) / float(normaliser)
+    return gamma(int(depth) + 3) * rho * float(np.linalg.norm(a)) * _UP
