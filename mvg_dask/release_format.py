@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ABORT_FILE",
     "ATTRS",
+    "CENTRE",
     "CLAIM_FILE",
     "COL_COV",
     "COMPLETE",
@@ -57,6 +58,7 @@ __all__ = [
     "INPUT_VARIABLE_ATTR",
     "KEEP_FILE",
     "MEAN",
+    "MEAN_STEP_ATTR",
     "MOMENT",
     "MOMENT_QUERIES",
     "NOISE_MATRICES",
@@ -68,6 +70,7 @@ __all__ = [
     "QUERY_ATTR",
     "RECORD_COUNT",
     "RELEASE_ID_ATTR",
+    "ROUTE_ATTR",
     "ROW_COV",
     "SEEDED_ATTR",
     "STATUS_ATTR",
@@ -120,6 +123,8 @@ ATTRS = (
     "input_variable",
     "plan",
     "target",
+    "route",
+    "mean_step",
 )
 
 
@@ -145,6 +150,10 @@ PLAN_ATTR = attr("plan")
 QUERY_ATTR = attr("query")
 #: A regression release's target: the label (or position) of the response feature.
 TARGET_ATTR = attr("target")
+#: A centered covariance's route when it is ``mean-first`` (absent for the moment route).
+ROUTE_ATTR = attr("route")
+#: The mean-first route's mean step (JSON: its share, ``mu``, sensitivity, std, lattice).
+MEAN_STEP_ATTR = attr("mean_step")
 #: The input's variable: the name of an identity release's privatized variable.
 INPUT_VARIABLE_ATTR = attr("input_variable")
 #: True for noise derived from a user seed (reproducible, not private).
@@ -202,6 +211,9 @@ COMPONENT_DIM = "component"
 MOMENT = "moment"
 #: The mean ``M[:m, m]`` beside :data:`MOMENT` (post-processing).
 MEAN = "mean"
+#: The mean-first route's centre: the released mean clamped into the box (a noisy, public
+#: value; the covariance is the second moment about it).
+CENTRE = "centre"
 #: The dimension of the augmented record's terms (the features and the constant): the axes of
 #: :data:`MOMENT` and of the noise description of a moment release.
 TERM_DIM = "term"
@@ -323,7 +335,7 @@ def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable])
     """
     if GRAM in variables and RECORD_COUNT in variables:
         return GRAM
-    if attrs.get(QUERY_ATTR) in MOMENT_QUERIES:
+    if attrs.get(QUERY_ATTR) in MOMENT_QUERIES and MOMENT in variables:
         return MOMENT
     return released_variable(attrs)
 

@@ -4,6 +4,7 @@ shifted box."""
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 from typing import Any
@@ -12,6 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import mvg_dask.xarray  # noqa: F401  (registers .mvg)
+from mvg_dask import api
 from mvg_dask.engine.lattice import vector_release
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan.domain import BoxDomain
@@ -32,7 +35,7 @@ from mvg_dask.privacy.sensitivity import (
     mean_l2_sensitivity,
 )
 from mvg_dask.spec import SpecError, parse_spec, spec_hash
-from tests.pipeline_helpers import spec_dict
+from tests.pipeline_helpers import data, make_input, spec_dict
 
 
 def _spec(query: Any, **overrides: Any) -> dict[str, Any]:
@@ -230,3 +233,37 @@ def test_the_second_step_noise_is_the_shifted_box_covariance_at_mu_2(mean):
     assert plan.symmetric_ratio == pytest.approx(r, rel=1e-9)
     # R of the shifted box: a mean at the corner keeps one sign (no sqrt(2))
     assert mean_l2_sensitivity(lo, hi, 1000) == pytest.approx(math.sqrt(3) / 1000)
+
+
+# -- the release ----------------------------------------------------------------------------
+
+HUGE = {"epsilon": 1e9, "delta": 1e-5}
+
+
+def _release_spec(store: str, out: Any, **overrides: Any) -> dict[str, Any]:
+    spec = spec_dict(store, str(out), query="covariance", **overrides)
+    spec["query"] = {"centered-covariance": {"route": "mean-first", "mean_share": 0.3}}
+    spec["mechanism"].pop("algorithm")
+    return spec
+
+
+@pytest.mark.parametrize("noise", ["lattice", "float"])
+def test_the_mean_first_release_at_a_huge_epsilon_is_numpy(tmp_path, client, noise):
+    X = data(4, 2000, seed=5)
+    store = make_input(tmp_path / "in.zarr", X, chunk=512)
+    spec = _release_spec(store, tmp_path / "c.zarr", privacy=HUGE)
+    spec["mechanism"]["noise"] = noise
+    ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
+    Xc = np.clip(X, 0, 1)
+    assert ds.attrs["mvg_dask_query"] == "centered-covariance"
+    assert ds.attrs["mvg_dask_route"] == "mean-first"
+    assert json.loads(ds.attrs["mvg_dask_mean_step"])["share"] == 0.3
+    assert ds["mean"].dims == ("feature",) and "moment" not in ds
+    np.testing.assert_allclose(ds["mean"].values, Xc.mean(axis=1), atol=1e-6)
+    np.testing.assert_allclose(ds["centre"].values, Xc.mean(axis=1), atol=1e-6)
+    # the bias d d^T with d = xbar - centre is ~0 here
+    np.testing.assert_allclose(ds["covariance"].values, np.cov(Xc, bias=True), atol=1e-6)
+    plan = json.loads(ds.attrs["mvg_dask_plan"])
+    assert plan["row_variances"] is None and plan["domain"] == {
+        "box": {"lower": [0.0] * 4, "upper": [1.0] * 4}
+    }

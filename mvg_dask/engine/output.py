@@ -42,7 +42,7 @@ from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.covariance import Diagonal, LowRank
 from mvg_dask.plan.noise_plan import NoisePlan
-from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
     COL_COV,
@@ -57,6 +57,7 @@ from mvg_dask.release_format import (
     GRAM,
     GROUP_DIM,
     INCOMPLETE,
+    CENTRE,
     MEAN,
     MOMENT,
     NOISE_MATRICES,
@@ -149,6 +150,8 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "plan": json.dumps(public),
         # a regression's response feature (a label from the spec, public)
         "target": getattr(rplan.query, "target_label", None),
+        "route": None if rplan.mean_first is None else "mean-first",
+        "mean_step": None if rplan.mean_first is None else json.dumps(rplan.mean_first.to_dict()),
     }
     return provenance_attrs(values)
 
@@ -274,7 +277,8 @@ def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
 def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
     """The dimensions of the query's square matrices and of the noise description: the
     feature dimension's, or the augmented terms' (:data:`TERM_DIM`) of a moment query."""
-    return dims_for(TERM_DIM if rplan.query.augmented else rplan.input.feature_dim)
+    moment = rplan.query.augmented and rplan.mean_first is None
+    return dims_for(TERM_DIM if moment else rplan.input.feature_dim)
 
 
 def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
@@ -369,6 +373,25 @@ def _matrix_dataset(
     encoding = {
         k: {"chunks": _matrix_chunks(variables[k]), "compressors": compressors(rplan)}
         for k in names
+    }
+    return ds, encoding | noise_matrix_encoding(ds)
+
+
+def _mean_first_dataset(rplan: ReleasePlan) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+    """A mean-first release's skeleton and encoding: ``mean`` and ``centre`` (features),
+    ``covariance`` (features x features) and the noise description of step 2's resolved plan
+    (about the released centre: noisy values, data variables, never attributes)."""
+    m, fd = rplan.input.features, rplan.input.feature_dim
+    variables = {
+        MEAN: xr.DataArray(placeholder((m,)), dims=(fd,)),
+        CENTRE: xr.DataArray(placeholder((m,)), dims=(fd,)),
+        COVARIANCE: xr.DataArray(placeholder((m, m)), dims=dims_for(fd)),
+    }
+    coords = _feature_coords(rplan)
+    ds = xr.Dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
+    encoding = {
+        k: {"chunks": _matrix_chunks(v), "compressors": compressors(rplan)}
+        for k, v in variables.items()
     }
     return ds, encoding | noise_matrix_encoding(ds)
 
@@ -592,6 +615,16 @@ class OutputTarget:
         self._write_skeleton(rplan, ds, encoding, resumable=False)
         self.write_noise_matrices(rplan.noise_plan())
 
+    def write_mean_first_skeleton(self, rplan: ReleasePlan) -> None:
+        """Create a mean-first output before its values exist (its plan resolved about the
+        released centre); :meth:`write_matrix_values` writes ``mean``, ``centre`` and
+        ``covariance``. A resumed run starts over (its steps recompute the same values from the
+        key)."""
+        ds, encoding = _mean_first_dataset(rplan)
+        self.clear_staging()
+        self._write_skeleton(rplan, ds, encoding, resumable=False)
+        self.write_noise_matrices(rplan.noise_plan())
+
     def write_matrix_values(self, values: dict[str, np.ndarray]) -> None:
         """Write the privatized square matrices declared by :meth:`write_matrix_skeleton`."""
         write_arrays(self.write_store, values, self.storage_options)
@@ -771,6 +804,8 @@ def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
             f"release {rplan.release_id!r} at {rplan.output_store} was made with another plan "
             "than this spec gives; choose a new release_id"
         )
+    if rplan.mean_first is not None:  # step 2's plan about the stored (noisy) centre
+        return resolve_about_mean(rplan, np.asarray(ds[CENTRE].values))
     if not rplan.uses_dp_pca:
         return rplan
     return rplan.resolve(stored_directions(ds, public))

@@ -57,6 +57,8 @@ class RunContext:
         The submitted Gram pass, once the ``gram`` stage has run.
     gram : ndarray or None
         Its sum ``X X^T``, once a later stage has waited for it.
+    mean : ndarray or None
+        The mean-first route's released mean, once its ``mean`` stage has run.
     """
 
     client: Client
@@ -69,6 +71,7 @@ class RunContext:
     count: float | None = None
     gram_pass: GramPass | None = None
     gram: np.ndarray | None = None
+    mean: np.ndarray | None = None
 
     def private_total(self, rplan: ReleasePlan) -> bool:
         """Whether the progress bars must hide their totals (a private record count)."""

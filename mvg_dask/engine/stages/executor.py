@@ -12,6 +12,7 @@ from mvg_dask.engine.stages.cross import run_cross_covariance
 from mvg_dask.engine.stages.dp_pca import run_dp_pca, run_dp_pca_panels
 from mvg_dask.engine.stages.gram import run_gram
 from mvg_dask.engine.stages.identity import run_identity
+from mvg_dask.engine.stages.mean_first import run_covariance_about_mean, run_mean
 from mvg_dask.engine.stages.moment import run_moment
 from mvg_dask.engine.stages.panels import run_covariance_panels, run_low_rank_lattice_panels
 from mvg_dask.plan import stages as names
@@ -29,6 +30,8 @@ STAGE_FUNCTIONS: dict[str, Stage] = {
     names.IDENTITY: run_identity,
     names.COVARIANCE: run_covariance,
     names.MOMENT: run_moment,
+    names.MEAN: run_mean,
+    names.COVARIANCE_ABOUT_MEAN: run_covariance_about_mean,
     names.CROSS_COVARIANCE: run_cross_covariance,
     names.COVARIANCE_PANELS: run_covariance_panels,
     names.LOW_RANK_LATTICE_PANELS: run_low_rank_lattice_panels,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import add_grams, combine_grams, gram_task
+from mvg_dask.engine.blocks import Clipper, add_grams, combine_grams, gram_task
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.stages.context import (
     GramPass,
@@ -52,7 +52,7 @@ def wait_for_gram(ctx: RunContext, rplan: ReleasePlan) -> np.ndarray:
     return ctx.gram
 
 
-def submit_gram(ctx: RunContext, rplan: ReleasePlan) -> GramPass:
+def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = None) -> GramPass:
     """Start the Gram pass, ``X X^T`` of the clipped records (:func:`finish_gram` waits for
     it and returns the sum): per-task partials, then a fixed-order tree reduction (groups of
     ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
@@ -71,6 +71,9 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan) -> GramPass:
         The run (its client; it records that the input is being read).
     rplan : ReleasePlan
         The plan.
+    clipper : Clipper, optional
+        The records' clipper and shift (the plan's by default; the mean-first route's second
+        pass shifts by its released centre).
 
     Returns
     -------
@@ -96,7 +99,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan) -> GramPass:
             starts,
             stops,
             source=source_of(rplan),
-            clipper=clipper_for(rplan),
+            clipper=clipper_for(rplan) if clipper is None else clipper,
             step=rplan.input.record_chunk,
             labels=labels_of(rplan),
             pure=False,
