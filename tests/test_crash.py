@@ -230,7 +230,13 @@ def test_killed_after_the_skeleton_a_wide_identity_resumes_its_noise_matrices(tm
 
 
 def _moment_bytes_after_a_kill(
-    tmp_path: Path, loopback: str, store: str, extra: dict, point: str, tag: str
+    tmp_path: Path,
+    loopback: str,
+    store: str,
+    extra: dict,
+    point: str,
+    tag: str,
+    names: tuple[str, ...] = ("moment", "mean", "covariance"),
 ) -> list[bytes]:
     """A moment release (``extra``: its query and grouping) run uninterrupted, and killed at
     ``point`` then re-run: each run's ``moment``, ``mean`` and ``covariance`` bytes, after
@@ -258,7 +264,7 @@ def _moment_bytes_after_a_kill(
             (entry,) = book.releases()
             assert entry.status == "committed" and entry.noise_key is None
         ds = api.open_release(str(out))
-        outs.append(b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance")))
+        outs.append(b"".join(ds[v].values.tobytes() for v in names))
     return outs
 
 
@@ -294,4 +300,18 @@ def test_grouped_release_resumes_identically(tmp_path, loopback):
     }
     outs = _moment_bytes_after_a_kill(tmp_path, loopback, store, extra, "skeleton", "grp")
     assert len(outs[0]) == 8 * (3 * 4 * 4 + 3 * 3 + 3 * 3 * 3)  # every group's three variables
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["mean", "skeleton"])
+def test_mean_first_release_resumes_identically(tmp_path, loopback, point):
+    """A mean-first centered covariance killed between its steps (``mean``: the mean released,
+    nothing written) or after step 2's skeleton resumes with its stored key: the same
+    ``mean``, ``centre`` and ``covariance`` bytes as an uninterrupted run, charged once."""
+    store = make_input(tmp_path / "in.zarr", data(4, 6000, seed=6), chunk=500)
+    extra = {"query": {"centered-covariance": {"route": "mean-first"}}}
+    names = ("mean", "centre", "covariance")
+    outs = _moment_bytes_after_a_kill(tmp_path, loopback, store, extra, point, "mf", names)
+    assert len(outs[0]) == 8 * (4 + 4 + 16)
     assert outs[0] == outs[1]

@@ -267,3 +267,61 @@ def test_the_mean_first_release_at_a_huge_epsilon_is_numpy(tmp_path, client, noi
     assert plan["row_variances"] is None and plan["domain"] == {
         "box": {"lower": [0.0] * 4, "upper": [1.0] * 4}
     }
+
+
+def test_same_bytes_whatever_the_engine_partition(tmp_path, client, monkeypatch):
+    """Both passes sum by the fixed tree of the input's metadata: the same bytes from the
+    in-process cluster and the LocalCluster, and with the partials summed on the client or
+    folded on the workers (one task per chunk: 61 leaves, two tree levels)."""
+    from mvg_dask.engine.stages import gram
+    from mvg_dask.plan import release_plan
+
+    store = make_input(tmp_path / "in.zarr", data(3, 6100, seed=9), chunk=100)
+
+    def release(tag: str, **kwargs: Any) -> bytes:
+        spec = _release_spec(store, tmp_path / f"{tag}.zarr")
+        ds = api.open_release(api.release(spec, seed=5, progress=False, **kwargs).output)
+        return b"".join(ds[v].values.tobytes() for v in ("mean", "centre", "covariance"))
+
+    assert release("in-process") == release("cluster", client=client)
+    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    outs = []
+    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
+        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
+        outs.append(release(f"reduce{limit}", client=client))
+    assert outs[0] == outs[1]
+
+
+def test_the_dry_run_shows_the_route_and_the_stages(tmp_path):
+    store = make_input(tmp_path / "in.zarr", data(4, 600, seed=1), chunk=200)
+    plan = api.dry_run(_release_spec(store, tmp_path / "o.zarr"))
+    assert plan.stages == ("gram", "mean", "covariance-about-mean")
+    assert plan.mean_first is not None and plan.mean_first.share == 0.3
+    assert plan.noise is None  # planned after the mean
+    text = plan.summary()
+    assert "route mean-first" in text
+    from mvg_dask.plan.presentation import centered_routes_text
+
+    routes = centered_routes_text(plan)
+    assert routes is not None and routes.endswith("taken: the mean first"), routes
+    auto = _release_spec(store, tmp_path / "o.zarr")
+    auto["query"] = {"centered-covariance": {"route": "auto"}}
+    moment = api.dry_run(auto)
+    assert moment.stages == ("gram", "moment") and moment.mean_first is None
+    line = centered_routes_text(moment)
+    assert line is not None and line.endswith(
+        "smaller in the worst case: the centred moment; taken: the centred moment"
+    ), line
+
+
+def test_the_mean_first_plan_round_trips(tmp_path):
+    from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
+
+    store = make_input(tmp_path / "in.zarr", data(4, 600, seed=1), chunk=200)
+    plan = api.dry_run(_release_spec(store, tmp_path / "o.zarr"))
+    back = ReleasePlan.from_dict(plan.to_dict())
+    assert back.to_dict() == plan.to_dict() and back.mean_first == plan.mean_first
+    resolved = resolve_about_mean(plan, np.array([0.4, 0.5, 0.6, 1.0]))
+    again = ReleasePlan.from_dict(resolved.to_dict())
+    assert again.noise is not None and again.noise.to_dict() == resolved.noise_plan().to_dict()
+    assert again.public_noise_dict() == plan.public_noise_dict()  # nothing of the centre

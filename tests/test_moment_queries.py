@@ -213,7 +213,9 @@ def test_dry_run_names_the_stages_and_the_moment(tmp_path):
         "centre, s = 0.5" in table
     )
     routes = next(line for line in table.splitlines() if line.strip().startswith("routes"))
-    assert routes.endswith("by the worst case: the centred moment"), routes
+    assert routes.endswith(
+        "smaller in the worst case: the centred moment; taken: the centred moment"
+    ), routes
     assert "gram -> moment" in table
     assert public["stages"] == ["gram", "moment"]
     assert public["plan"]["query"]["kind"] == "regression"

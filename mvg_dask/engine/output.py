@@ -45,6 +45,7 @@ from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
+    CENTRE,
     COL_COV,
     COMPLETE,
     COMPONENT_DIM,
@@ -57,7 +58,6 @@ from mvg_dask.release_format import (
     GRAM,
     GROUP_DIM,
     INCOMPLETE,
-    CENTRE,
     MEAN,
     MOMENT,
     NOISE_MATRICES,

@@ -12,6 +12,7 @@ and shown as ``?``.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -102,12 +103,12 @@ def _groups_text(rplan: ReleasePlan) -> str:
 
 
 def centered_routes_text(rplan: ReleasePlan) -> str | None:
-    """Why a moment release takes the centred moment rather than a DP mean first: both routes'
-    expected squared error (covariance plus mean, uniform precisions, the data's mean at the
-    box's centre .. at a corner; docs/bounds.md, Sec. 14), and the choice by the worst case,
-    since the plan does not see the data's mean. ``None`` where the comparison does not apply
-    (not a moment query, an l2 ball, add-remove neighbours, a calibration that is not a
-    Gaussian mechanism).
+    """The two routes to a centered covariance: both routes' expected squared error
+    (covariance plus mean, uniform precisions, the data's mean at the box's centre .. at a
+    corner; docs/bounds.md, Sec. 14), the smaller in the worst case (what ``route: auto``
+    takes: the plan does not see the data's mean) and the route the plan takes. ``None`` where
+    the comparison does not apply (not a moment query, an l2 ball, add-remove neighbours, a
+    calibration that is not a Gaussian mechanism).
 
     Parameters
     ----------
@@ -126,25 +127,25 @@ def centered_routes_text(rplan: ReleasePlan) -> str | None:
     if not rplan.query.augmented or mu is None or box is None or rplan.neighbours != "replace-one":
         return None
     assert isinstance(box, dict)
+    if rplan.mean_first is not None:  # the total mu of the two steps
+        mu = math.hypot(rplan.mean_first.mu, mu)
     lo, hi = np.asarray(box["lower"], dtype=np.float64), np.asarray(box["upper"], dtype=np.float64)
     lo, hi = np.broadcast_to(lo, (rplan.input.features,)), np.broadcast_to(hi, lo.shape)
     records, scale = float(rplan.input.records), float(getattr(rplan.query, "scale", 1.0))
-    at_centre = centered_route_errors(lo, hi, records, mu, scale=scale)
-    at_corner = centered_route_errors(lo, hi, records, mu, mean=hi, scale=scale)
+    share = None if rplan.mean_first is None else [rplan.mean_first.share]
+    at_centre = centered_route_errors(lo, hi, records, mu, scale=scale, shares=share)
+    at_corner = centered_route_errors(lo, hi, records, mu, mean=hi, scale=scale, shares=[0.5])
     centred = (at_centre.totals()["centred"], at_corner.centred_covariance + at_corner.centred_mean)
     first = (
         at_centre.totals()["mean-first"],
         at_centre.mean_first_worst_covariance + at_centre.mean_first_mean,
     )
-    chosen = (
-        "the centred moment"
-        if centred[1] <= first[1]
-        else "a DP mean first would be smaller (not built: the centred moment is released)"
-    )
+    smaller = "the centred moment" if centred[1] <= first[1] else "the mean first"
+    taken = "the centred moment" if rplan.mean_first is None else "the mean first"
     return (
         f"expected squared error (covariance + mean; data mean at the box's centre .. a corner): "
         f"centred moment {centred[0]:.3g} .. {centred[1]:.3g}, DP mean first {first[0]:.3g} .. "
-        f"{first[1]:.3g}; by the worst case: {chosen}"
+        f"{first[1]:.3g}; smaller in the worst case: {smaller}; taken: {taken}"
     )
 
 
@@ -163,6 +164,12 @@ def noise_std_range(rplan: ReleasePlan) -> tuple[float, float] | None:
 def _noise_std_text(rplan: ReleasePlan) -> str:
     """The dry run's noise line: the published noise's std, on and off the diagonal where a
     square release's differ (:meth:`NoisePlan.released_std_ranges`)."""
+    if rplan.noise is None and rplan.mean_first is not None:
+        step = rplan.mean_first
+        return (
+            f"mean {step.std:.4g} on each entry ({step.share:.0%} of mu^2); the covariance's "
+            "is set at run time about the released mean"
+        )
     if rplan.noise is None:
         return "set at run time by the DP-PCA directions"
     target = "the sum" if rplan.releases_count else "each released entry"
@@ -232,8 +239,11 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
         ),
     ]
     delta_m = public["mahalanobis_sensitivity"]
-    sens = f"s2 = {_fmt(public['sensitivity'])}, Delta_M = "
-    sens += "after DP-PCA" if delta_m is None else _fmt(delta_m)
+    if rplan.mean_first is not None:
+        sens = f"mean s1 = {_fmt(rplan.mean_first.sensitivity)}; covariance: after the mean"
+    else:
+        sens = f"s2 = {_fmt(public['sensitivity'])}, Delta_M = "
+        sens += "after DP-PCA" if delta_m is None else _fmt(delta_m)
     if public.get("gamma") is not None:
         sens += f", gamma = {_fmt(public['gamma'])}"
     rows.append(("sensitivity", sens))

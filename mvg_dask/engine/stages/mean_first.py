@@ -76,6 +76,7 @@ def run_mean(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
     m = rplan.input.features
     sums = wait_for_gram(ctx, rplan)[:m, m]
     ctx.mean = released_mean(step, sums, rplan.input.records, ctx.key.derive("mean"))
+    crash_point("mean")  # between the steps: nothing is written yet
     return resolve_about_mean(rplan, centre_from_mean(ctx.mean, rplan.domain))
 
 
