@@ -57,6 +57,12 @@ def _query_text(rplan: ReleasePlan) -> str:
     n = "N" if private_n else str(rplan.input.records)
     if rplan.query.kind == "identity":
         return f"identity: the {m} x {n} data matrix itself, noise on every entry"
+    if rplan.mean_first is not None:
+        return (
+            f"centered covariance by the mean first: the mean of the records about the box's "
+            f"centre plus Gaussian noise, then sum (x - centre)(x - centre)^T / N ({m} x {m}) "
+            f"about the released mean clamped into the box, N = {n} (public under replace-one)"
+        )
     if rplan.query.augmented:
         centred = getattr(rplan.query, "centre", None) is not None
         about = "c = the box's centre" if centred else "c = 0 (an l2 ball)"
@@ -189,6 +195,9 @@ def _noise_kind_text(rplan: ReleasePlan) -> str:
     parts = []
     if rplan.noise is not None and rplan.noise.lattice is not None and rplan.dp_pca is None:
         parts.append(rplan.noise.lattice.summary())
+    elif rplan.mean_first is not None and rplan.mean_first.lattice is not None:
+        parts.append(f"mean step: {rplan.mean_first.lattice.summary()}")
+        parts.append("the covariance's grid and float error: set at run time about the mean")
     else:
         parts.append("lattice noise: grid and float error set at run time by the directions")
     if rplan.dp_pca is not None and rplan.dp_pca.lattice is not None:
