@@ -356,6 +356,8 @@ def _matrix_dataset(
 ) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
     """A whole-matrix output's skeleton and encoding (see :meth:`OutputTarget.
     write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
+    if rplan.mean_first is not None:
+        return _mean_first_dataset(rplan)
     m = rplan.input.features
     # (m, m), or a cross-covariance's (m_a, m_b)
     shape = (m, m) if rplan.query.augmented else rplan.query.shape
@@ -612,16 +614,6 @@ class OutputTarget:
         ds, encoding = _matrix_dataset(rplan, name, count)
         self.clear_staging()
         # no progress markers or saved plan: a resumed covariance release starts over
-        self._write_skeleton(rplan, ds, encoding, resumable=False)
-        self.write_noise_matrices(rplan.noise_plan())
-
-    def write_mean_first_skeleton(self, rplan: ReleasePlan) -> None:
-        """Create a mean-first output before its values exist (its plan resolved about the
-        released centre); :meth:`write_matrix_values` writes ``mean``, ``centre`` and
-        ``covariance``. A resumed run starts over (its steps recompute the same values from the
-        key)."""
-        ds, encoding = _mean_first_dataset(rplan)
-        self.clear_staging()
         self._write_skeleton(rplan, ds, encoding, resumable=False)
         self.write_noise_matrices(rplan.noise_plan())
 

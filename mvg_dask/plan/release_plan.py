@@ -261,10 +261,8 @@ class ReleasePlan:
         Hash of the spec (recognises a resume).
     input : InputMetadata
         The input.
-    output_store : str
-        Where the release is written.
-    output_storage_options : dict or None
-        fsspec options of the output (not serialised).
+    output_store, output_storage_options : str, dict or None
+        Where the release is written, and its fsspec options (not serialised).
     output_codec : {"none", "zstd", "lz4"}
         Compression of the released values.
     output_dtype : {"float64", "float32"}

@@ -99,7 +99,7 @@ def run_covariance_about_mean(ctx: RunContext, rplan: ReleasePlan) -> ReleasePla
     assert ctx.mean is not None and isinstance(rplan.domain, BoxDomain)
     d = rplan.domain
     centre = centre_from_mean(ctx.mean, d)
-    ctx.target.write_mean_first_skeleton(rplan)
+    ctx.target.write_matrix_skeleton(rplan, COVARIANCE)  # no plan saved: a resume starts over
     crash_point("skeleton")
     plan, key = rplan.noise_plan(), ctx.key.derive("release")
     clipper = Clipper(
