@@ -40,6 +40,7 @@ from mvg_dask.plan.estimators import (
     psd_projection,
     spiked_shrinkage,
 )
+from mvg_dask.plan.mean_first import second_step_noise
 from mvg_dask.plan.noise_plan import (
     Allocation,
     NoisePlan,
@@ -51,16 +52,19 @@ from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
 from mvg_dask.release_format import (
+    CENTRE,
     COVARIANCE,
     CROSS_COVARIANCE_QUERY,
     GRAM,
     GROUP_DIM,
     MEAN,
+    MEAN_STEP_ATTR,
     MOMENT,
     PLAN_ATTR,
     QUERY_ATTR,
     RECORD_COUNT,
     RELEASE_ID_ATTR,
+    ROUTE_ATTR,
     ROW_COV,
     SYMMETRIC_RATIO,
     check_complete,
@@ -481,7 +485,9 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         approximate std, ``sqrt(s_ij^2 + C_ij^2 s_N^2) / N~`` with ``s`` the ``gram``'s std and
         ``s_N`` the count's, marked ``approximate`` in its attributes. A moment release's
         (centered-covariance, regression) ``mean`` gets its exact std and its ``covariance``
-        the delta method's, also marked ``approximate``.
+        the delta method's, also marked ``approximate``. A mean-first release's ``mean`` and
+        ``covariance`` get their noise's exact std (the covariance's bias ``d d^T`` about the
+        released centre is not noise: docs/bounds.md, Sec. 14).
 
     Returns
     -------
@@ -494,6 +500,10 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         return _ratio_std(ds)
     if gaussian_variable(ds) == MOMENT and name in (MEAN, COVARIANCE):
         return _centered_std(ds, name)
+    mean_first = ds.attrs.get(ROUTE_ATTR) == "mean-first"
+    if mean_first and name == MEAN:  # the mean step's Gaussian noise, exact
+        step_std = float(json.loads(ds.attrs[MEAN_STEP_ATTR])["std"])
+        return xr.full_like(ds[MEAN], step_std, dtype=np.float64).rename("noise_std")
     if name != gaussian_variable(ds):
         raise ValueError(
             f"{name!r} is not a variable with the plan's Gaussian noise; use "
@@ -501,7 +511,11 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY) or name == MOMENT:
+    if (
+        ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY)
+        or name == MOMENT
+        or mean_first
+    ):
         std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
@@ -685,7 +699,20 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
     directions from its noisy variables) and checked against its published ``row_cov``."""
     _check_complete(ds)
     public = json.loads(ds.attrs[PLAN_ATTR])
-    if public.get("row_variances") is not None:
+    if ds.attrs.get(ROUTE_ATTR) == "mean-first":  # step 2's plan about the released centre
+        box = domain_from_dict(public["domain"], ds.sizes[ds[MEAN].dims[0]])
+        plan = second_step_noise(
+            box,  # type: ignore[arg-type]
+            np.asarray(ds[CENTRE].values),
+            int(query_from_dict(public["query"]).records),
+            epsilon=float(public["epsilon"]),
+            delta=float(public["delta"]),
+            share=float(json.loads(ds.attrs[MEAN_STEP_ATTR])["share"]),
+            algorithm=public["algorithm"],
+            noise=public.get("noise", "float"),
+            lattice_context=lattice_context_from_dict(public),
+        )
+    elif public.get("row_variances") is not None:
         plan = noise_plan_from_dict(public)
     else:  # DP-PCA: the directions are noisy data variables of the release
         query = query_from_dict(public["query"])

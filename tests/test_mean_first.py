@@ -325,3 +325,23 @@ def test_the_mean_first_plan_round_trips(tmp_path):
     again = ReleasePlan.from_dict(resolved.to_dict())
     assert again.noise is not None and again.noise.to_dict() == resolved.noise_plan().to_dict()
     assert again.public_noise_dict() == plan.public_noise_dict()  # nothing of the centre
+
+
+def test_noise_std_of_a_mean_first_release_is_its_plans(tmp_path, client):
+    """``ds.mvg.noise_std``: the mean step's std for ``mean``; for ``covariance`` the std of
+    step 2's plan about the published centre, rebuilt independently here from the dry run's
+    plan (:func:`resolve_about_mean`)."""
+    from mvg_dask.plan.release_plan import resolve_about_mean
+
+    store = make_input(tmp_path / "in.zarr", data(3, 900, seed=2), chunk=300)
+    spec = _release_spec(store, tmp_path / "o.zarr")
+    ds = api.open_release(api.release(spec, client=client, seed=4, progress=False).output)
+    plan = api.dry_run(spec)
+    assert plan.mean_first is not None
+    np.testing.assert_array_equal(ds.mvg.noise_std("mean").values, plan.mean_first.std)
+    resolved = resolve_about_mean(plan, ds["centre"].values).noise_plan()
+    want = np.broadcast_to(resolved.released_entry_std(), (3, 3))
+    np.testing.assert_allclose(ds.mvg.noise_std("covariance").values, want, rtol=1e-12)
+    np.testing.assert_allclose(ds.mvg.noise_std().values, want, rtol=1e-12)
+    # the centre is the released mean clamped into [0, 1]
+    np.testing.assert_array_equal(ds["centre"].values, np.clip(ds["mean"].values, 0, 1))
