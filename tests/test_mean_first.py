@@ -345,3 +345,22 @@ def test_noise_std_of_a_mean_first_release_is_its_plans(tmp_path, client):
     np.testing.assert_allclose(ds.mvg.noise_std().values, want, rtol=1e-12)
     # the centre is the released mean clamped into [0, 1]
     np.testing.assert_array_equal(ds["centre"].values, np.clip(ds["mean"].values, 0, 1))
+
+
+def test_a_complete_mean_first_release_run_again_is_reloaded(tmp_path, client):
+    """Run again with its release id, a committed release is not recomputed: its plan is
+    reloaded from the output, step 2's about the stored centre (charged once)."""
+    from mvg_dask.engine.ledger import open_ledger
+
+    store = make_input(tmp_path / "in.zarr", data(3, 600, seed=3), chunk=200)
+    spec = _release_spec(store, tmp_path / "o.zarr", release_id="mf-again")
+    spec["ledger"] = {
+        "path": str(tmp_path / "l.sqlite"),
+        "dataset": "d",
+        "budget": {"epsilon": 5.0, "delta": 1e-4},
+    }
+    first = api.release(spec, client=client, progress=False)
+    again = api.release(spec, client=client, progress=False)
+    assert again.plan.to_dict() == first.plan.to_dict()
+    with open_ledger(str(tmp_path / "l.sqlite")) as book:
+        assert len(book.releases()) == 1
