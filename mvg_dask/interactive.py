@@ -694,6 +694,11 @@ def confidence_intervals(
     return out
 
 
+def _allocation(a: Mapping[str, Any]) -> Allocation:
+    """A published plan's allocation (its ``theta`` is recomputed)."""
+    return Allocation(strategy=a["strategy"], important=a.get("important"), share=a.get("share"))
+
+
 def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
     """The noise plan a complete release was made with, rebuilt from its public plan (DP-PCA
     directions from its noisy variables) and checked against its published ``row_cov``."""
@@ -709,6 +714,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             delta=float(public["delta"]),
             share=float(json.loads(ds.attrs[MEAN_STEP_ATTR])["share"]),
             algorithm=public["algorithm"],
+            allocation=_allocation(public["allocation"]),
             noise=public.get("noise", "float"),
             lattice_context=lattice_context_from_dict(public),
         )
@@ -726,9 +732,7 @@ def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
             algorithm=public["algorithm"],
             calibration=public["calibration"],
             directions=stored_directions(ds, public),
-            allocation=Allocation(
-                strategy=a["strategy"], important=a.get("important"), share=a.get("share")
-            ),
+            allocation=_allocation(a),
             neighbours=public["neighbours"],
             direction_share=float(comp.get("direction_share") or 0.0),
             count_share=float(comp.get("count_share") or 0.0),

@@ -335,12 +335,14 @@ def test_noise_std_of_a_mean_first_release_is_its_plans(tmp_path, client):
 
     store = make_input(tmp_path / "in.zarr", data(3, 900, seed=2), chunk=300)
     spec = _release_spec(store, tmp_path / "o.zarr")
+    spec["mechanism"]["allocation"] = {"strategy": "binary", "important": [1], "share": 0.6}
     ds = api.open_release(api.release(spec, client=client, seed=4, progress=False).output)
     plan = api.dry_run(spec)
     assert plan.mean_first is not None
     np.testing.assert_array_equal(ds.mvg.noise_std("mean").values, plan.mean_first.std)
     resolved = resolve_about_mean(plan, ds["centre"].values).noise_plan()
     want = np.broadcast_to(resolved.released_entry_std(), (3, 3))
+    assert np.ptp(np.diag(want)) > 0  # the binary allocation: feature 1 gets more precision
     np.testing.assert_allclose(ds.mvg.noise_std("covariance").values, want, rtol=1e-12)
     np.testing.assert_allclose(ds.mvg.noise_std().values, want, rtol=1e-12)
     # the centre is the released mean clamped into [0, 1]
