@@ -272,3 +272,24 @@ def test_a_killed_release_resumes_identically(tmp_path, loopback):
             assert entry.status == "committed" and entry.noise_key is None
         outs.append(api.open_release(str(out))["cross_covariance"].values.tobytes())
     assert outs[0] == outs[1]
+
+
+def test_the_accessor_refuses_a_second_variable(tmp_path):
+    """The accessor copies one variable: a two-variable query is refused before anything is
+    written."""
+    import xarray as xr
+
+    ds = xr.Dataset(
+        {"X": (("feature", "record"), data(4, 50)), "Y": (("target", "record"), _y(50))},
+        coords={"feature": ["f0", "f1", "f2", "f3"], "target": ["g0", "g1", "g2"]},
+    )
+    with pytest.raises(ValueError, match="the accessor copies one variable, 'X'"):
+        ds.mvg.release(
+            tmp_path,
+            variable="X",
+            query=_query(),
+            domain={"box": {"lower": 0.0, "upper": 1.0}},
+            privacy={"epsilon": 1.0, "delta": 1e-5},
+            progress=False,
+        )
+    assert not any(tmp_path.iterdir())
