@@ -293,3 +293,60 @@ def test_the_accessor_refuses_a_second_variable(tmp_path):
             progress=False,
         )
     assert not any(tmp_path.iterdir())
+
+
+def test_the_plan_meets_its_mu_by_brute_force_over_the_stacked_box(tmp_path):
+    """Independent check of the two boxes' use: ``X`` in ``[0, 1]^4``, ``Y`` in ``[-1, 2]^3``,
+    a binary column allocation; the largest whitened change ``||A^-1 (a b^T - a' b'^T)
+    B^-T||_F / N`` over every pair of corners of the stacked box (and 2,000 random pairs
+    inside it, seed 4) is at most the plan's ``Delta_M`` (``<= mu``), and at least half of it
+    (the factor-2 bound is attained up to ``sqrt(2)`` here)."""
+    import itertools
+
+    from mvg_dask.privacy import calibration as cal
+
+    store = _store(tmp_path)
+    query = _query(features=["g0", "g2"])
+    query["cross-covariance"]["col_allocation"] = {"strategy": "binary", "important": ["g2"]}
+    rplan = api.dry_run(
+        _spec(store, tmp_path / "o.zarr", mechanism={"noise": "float"}, query=query)
+    )
+    plan, q = rplan.noise_plan(), rplan.query
+    lo, hi = rplan.domain.lower, rplan.domain.upper
+    assert np.array_equal(lo, [0, 0, 0, 0, -1, -1, -1]) and np.array_equal(hi, [1] * 4 + [2] * 3)
+    w_rows = 1.0 / np.sqrt(plan.row_variances)  # A^-1 = diag(w_rows): standard directions
+    w_cols = 1.0 / np.sqrt(q.column_noise_variances)
+    rows, cols = list(q.rows), list(q.cols)
+
+    def change(z: np.ndarray, zp: np.ndarray) -> float:
+        u, v = z[rows] * w_rows, z[cols] * w_cols
+        up, vp = zp[rows] * w_rows, zp[cols] * w_cols
+        return float(np.linalg.norm(np.outer(u, v) - np.outer(up, vp))) / q.records
+
+    pts = [np.where(np.array(c), hi, lo) for c in itertools.product((0, 1), repeat=7)]
+    found = max(change(z, zp) for z in pts for zp in pts)
+    rng = np.random.default_rng(4)
+    inner = rng.uniform(lo, hi, (2000, 2, 7))
+    found = max(found, *(change(a, b) for a, b in inner))
+    mu = cal.analytic_gaussian_mu(1.0, 1e-5)
+    assert plan.mahalanobis_sensitivity <= mu * (1 + 1e-12)
+    assert 0.5 * plan.mahalanobis_sensitivity <= found <= plan.mahalanobis_sensitivity * (1 + 1e-9)
+
+
+def test_a_copy_of_x_as_y_plans_as_the_one_variable_query(tmp_path):
+    """``Y`` holding three of ``X``'s features with ``X``'s box plans the noise of the
+    one-variable query on those features: the same sensitivities, variances and lattice."""
+    X = data(5, 800, seed=2)
+    store = make_input(tmp_path / "in.zarr", X, chunk=200)
+    add_second_variable(store, X[[1, 2, 4]], names=["h1", "h2", "h4"], chunk=200)
+    box = {"lower": 0.0, "upper": 1.0}
+    two = _query(features=["h1", "h2", "h4"], box=box)
+    two["cross-covariance"]["rows"] = ["f0", "f3"]
+    one = {"cross-covariance": {"rows": ["f0", "f3"], "cols": ["f1", "f2", "f4"]}}
+    plans = [
+        api.dry_run(_spec(store, tmp_path / "o.zarr", query=q)).noise_plan() for q in (two, one)
+    ]
+    a, b = (p.to_dict() for p in plans)
+    for name in ("mahalanobis_sensitivity", "row_variances", "lattice", "implied_epsilon"):
+        assert a[name] == b[name], name
+    assert a["query"]["cols"] == [5, 6, 7] and b["query"]["cols"] == [1, 2, 4]
