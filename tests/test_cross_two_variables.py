@@ -350,3 +350,13 @@ def test_a_copy_of_x_as_y_plans_as_the_one_variable_query(tmp_path):
     for name in ("mahalanobis_sensitivity", "row_variances", "lattice", "implied_epsilon"):
         assert a[name] == b[name], name
     assert a["query"]["cols"] == [5, 6, 7] and b["query"]["cols"] == [1, 2, 4]
+
+
+def test_add_remove_with_a_public_normaliser(tmp_path, client):
+    """Add-remove neighbours with a declared ``N0``: huge epsilon gives ``X_a Y_b^T / N0``."""
+    store = _store(tmp_path)
+    privacy = {**HUGE, "neighbours": "add-remove", "records": 2000}
+    spec = _spec(store, tmp_path / "o.zarr", privacy=privacy)
+    ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
+    X, Y = np.clip(data(4, N, seed=3), 0, 1), np.clip(_y(), -1, 2)
+    assert np.allclose(ds["cross_covariance"].values, X[[0, 2]] @ Y[[2, 0]].T / 2000, rtol=1e-6)

@@ -178,8 +178,9 @@ class InputMetadata:
 
     @property
     def nbytes(self) -> int:
-        """The stored array's size in bytes (uncompressed)."""
-        return self.shape[0] * self.shape[1] * np.dtype(self.dtype).itemsize
+        """The stored array's size in bytes (uncompressed; with ``cols_input``'s)."""
+        own = self.shape[0] * self.shape[1] * np.dtype(self.dtype).itemsize
+        return own + (0 if self.cols_input is None else self.cols_input.nbytes)
 
     def record_ranges(self) -> list[tuple[int, int]]:
         """One ``[start, stop)`` record range per stored chunk: the release's task grid."""
