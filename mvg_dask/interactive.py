@@ -228,6 +228,12 @@ def _plan_copy(
         feature_dim=feature_dim,
         fields=fields,
     )
+    if spec.cols_variable is not None:
+        raise ValueError(
+            f"query.cross-covariance.cols.variable: the accessor copies one variable, "
+            f"{arr.name!r}; release a cross-covariance with {spec.cols_variable!r} from a Zarr "
+            "store holding both (mvg-dask release, or mvg_dask.api.release)"
+        )
     labels = None if spec.group_by is None else _group_labels(obj, arr, spec)
     chunk = _record_chunk(arr, record_dim, record_chunk)
     meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
