@@ -274,25 +274,41 @@ def test_a_killed_release_resumes_identically(tmp_path, loopback):
     assert outs[0] == outs[1]
 
 
-def test_the_accessor_refuses_a_second_variable(tmp_path):
-    """The accessor copies one variable: a two-variable query is refused before anything is
-    written."""
+def test_the_accessor_releases_a_second_variable_and_refuses_a_bad_one(tmp_path, client):
+    """``ds.mvg.release`` on a Dataset holding ``X`` and ``Y``: ``Y`` is copied beside the data
+    (float64, in the data's record chunks) and the release is ``X_a Y_b^T / N`` of the clipped
+    data at a huge epsilon, the data variable chosen besides ``Y``; a DataArray, a ``Y`` of
+    another record count or a ``Y`` of strings is refused before anything is written."""
     import xarray as xr
 
+    n = 600
+    X, Y = data(4, n, seed=3), _y(n)
     ds = xr.Dataset(
-        {"X": (("feature", "record"), data(4, 50)), "Y": (("target", "record"), _y(50))},
+        {"X": (("feature", "record"), X), "Y": (("record", "target"), Y.T)},
         coords={"feature": ["f0", "f1", "f2", "f3"], "target": ["g0", "g1", "g2"]},
     )
-    with pytest.raises(ValueError, match="the accessor copies one variable, 'X'"):
-        ds.mvg.release(
-            tmp_path,
-            variable="X",
-            query=_query(),
-            domain={"box": {"lower": 0.0, "upper": 1.0}},
-            privacy={"epsilon": 1.0, "delta": 1e-5},
-            progress=False,
-        )
-    assert not any(tmp_path.iterdir())
+    fields: dict[str, Any] = {
+        "query": _query(),
+        "domain": {"box": {"lower": 0.0, "upper": 1.0}},
+        "privacy": HUGE,
+    }
+    rel = ds.mvg.release(tmp_path / "rel", client=client, seed=1, progress=False, **fields)
+    a = np.clip(X, 0, 1)[[0, 2]]
+    b = np.clip(Y, Y_BOX["lower"], Y_BOX["upper"])[[2, 0]]
+    np.testing.assert_allclose(rel["cross_covariance"].values, a @ b.T / n, atol=1e-6)
+    assert list(rel["feature_col"].values) == ["g2", "g0"]
+    copy = xr.open_zarr(next((tmp_path / "rel").glob("*.input.zarr")), consolidated=False)
+    assert copy["Y"].dtype == np.float64 and copy["Y"].dims == ("record", "target")
+    bad = tmp_path / "bad"
+    with pytest.raises(ValueError, match="a variable beside the data"):
+        ds["X"].mvg.release(bad, client=client, progress=False, **fields)
+    short = ds.assign(Y=(("other", "target"), Y.T[:10]))
+    with pytest.raises(DataError, match="two dims, one of them"):
+        short.mvg.release(bad, variable="X", client=client, progress=False, **fields)
+    words = ds.assign(Y=(("record", "target"), np.full((n, 3), "a")))
+    with pytest.raises(DataError, match="need real numbers"):
+        words.mvg.release(bad, variable="X", client=client, progress=False, **fields)
+    assert not bad.exists() or not any(bad.iterdir())
 
 
 def test_the_plan_meets_its_mu_by_brute_force_over_the_stacked_box(tmp_path):
