@@ -184,7 +184,7 @@ def dry_run(
     s = load(spec, output=output)
     return plan_release(
         s,
-        read_input_metadata(s.input, s.group_by),
+        read_input_metadata(s.input, s.group_by, s.cols_variable),
         release_id=release_id,
         directions_matrix=load_directions_matrix(s),
     )

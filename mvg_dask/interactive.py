@@ -22,10 +22,12 @@ The accessor only normalises its arguments and calls these (as pint-xarray's acc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -102,16 +104,16 @@ DEFAULT_RECORD_CHUNK = 100_000
 
 # -- release -----------------------------------------------------------------------------------
 def select_variable(
-    obj: xr.DataArray | xr.Dataset, variable: str | None, exclude: str | None = None
+    obj: xr.DataArray | xr.Dataset, variable: str | None, exclude: frozenset[str] = frozenset()
 ) -> xr.DataArray:
     """The DataArray to release: ``obj`` itself, or a Dataset's ``variable`` (its only data
-    variable besides ``exclude``, a grouped release's labels, when not given)."""
+    variable besides those in ``exclude``, copied beside it, when not given)."""
     if isinstance(obj, xr.DataArray):
         if variable is not None and obj.name is not None and variable != obj.name:
             raise ValueError(f"variable={variable!r} but the DataArray is named {obj.name!r}")
         return obj.rename(variable or obj.name or "X")
     if variable is None:
-        names = [str(n) for n in obj.data_vars if n != exclude]
+        names = [str(n) for n in obj.data_vars if n not in exclude]
         if len(names) != 1:
             raise ValueError(
                 f"the Dataset has {len(names)} data variables ({', '.join(names) or 'none'}); "
@@ -201,7 +203,7 @@ class _PlannedCopy(NamedTuple):
     input_store: str
     output_store: str
     record_chunk: int
-    labels: xr.DataArray | None = None
+    beside: tuple[xr.DataArray, ...] = ()
 
 
 def _plan_copy(
@@ -232,19 +234,63 @@ def _plan_copy(
         feature_dim=feature_dim,
         fields=fields,
     )
-    labels = None if spec.group_by is None else _group_labels(obj, arr, spec)
+    beside: tuple[xr.DataArray, ...] = ()
+    if spec.group_by is not None:
+        beside = (_group_labels(obj, arr, spec),)
     chunk = _record_chunk(arr, record_dim, record_chunk)
     meta = _input_metadata(arr, input_store, record_dim, feature_dim, chunk)
+    if spec.cols_variable is not None:
+        second, second_meta = _second_variable(obj, arr, spec, input_store, chunk)
+        beside += (second,)
+        meta = dataclasses.replace(meta, cols_input=second_meta)
     rplan = plan_release(spec, meta, directions_matrix=load_directions_matrix(spec))
-    return _PlannedCopy(spec, rplan, input_store, output_store, chunk, labels)
+    return _PlannedCopy(spec, rplan, input_store, output_store, chunk, beside)
 
 
-def _group_variable(fields: Mapping[str, Any]) -> str | None:
-    """The group variable a spec's ``group_by`` names, if any (before the spec is validated)."""
+def _second_variable(
+    obj: xr.DataArray | xr.Dataset, arr: xr.DataArray, spec: Any, store: str, chunk: int
+) -> tuple[xr.DataArray, InputMetadata]:
+    """A two-variable cross-covariance's ``Y``: the Dataset's ``cols.variable``, checked as a
+    store's second variable is (:func:`~mvg_dask.engine.metadata.second_variable_metadata`:
+    2-D, real, the input's record dimension and records) and copied beside the data as float64
+    in the data's record chunks; with the metadata that copy will have."""
+    from mvg_dask.engine.metadata import second_variable_metadata
+
+    name, inp = spec.cols_variable, spec.input
+    if not isinstance(obj, xr.Dataset):
+        raise ValueError(
+            f"query.cross-covariance.cols.variable: {name!r} is a variable beside the data; "
+            f"release a Dataset holding {arr.name!r} and {name!r}"
+        )
+    arrays: dict[str, Any] = {str(k): np.asarray(v.values) for k, v in obj.coords.items()}
+    dims_of: dict[str, tuple[str, ...] | None] = {k: None for k in arrays}
+    if name in obj.data_vars:
+        y = obj[name]
+        shape = tuple(int(n) for n in y.shape)
+        dims = tuple(str(d) for d in y.dims)
+        chunks = tuple(
+            chunk if d == inp.record_dim else n for d, n in zip(dims, shape, strict=True)
+        )
+        arrays[name] = SimpleNamespace(shape=shape, dtype=y.dtype, chunks=chunks)
+        dims_of[name] = tuple(str(d) for d in y.dims)
+    records = (int(arr.sizes[inp.record_dim]), chunk)
+    meta = second_variable_metadata(inp, name, arrays, dims_of, set(arrays) - {name}, records)
+    return obj[name], dataclasses.replace(meta, store=store, dtype="float64")
+
+
+def _beside_variables(fields: Mapping[str, Any]) -> frozenset[str]:
+    """The variables a spec's sections name beside the data (before the spec is validated): a
+    grouped release's labels, a two-variable cross-covariance's second variable."""
+    names: set[str] = set()
     group_by = fields.get("group_by")
     if isinstance(group_by, Mapping) and isinstance(group_by.get("variable"), str):
-        return str(group_by["variable"])
-    return None
+        names.add(str(group_by["variable"]))
+    query = fields.get("query")
+    cross = query.get("cross-covariance") if isinstance(query, Mapping) else None
+    cols = cross.get("cols") if isinstance(cross, Mapping) else None
+    if isinstance(cols, Mapping) and isinstance(cols.get("variable"), str):
+        names.add(str(cols["variable"]))
+    return frozenset(names)
 
 
 def _group_labels(obj: xr.DataArray | xr.Dataset, arr: xr.DataArray, spec: Any) -> xr.DataArray:
@@ -306,7 +352,7 @@ def dry_run_xarray(
     """
     from mvg_dask.engine.preview import preview
 
-    arr = select_variable(obj, variable, _group_variable(fields))
+    arr = select_variable(obj, variable, _beside_variables(fields))
     planned = _plan_copy(
         obj,
         arr,
@@ -327,11 +373,12 @@ def write_input(
     record_dim: str,
     feature_dim: str,
     record_chunk: int,
-    labels: xr.DataArray | None = None,
+    beside: tuple[xr.DataArray, ...] = (),
 ) -> None:
     """Write ``arr`` (in memory or lazy) as a new float64 Zarr v3 store, one chunk per
-    ``record_chunk`` records (lazy data blockwise, in-memory data directly), with a grouped
-    release's ``labels`` beside it (strings as Zarr v3 variable-length strings)."""
+    ``record_chunk`` records (lazy data blockwise, in-memory data directly), with the variables
+    ``beside`` it: a grouped release's labels (strings as Zarr v3 variable-length strings), a
+    two-variable cross-covariance's second variable (float64, in the same record chunks)."""
     out = arr.astype(np.float64)
     out.encoding = {}
     chunks = {record_dim: record_chunk, feature_dim: int(arr.sizes[feature_dim])}
@@ -339,12 +386,19 @@ def write_input(
         out = out.chunk(chunks)
     ds = out.to_dataset(name=str(arr.name))
     enc: dict[str, Any] = {str(arr.name): {"chunks": tuple(chunks[str(d)] for d in out.dims)}}
-    if labels is not None:
-        values = labels.compute().variable.to_base_variable()
+    for extra in beside:  # with its own coordinates (a second variable's feature labels)
+        values = extra.compute()
         if values.dtype.kind in "US":
             values = values.astype(object)
-        ds[str(labels.name)] = values
-        enc[str(labels.name)] = {"chunks": (record_chunk,)}
+        elif values.ndim == 2:
+            values = values.astype(np.float64)
+        values.encoding = {}
+        ds[str(extra.name)] = values
+        enc[str(extra.name)] = {
+            "chunks": tuple(
+                record_chunk if d == record_dim else int(values.sizes[d]) for d in values.dims
+            )
+        }
     for v in ds.variables.values():
         v.encoding = {}
     # strings as objects: Zarr v3 variable-length strings (fixed-width unicode has no v3 spec)
@@ -358,19 +412,22 @@ def write_input(
     ds.to_zarr(store, mode="w-", zarr_format=3, consolidated=False, encoding=enc)
 
 
-def _check_same_input(arr: xr.DataArray, store: str, labels: xr.DataArray | None = None) -> None:
+def _check_same_input(arr: xr.DataArray, store: str, beside: tuple[xr.DataArray, ...] = ()) -> None:
     """A retried release id must release the data of its first run: same dims and shape, and,
-    for in-memory data, the same values and group labels (lazy data is not read again to
-    compare)."""
+    for in-memory data, the same values and the same variables beside it (group labels, a
+    second variable; lazy data is not read again to compare)."""
     stored = xr.open_zarr(store, consolidated=False)
     copy = stored[str(arr.name)]
     same = copy.dims == arr.dims and copy.shape == arr.shape
     if same and arr.chunks is None:
         same = bool(np.array_equal(copy.values, np.asarray(arr.values, dtype=np.float64)))
-    if same and labels is not None:
-        name = str(labels.name)
-        same = name in stored.variables and bool(
-            np.array_equal(stored[name].values.astype(labels.dtype), labels.values)
+    for extra in beside:
+        name = str(extra.name)
+        same = (
+            same
+            and name in stored.variables
+            and stored[name].dims == extra.dims
+            and bool(np.array_equal(stored[name].values.astype(extra.dtype), extra.values))
         )
     if not same:
         raise ValueError(
@@ -422,7 +479,7 @@ def release_xarray(
     xarray.Dataset
         The opened release (:func:`mvg_dask.api.open_release`).
     """
-    arr = select_variable(obj, variable, _group_variable(fields))
+    arr = select_variable(obj, variable, _beside_variables(fields))
     # the whole plan is checked before anything is written
     planned = _plan_copy(
         obj, arr, directory, name, release_id, record_dim, feature_dim, record_chunk, fields
@@ -431,7 +488,7 @@ def release_xarray(
     api.performance_report_path(planned.output_store, performance_report)
     Path(directory).mkdir(parents=True, exist_ok=True)
     if Path(planned.input_store).exists():  # a retry of the same release id reuses its first copy
-        _check_same_input(arr, planned.input_store, planned.labels)
+        _check_same_input(arr, planned.input_store, planned.beside)
     else:
         write_input(
             arr,
@@ -439,7 +496,7 @@ def release_xarray(
             record_dim,
             feature_dim,
             planned.record_chunk,
-            planned.labels,
+            planned.beside,
         )
     result = api.release(
         planned.spec,

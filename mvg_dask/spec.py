@@ -376,13 +376,43 @@ class ColAllocationSpec(_Strict):
         return value
 
 
+class ColumnsSpec(_Strict):
+    """The column side of a two-variable cross-covariance ``X_rows Y_cols^T / N``: ``Y`` is
+    ``variable``, another variable of the input store along the same record dimension (same
+    name, same length); ``features`` are labels of its feature coordinate (positions when it
+    has none); ``box`` is its declared domain (scalars or one value per feature of ``Y``),
+    never computed from the data (docs/concepts/queries.md, "Cross-covariance")."""
+
+    variable: Annotated[str, Field(min_length=1)]
+    features: Annotated[list[FeatureLabel], Field(min_length=1)]
+    box: BoxSpec
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _labels(cls, value: object) -> object:
+        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
+            raise ValueError("feature labels are names (strings) or positions (integers)")
+        return value
+
+
 class CrossCovarianceSpec(_Strict):
     """The two groups of features of a cross-covariance ``X_rows X_cols^T / N``, and the
-    column side's precision allocation (absent: ``Psi = I``)."""
+    column side's precision allocation (absent: ``Psi = I``). ``cols`` is a list of the input
+    variable's features, or a :class:`ColumnsSpec` naming features of a second variable."""
 
     rows: Annotated[list[FeatureLabel], Field(min_length=1)]
-    cols: Annotated[list[FeatureLabel], Field(min_length=1)]
+    cols: Annotated[list[FeatureLabel], Field(min_length=1)] | ColumnsSpec
     col_allocation: ColAllocationSpec | None = None
+
+    @property
+    def col_labels(self) -> list[FeatureLabel]:
+        """The column features' labels (of the input variable, or of ``cols.variable``)."""
+        return self.cols.features if isinstance(self.cols, ColumnsSpec) else self.cols
+
+    @property
+    def col_variable(self) -> str | None:
+        """The second variable of a two-variable cross-covariance (``None``: one variable)."""
+        return self.cols.variable if isinstance(self.cols, ColumnsSpec) else None
 
     @field_validator("rows", "cols", mode="before")
     @classmethod
@@ -393,8 +423,7 @@ class CrossCovarianceSpec(_Strict):
 
     @model_validator(mode="after")
     def _distinct(self) -> CrossCovarianceSpec:
-        for name in ("rows", "cols"):
-            labels = getattr(self, name)
+        for name, labels in (("rows", self.rows), ("cols", self.col_labels)):
             if len(set(labels)) != len(labels):
                 raise ValueError(f"{name} repeat a feature")
         self._col_allocation_fits()
@@ -405,24 +434,21 @@ class CrossCovarianceSpec(_Strict):
         spec = self.col_allocation
         if spec is None:
             return
-        unknown = [label for label in spec.important or () if label not in self.cols]
+        cols = self.col_labels
+        unknown = [label for label in spec.important or () if label not in cols]
         if unknown:
             raise ValueError(
                 f"col_allocation.important: {unknown[0]!r} is not one of the cols "
-                f"({', '.join(map(str, self.cols))})"
+                f"({', '.join(map(str, cols))})"
             )
-        if (
-            spec.strategy == "binary"
-            and spec.share == 1
-            and len(spec.important or ()) < len(self.cols)
-        ):
+        if spec.strategy == "binary" and spec.share == 1 and len(spec.important or ()) < len(cols):
             raise ValueError(
                 "col_allocation.share: 1 leaves no precision for the other column features; "
                 "use a share below 1"
             )
-        if spec.theta is not None and len(spec.theta) != len(self.cols):
+        if spec.theta is not None and len(spec.theta) != len(cols):
             raise ValueError(
-                f"col_allocation.theta has {len(spec.theta)} shares for {len(self.cols)} cols"
+                f"col_allocation.theta has {len(spec.theta)} shares for {len(cols)} cols"
             )
 
 
@@ -597,6 +623,13 @@ class ReleaseSpec(_Strict):
         return None
 
     @property
+    def cols_variable(self) -> str | None:
+        """The second variable of a two-variable cross-covariance (``None`` otherwise)."""
+        if not isinstance(self.query, CrossCovarianceQuerySpec):
+            return None
+        return self.query.cross_covariance.col_variable
+
+    @property
     def regression_target(self) -> str | int | None:
         """The response feature of a regression release (``None`` for the other queries)."""
         return self.query.regression.target if isinstance(self.query, RegressionSpec) else None
@@ -667,6 +700,18 @@ class ReleaseSpec(_Strict):
             raise ValueError(
                 "query.cross-covariance.col_allocation: a column covariance Psi is calibrated "
                 f"exactly on A^-1 f B^-T; use mechanism.calibration: exact, not {mech.calibration}"
+            )
+        second = self.query.cross_covariance.col_variable
+        if second is not None and self.domain.box is None:
+            raise ValueError(
+                "domain: a two-variable cross-covariance takes a box for each variable "
+                "(domain.box for the input variable, query.cross-covariance.cols.box for "
+                f"{second!r}); an l2 ball over the stacked record is not offered"
+            )
+        if second is not None and second == self.input.variable:
+            raise ValueError(
+                f"query.cross-covariance.cols.variable: {second!r} is the input variable; "
+                "give its column features as a list, cols: [...]"
             )
         if self.privacy.neighbours == "add-remove" and self.privacy.records is None:
             raise ValueError(

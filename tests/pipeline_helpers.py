@@ -123,3 +123,28 @@ def equal_depth_chunks(records: int, features: int) -> tuple[int, int]:
             return by_depth[d], chunk
         by_depth[d] = chunk
     raise AssertionError("no two chunkings with the same depth")
+
+
+def add_second_variable(
+    store: str | Path,
+    Y: np.ndarray,
+    *,
+    name: str = "Y",
+    feature_dim: str = "target",
+    names: list[Any] | None = None,
+    chunk: int | None = None,
+    record_dim: str = "record",
+) -> str:
+    """Add a second ``M_Y x N`` variable (dims ``(feature_dim, record_dim)``, its own feature
+    coordinate unless ``names`` is ``[]``) to an input store written by :func:`make_input`
+    (a two-variable cross-covariance's ``Y``), with record chunks of ``chunk``."""
+    import xarray as xr
+
+    Y = np.asarray(Y)
+    labels = [f"g{i}" for i in range(Y.shape[0])] if names is None else names
+    coords = {feature_dim: np.asarray(labels, dtype=object)} if labels else {}
+    encoding = {name: {"chunks": (Y.shape[0], min(chunk or Y.shape[1], Y.shape[1]))}}
+    xr.Dataset({name: ((feature_dim, record_dim), Y)}, coords=coords).to_zarr(
+        str(store), mode="a", zarr_format=3, consolidated=False, encoding=encoding
+    )
+    return str(store)

@@ -58,7 +58,7 @@ from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import ReleaseResult, execute_release
 from mvg_dask.plan.release_plan import plan_release
 from mvg_dask.spec import ReleaseSpec, parse_spec, resolve_paths
-from tests.pipeline_helpers import add_group_variable, make_input
+from tests.pipeline_helpers import add_group_variable, add_second_variable, make_input
 
 M = 4
 CHUNK = 64
@@ -121,6 +121,9 @@ class Case:
     # a grouped release (group_by): "move" (integer labels: the replaced record also moves from
     # group 0 to group 1) or "drop" (string labels: it moves to an undeclared label, dropped)
     group: str = ""
+    # a two-variable cross-covariance (rows of X, cols of a second variable Y): the replaced
+    # record changes in Y only
+    second: bool = False
     route: str = ""  # a centered covariance's declared route ("" for the plain query)
 
     @property
@@ -133,6 +136,7 @@ class Case:
             + ([self.allocation] if self.allocation != "uniform" else [])
             + ([self.output] if self.output != "float64" else [])
             + ([f"group-{self.group}"] if self.group else [])
+            + (["two-variables"] if self.second else [])
             + ([self.route] if self.route else [])
         )
 
@@ -214,6 +218,8 @@ CASES: list[Case] = [
     Case("cross-covariance", "unimodal", "exact", "add-remove", N0, "l2"),
     # and its own column covariance Psi (col_allocation): the plan's col_variances, col_cov
     Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box", allocation="psi"),
+    # between two variables of one store: a record of Y changes, X does not
+    Case("cross-covariance", "unimodal", "exact", "replace-one", None, "box", second=True),
     # grouped releases: the replaced record moves to another group, or out of the declared ones
     Case("centered-covariance", "symmetric", "exact", "replace-one", None, "box", group="move"),
     Case("regression", "symmetric", "exact", "replace-one", None, "l2", group="drop"),
@@ -238,13 +244,32 @@ def base_data(domain: str) -> np.ndarray:
 
 
 def neighbouring_pair(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """The worst-case pair ``(A, B)`` of the case's neighbour relation."""
+    """The worst-case pair ``(A, B)`` of the case's neighbour relation (a two-variable case:
+    the same ``X``; its ``Y`` differs, :func:`second_pair`)."""
     a = base_data(case.domain)
+    if case.second:
+        return a, a
     if case.neighbours == "replace-one":
         b = a.copy()
         b[:, REPLACED] = OUTSIDE
         return a, b
     return a, np.concatenate([a, OUTSIDE[:, None]], axis=1)
+
+
+#: the second variable ``Y`` of a two-variable case: 3 features in [-2, 2], the replaced record
+#: moved outside (clipped)
+Y_BOX = {"lower": -2.0, "upper": 2.0}
+Y_OUTSIDE = np.array([5.0, -5.0, 5.0])
+
+
+def second_pair(case: Case) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``Y`` of A and B (``None``: one variable): B's record ``REPLACED`` changes in ``Y``."""
+    if not case.second:
+        return None, None
+    a = np.random.default_rng(11).uniform(-1.9, 1.9, (3, RECORDS))
+    b = a.copy()
+    b[:, REPLACED] = Y_OUTSIDE
+    return a, b
 
 
 GROUP_LABELS = {"move": [0, 1, 2], "drop": ["a", "b", "c"]}
@@ -319,7 +344,11 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
 
 
 def _cross_query(case: Case) -> dict[str, Any]:
-    """:data:`CROSS_QUERY`, with a binary column allocation for the ``psi`` case."""
+    """:data:`CROSS_QUERY`, with a binary column allocation for the ``psi`` case; a
+    two-variable case's columns are features of ``Y``."""
+    if case.second:
+        cols = {"variable": "Y", "features": ["g2", "g0"], "box": Y_BOX}
+        return {"cross-covariance": {"rows": ["f0", "f2"], "cols": cols}}
     if case.allocation != "psi":
         return CROSS_QUERY
     col = {"strategy": "binary", "important": ["f3"], "share": 0.6}
@@ -331,13 +360,17 @@ def write_directions(root: Path) -> None:
     np.save(root / "directions.npy", W)
 
 
-def put_input(root: Path, X: np.ndarray, labels: np.ndarray | None = None) -> None:
+def put_input(
+    root: Path, X: np.ndarray, labels: np.ndarray | None = None, Y: np.ndarray | None = None
+) -> None:
     """(Re)write the input at the one input path both releases of a pair read (with the group
-    variable ``site`` of a grouped case)."""
+    variable ``site`` of a grouped case, the second variable ``Y`` of a two-variable case)."""
     shutil.rmtree(root / "input.zarr", ignore_errors=True)
     make_input(root / "input.zarr", X, chunk=CHUNK)
     if labels is not None:
         add_group_variable(root / "input.zarr", labels)
+    if Y is not None:
+        add_second_variable(root / "input.zarr", Y, chunk=CHUNK)
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -415,16 +448,17 @@ def release_once(
     caplog: pytest.LogCaptureFixture,
     tag: str,
     labels: np.ndarray | None = None,
+    Y: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Release ``X`` (with its group ``labels``) with the case's spec; move the output to
-    ``root/tag.zarr``."""
-    put_input(root, X.astype(np.float32) if case.output == "float32-zstd" else X, labels)
+    """Release ``X`` (with its group ``labels``, its second variable ``Y``) with the case's
+    spec; move the output to ``root/tag.zarr``."""
+    put_input(root, X.astype(np.float32) if case.output == "float32-zstd" else X, labels, Y)
     raw = spec_for(case, root)
     spec: ReleaseSpec = resolve_paths(parse_spec(raw), root)
     dry = api.dry_run(raw).public_dict()
     rplan = plan_release(
         spec,
-        read_input_metadata(spec.input),
+        read_input_metadata(spec.input, cols_variable=spec.cols_variable),
         directions_matrix=load_directions_matrix(spec),
         created=CREATED,
     )
@@ -448,8 +482,9 @@ def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) ->
     write_directions(tmp_path)
     A, B = neighbouring_pair(case)
     la, lb = group_labels(case)
-    ra = release_once(case, tmp_path, A, client, caplog, "a", la)
-    rb = release_once(case, tmp_path, B, client, caplog, "b", lb)
+    ya, yb = second_pair(case)
+    ra = release_once(case, tmp_path, A, client, caplog, "a", la, ya)
+    rb = release_once(case, tmp_path, B, client, caplog, "b", lb, yb)
     differing = assert_same_except_noisy(
         tmp_path / "a.zarr", tmp_path / "b.zarr", noisy_variables(case)
     )

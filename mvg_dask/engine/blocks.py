@@ -45,6 +45,8 @@ class Clipper:
         forms their Gram matrix (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
     centre : ndarray or None
         ``c`` of a moment query (``None``: no shift).
+    box_field : str
+        The spec field(s) that declare the box, for the error message.
     """
 
     kind: str
@@ -54,6 +56,7 @@ class Clipper:
     on_violation: str
     augment: bool = False
     centre: np.ndarray | None = None
+    box_field: str = "domain.box"
 
     def __call__(self, block: np.ndarray, start: int) -> tuple[np.ndarray, int]:
         """Return the block inside the domain (float64) and the number of clipped values.
@@ -84,7 +87,8 @@ class Clipper:
             if self.on_violation == "error":
                 raise DataError(
                     f"{count} values of records {start}..{stop - 1} lie outside the declared "
-                    "domain box; fix the data, widen domain.box, or set domain.on_violation: clip"
+                    f"domain box; fix the data, widen {self.box_field}, or set "
+                    "domain.on_violation: clip"
                 )
             return np.clip(x, self.lower, self.upper), count
         assert self.radius is not None
@@ -169,6 +173,30 @@ class ZarrMatrix:
             arr[start:stop, :] = values.T
         else:
             arr[:, start:stop] = values
+
+
+@dataclass(frozen=True)
+class StackedMatrix:
+    """Two variables of one store along the same record dimension, read by record ranges as
+    one ``(M + M_Y) x b`` block ``[X_b; Y_b]`` (a two-variable cross-covariance's Gram pass;
+    docs/concepts/queries.md, "Cross-covariance").
+
+    Attributes
+    ----------
+    first, second : ZarrMatrix
+        ``X`` (the input variable) and ``Y``.
+    """
+
+    first: ZarrMatrix
+    second: ZarrMatrix
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Records ``[start, stop)`` of both variables, stacked (a fresh float64 buffer)."""
+        x, y = self.first.read(start, stop), self.second.read(start, stop)
+        out = np.empty((x.shape[0] + y.shape[0], x.shape[1]), dtype=np.float64)
+        out[: x.shape[0]] = x
+        out[x.shape[0] :] = y
+        return out
 
 
 @dataclass(frozen=True)
@@ -450,7 +478,7 @@ def gram_task(
     start: int,
     stop: int,
     *,
-    source: ZarrMatrix,
+    source: ZarrMatrix | StackedMatrix,
     clipper: Clipper,
     step: int | None = None,
     labels: ZarrLabels | None = None,
@@ -462,6 +490,8 @@ def gram_task(
     accumulator, never the whole range. With ``labels`` (a grouped release) the partial is the
     stack of the groups' augmented Gram matrices (:func:`grouped_gram`), and the records whose
     label is not declared are dropped and counted with the clipped values (curator side).
+    With a :class:`StackedMatrix` source (a two-variable cross-covariance) each chunk is the
+    stacked ``[X_b; Y_b]``, checked and clipped against the stacked box.
     """
     step = stop - start if step is None else step
     total: np.ndarray | None = None

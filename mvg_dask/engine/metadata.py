@@ -37,7 +37,9 @@ def array_dims(arr: Any) -> tuple[str, ...] | None:
     return None if names is None else tuple(str(n) for n in names)
 
 
-def read_input_metadata(inp: InputSpec, group_by: GroupBySpec | None = None) -> InputMetadata:
+def read_input_metadata(
+    inp: InputSpec, group_by: GroupBySpec | None = None, cols_variable: str | None = None
+) -> InputMetadata:
     """Open the input's metadata and check the variable (no chunk is read).
 
     Parameters
@@ -46,6 +48,10 @@ def read_input_metadata(inp: InputSpec, group_by: GroupBySpec | None = None) -> 
         The spec's input section.
     group_by : GroupBySpec, optional
         The spec's ``group_by``: its variable is checked too (:func:`check_group_variable`).
+    cols_variable : str, optional
+        The second variable of a two-variable cross-covariance
+        (:attr:`~mvg_dask.spec.ReleaseSpec.cols_variable`): read and checked too
+        (:func:`second_variable_metadata`), as the result's ``cols_input``.
 
     Returns
     -------
@@ -90,12 +96,12 @@ def read_input_metadata(inp: InputSpec, group_by: GroupBySpec | None = None) -> 
     axis = dims.index(inp.record_dim)
     if group_by is not None:
         check_group_variable(group_by, inp, arrays, dims_of, shape[axis])
-    names = None
-    feat = arrays.get(inp.feature_dim)
-    m = shape[1 - axis]
-    if feat is not None and inp.feature_dim in coords and feat.shape == (m,):
-        if m <= MAX_FEATURE_NAMES:
-            names = tuple(np.asarray(feat[...]).tolist())
+    names = _feature_names(arrays, coords, inp.feature_dim, shape[1 - axis])
+    second = None
+    if cols_variable is not None:
+        second = second_variable_metadata(
+            inp, cols_variable, arrays, dims_of, coords, (shape[axis], int(arr.chunks[axis]))
+        )
     return InputMetadata(
         store=store,
         variable=inp.variable,
@@ -106,6 +112,89 @@ def read_input_metadata(inp: InputSpec, group_by: GroupBySpec | None = None) -> 
         dtype=str(dtype),
         record_chunk=int(arr.chunks[axis]),
         feature_names=names,
+        storage_options=inp.storage_options,
+        cols_input=second,
+    )
+
+
+def _feature_names(
+    arrays: dict[str, Any], coords: set[str], feature_dim: str, m: int
+) -> tuple[Any, ...] | None:
+    """The values of the feature coordinate ``feature_dim`` (``None``: none, or too many)."""
+    feat = arrays.get(feature_dim)
+    if feat is None or feature_dim not in coords or feat.shape != (m,) or m > MAX_FEATURE_NAMES:
+        return None
+    return tuple(np.asarray(feat[...]).tolist())
+
+
+def second_variable_metadata(
+    inp: InputSpec,
+    name: str,
+    arrays: dict[str, Any],
+    dims_of: dict[str, tuple[str, ...] | None],
+    coords: set[str],
+    records: tuple[int, int],
+) -> InputMetadata:
+    """The metadata of the second variable ``Y`` of a two-variable cross-covariance: a 2-D real
+    variable of the input store with the input's record dimension (same name, same length);
+    its other dimension is its feature dimension (metadata only; its record chunking may
+    differ from the input's: it is read by the input's record ranges).
+
+    Parameters
+    ----------
+    inp : InputSpec
+        The spec's input section.
+    name : str
+        ``query.cross-covariance.cols.variable``.
+    arrays, dims_of, coords : dict, dict, set
+        The store's arrays, their dimension names and its coordinate variables.
+    records : tuple of int
+        The input's record count and record chunk.
+
+    Returns
+    -------
+    InputMetadata
+        ``Y``'s metadata.
+
+    Raises
+    ------
+    DataError
+        Naming ``query.cross-covariance.cols.variable`` and what is wrong.
+    """
+    field = "query.cross-covariance.cols.variable"
+    if name not in arrays or name in coords:
+        have = ", ".join(sorted(n for n in arrays if n not in coords and n != inp.variable))
+        raise DataError(
+            f"{field}: {name!r} is not a variable of {inp.store} (other variables: "
+            f"{have or 'none'})"
+        )
+    arr, dims = arrays[name], dims_of[name] or ()
+    if len(dims) != 2 or inp.record_dim not in dims or dims[0] == dims[1]:
+        raise DataError(
+            f"{field}: {name!r} has dims {dims}; a second variable has two dims, one of them "
+            f"the input's record dimension {inp.record_dim!r}"
+        )
+    axis = dims.index(inp.record_dim)
+    if int(arr.shape[axis]) != records[0]:
+        raise DataError(
+            f"{field}: {name!r} has {int(arr.shape[axis])} records along {inp.record_dim!r}, "
+            f"the input variable {inp.variable!r} has {records[0]}; both need the same records"
+        )
+    dtype = np.dtype(arr.dtype)
+    if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
+        raise DataError(f"{field}: {name!r} has dtype {dtype}; need real numbers")
+    feature_dim = dims[1 - axis]
+    shape = (int(arr.shape[0]), int(arr.shape[1]))
+    return InputMetadata(
+        store=inp.store,
+        variable=name,
+        record_dim=inp.record_dim,
+        feature_dim=feature_dim,
+        dims=(dims[0], dims[1]),
+        shape=shape,
+        dtype=str(dtype),
+        record_chunk=int(arr.chunks[axis]),
+        feature_names=_feature_names(arrays, coords, feature_dim, shape[1 - axis]),
         storage_options=inp.storage_options,
     )
 

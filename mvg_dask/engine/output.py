@@ -42,7 +42,7 @@ from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.covariance import Diagonal, LowRank
 from mvg_dask.plan.noise_plan import NoisePlan
-from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
+from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
     CENTRE,
@@ -292,16 +292,37 @@ def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
 def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
     """A cross-covariance's coordinates: its row and column labels (positions when the input
     has no feature coordinate), the row labels on the noise matrices' second dimension too."""
-    names = rplan.input.feature_names
-    labels = list(range(rplan.input.features)) if names is None else list(names)
-    kind = object if isinstance(labels[0], str) else None
-    rows = np.asarray([labels[i] for i in rplan.query.rows], dtype=kind)  # type: ignore[attr-defined]
-    cols = np.asarray([labels[i] for i in rplan.query.cols], dtype=kind)  # type: ignore[attr-defined]
+    labels = _labels(rplan.input)
+    second = rplan.input.cols_input
+    if second is not None:  # the stacked record [x; y]: Y's labels after X's
+        labels += _second_labels(labels, second)
+    rows = _label_array([labels[i] for i in rplan.query.rows])  # type: ignore[attr-defined]
+    cols = _label_array([labels[i] for i in rplan.query.cols])  # type: ignore[attr-defined]
     row_dim, col_dim = dims_for(rplan.input.feature_dim)
     coords = {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
     if rplan.query.column_noise_variances is not None:  # col_cov's second dimension
         coords[cross_col_noise_dims(rplan.input.feature_dim)[1]] = cols
     return coords
+
+
+def _labels(inp: InputMetadata) -> list[Any]:
+    """A variable's feature labels: its coordinate's values, or positions."""
+    return list(range(inp.features)) if inp.feature_names is None else list(inp.feature_names)
+
+
+def _second_labels(first: list[Any], second: InputMetadata) -> list[Any]:
+    """The second variable's feature labels as output coordinates: its own, or all of them
+    prefixed ``"<Y>/"`` when one of them is also a label of the input variable (so a row and a
+    column label never read as the same feature)."""
+    own = _labels(second)
+    if set(own) & set(first):
+        return [f"{second.variable}/{label}" for label in own]
+    return own
+
+
+def _label_array(labels: list[Any]) -> np.ndarray:
+    """Labels as a coordinate (strings as objects: Zarr v3 variable-length strings)."""
+    return np.asarray(labels, dtype=object if isinstance(labels[0], str) else None)
 
 
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:

@@ -78,6 +78,13 @@ def _query_text(rplan: ReleasePlan) -> str:
         m_a, m_b = rplan.query.shape
         norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
         text = f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
+        second = rplan.input.cols_input
+        if second is not None:
+            text = (
+                f"cross-covariance X_rows Y_cols^T / N ({m_a} x {m_b}): rows of "
+                f"{rplan.input.variable!r} ({m} features), cols of {second.variable!r} "
+                f"({second.features} features, read beside it by record range), {norm}"
+            )
         psi = rplan.query.column_noise_variances
         if psi is None:
             return text

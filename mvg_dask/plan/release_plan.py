@@ -60,6 +60,7 @@ from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
     MOMENT_QUERY_KINDS,
+    ColumnsSpec,
     CrossCovarianceQuerySpec,
     CrossCovarianceSpec,
     ReleaseSpec,
@@ -143,6 +144,10 @@ class InputMetadata:
         Values of the feature coordinate, when the store has one.
     storage_options : dict or None
         fsspec options (never serialised: they may hold credentials).
+    cols_input : InputMetadata or None
+        The second variable ``Y`` of a two-variable cross-covariance (same store, same record
+        dimension and count): the Gram pass stacks its records under the input's,
+        ``[X_b; Y_b]`` (docs/concepts/queries.md, "Cross-covariance"); ``None``: one variable.
     """
 
     store: str
@@ -155,6 +160,13 @@ class InputMetadata:
     record_chunk: int
     feature_names: tuple[Any, ...] | None = None
     storage_options: dict[str, Any] | None = field(default=None, compare=False)
+    cols_input: InputMetadata | None = None
+
+    @property
+    def stacked_features(self) -> int:
+        """The features of the Gram pass's record: ``M``, or ``M + M_Y`` with a second
+        variable."""
+        return self.features + (0 if self.cols_input is None else self.cols_input.features)
 
     @property
     def records_first(self) -> bool:
@@ -173,8 +185,9 @@ class InputMetadata:
 
     @property
     def nbytes(self) -> int:
-        """The stored array's size in bytes (uncompressed)."""
-        return self.shape[0] * self.shape[1] * np.dtype(self.dtype).itemsize
+        """The stored array's size in bytes (uncompressed; with ``cols_input``'s)."""
+        own = self.shape[0] * self.shape[1] * np.dtype(self.dtype).itemsize
+        return own + (0 if self.cols_input is None else self.cols_input.nbytes)
 
     def record_ranges(self) -> list[tuple[int, int]]:
         """One ``[start, stop)`` record range per stored chunk: the release's task grid."""
@@ -211,8 +224,8 @@ class InputMetadata:
         return max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (without storage options)."""
-        return {
+        """JSON-ready form (without storage options; ``cols_input`` only when there is one)."""
+        out = {
             "store": self.store,
             "variable": self.variable,
             "record_dim": self.record_dim,
@@ -226,6 +239,9 @@ class InputMetadata:
             "record_chunk": self.record_chunk,
             "feature_names": None if self.feature_names is None else list(self.feature_names),
         }
+        if self.cols_input is not None:
+            out["cols_input"] = self.cols_input.to_dict()
+        return out
 
     @classmethod
     def from_dict(
@@ -233,6 +249,7 @@ class InputMetadata:
     ) -> InputMetadata:
         """Inverse of :meth:`to_dict`."""
         names = data.get("feature_names")
+        second = data.get("cols_input")
         return cls(
             store=data["store"],
             variable=data["variable"],
@@ -244,6 +261,7 @@ class InputMetadata:
             record_chunk=int(data["record_chunk"]),
             feature_names=None if names is None else tuple(names),
             storage_options=storage_options,
+            cols_input=None if second is None else cls.from_dict(second, storage_options),
         )
 
 
@@ -298,10 +316,9 @@ class ReleasePlan:
     lattice_context : LatticeContext or None
         How the engine sums the query, for the float-error bound of a lattice release.
     stages : tuple of str
-        The passes the engine runs, in order (:mod:`mvg_dask.plan.stages`): implied by the
-        other fields (filled in when not given, checked when given).
+        The passes the engine runs, in order (:mod:`mvg_dask.plan.stages`), implied by the rest.
     mean_first : MeanStep or None
-        A centered covariance by the mean-first route: its mean step (docs/bounds.md Sec. 14).
+        The mean step of a centered covariance by the mean first (docs/bounds.md Sec. 14).
     """
 
     release_id: str
@@ -401,9 +418,8 @@ class ReleasePlan:
 
     # -- serialisation -----------------------------------------------------------------------
     def public_noise_dict(self) -> dict[str, Any]:
-        """The noise plan as published: for DP-PCA releases the pending (data-independent) form,
-        whose direction-dependent fields are ``null`` (the directions are noisy data variables
-        of the output, never attributes); the mean-first route's likewise."""
+        """The noise plan as published: for DP-PCA (mean-first) releases the pending form, its
+        direction- (centre-) dependent fields ``null`` (noisy data variables, not attributes)."""
         if self.mean_first is not None:
             return mean_first_public_dict(self)
         if self.dp_pca is None:
@@ -465,6 +481,8 @@ class ReleasePlan:
         out.pop("resolved", None)
         if self.neighbours == "add-remove":
             out["input"] = {**out["input"], "records": None, "shape": None}
+            if "cols_input" in out["input"]:
+                out["input"]["cols_input"] |= {"records": None, "shape": None}
         return out
 
     @classmethod
@@ -632,8 +650,15 @@ def plan_summary(rplan: ReleasePlan) -> str:
     """
     inp = rplan.input
     records = "?" if rplan.neighbours == "add-remove" else str(inp.records)
+    second = inp.cols_input
+    variables = (
+        ""
+        if second is None
+        else f" variables {inp.variable!r} ({inp.features} features) and {second.variable!r} "
+        f"({second.features} features),"
+    )
     head = (
-        f"release {rplan.release_id}: {rplan.query.kind} of {inp.store} "
+        f"release {rplan.release_id}: {rplan.query.kind} of {inp.store}{variables} "
         f"({inp.features} features x {records} records) -> {rplan.output_store}"
     )
     declared = rplan.declared_bounds_text()
@@ -729,14 +754,26 @@ def new_release_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _domain(spec: ReleaseSpec, m: int) -> RecordDomain:
+def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
+    """The declared record domain; with a second variable ``Y``, the box of the stacked
+    record ``[x; y]``: the input's box, then ``Y``'s (``query.cross-covariance.cols.box``)."""
+    m = metadata.features
     try:
-        if spec.domain.box is not None:
-            return BoxDomain.create(spec.domain.box.lower, spec.domain.box.upper, m)
-        assert spec.domain.l2_norm is not None
-        return L2BallDomain(spec.domain.l2_norm, m)
+        if spec.domain.box is None:
+            assert spec.domain.l2_norm is not None
+            return L2BallDomain(spec.domain.l2_norm, m)
+        x = BoxDomain.create(spec.domain.box.lower, spec.domain.box.upper, m)
     except ValueError as exc:
         raise DataError(f"domain: {exc}") from None
+    if metadata.cols_input is None:
+        return x
+    cols = spec.query.cross_covariance.cols  # type: ignore[union-attr]
+    assert isinstance(cols, ColumnsSpec)
+    try:
+        y = BoxDomain.create(cols.box.lower, cols.box.upper, metadata.cols_input.features)
+    except ValueError as exc:
+        raise DataError(f"query.cross-covariance.cols.box: {exc}") from None
+    return BoxDomain(np.concatenate([x.lower, y.lower]), np.concatenate([x.upper, y.upper]))
 
 
 def _fixed_directions(
@@ -878,7 +915,7 @@ def plan_release(
     rid = release_id or spec.release_id or new_release_id(spec.name)
     m = metadata.features
     matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
-    domain = _domain(spec, m)
+    domain = _domain(spec, metadata)
     query = _query(spec, metadata, domain)
     mech, privacy = spec.mechanism, spec.privacy
     a = mech.allocation
@@ -1014,7 +1051,7 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
         query = make_query(
             kind,
             **{
-                "features": metadata.features,
+                "features": metadata.stacked_features,  # [x; y] with a second variable
                 "records": (privacy.records or 1) if private_count else metadata.records,
                 "sensitivity": mech.sensitivity,
                 "gamma": mech.gamma,
@@ -1034,32 +1071,45 @@ def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> 
 
 def _query_features(spec: ReleaseSpec, metadata: InputMetadata) -> dict[str, Any]:
     """The feature positions a query names (a cross-covariance's ``rows`` and ``cols``): labels
-    of the input's feature coordinate, or positions when it has none (metadata only)."""
+    of the input's feature coordinate, or positions when it has none (metadata only). The
+    ``cols`` of a second variable ``Y`` are its labels, as positions of the stacked record
+    ``[x; y]`` (after the input's ``M`` features)."""
     if not isinstance(spec.query, CrossCovarianceQuerySpec):
         return {}
-    names = metadata.feature_names
-    out: dict[str, Any] = {}
-    for side in ("rows", "cols"):
-        positions = []
-        for label in getattr(spec.query.cross_covariance, side):
-            if names is not None:
-                found = [i for i, n in enumerate(names) if n == label]
-                if not found:
-                    raise DataError(
-                        f"query.cross-covariance.{side}: {label!r} is not a value of the input's "
-                        f"feature coordinate {metadata.feature_dim!r}"
-                    )
-                positions.append(found[0])
-            elif isinstance(label, int) and 0 <= label < metadata.features:
-                positions.append(label)
-            else:
-                raise DataError(
-                    f"query.cross-covariance.{side}: the input has no feature coordinate, so a "
-                    f"feature is its position 0..{metadata.features - 1}, not {label!r}"
-                )
-        out[side] = tuple(positions)
-    out["col_variances"] = _col_variances(spec.query.cross_covariance)
+    cross = spec.query.cross_covariance
+    second = metadata.cols_input
+    out: dict[str, Any] = {"rows": _positions("rows", cross.rows, metadata)}
+    if second is None:
+        out["cols"] = _positions("cols", cross.col_labels, metadata)
+    else:
+        found = _positions("cols.features", cross.col_labels, second)
+        out["cols"] = tuple(metadata.features + i for i in found)
+    out["col_variances"] = _col_variances(cross)
     return out
+
+
+def _positions(side: str, labels: list[Any], metadata: InputMetadata) -> tuple[int, ...]:
+    """The positions of ``labels`` among a variable's features (its coordinate's values, or
+    positions when it has none), or a one-line error naming the query field."""
+    names, field = metadata.feature_names, f"query.cross-covariance.{side}"
+    positions = []
+    for label in labels:
+        if names is not None:
+            found = [i for i, n in enumerate(names) if n == label]
+            if not found:
+                raise DataError(
+                    f"{field}: {label!r} is not a value of the feature coordinate "
+                    f"{metadata.feature_dim!r} of {metadata.variable!r}"
+                )
+            positions.append(found[0])
+        elif isinstance(label, int) and 0 <= label < metadata.features:
+            positions.append(label)
+        else:
+            raise DataError(
+                f"{field}: {metadata.variable!r} has no feature coordinate, so a feature is "
+                f"its position 0..{metadata.features - 1}, not {label!r}"
+            )
+    return tuple(positions)
 
 
 def _col_variances(cross: CrossCovarianceSpec) -> tuple[float, ...] | None:
@@ -1069,11 +1119,11 @@ def _col_variances(cross: CrossCovarianceSpec) -> tuple[float, ...] | None:
     spec = cross.col_allocation
     if spec is None or spec.strategy == "uniform":
         return None
-    m_b = len(cross.cols)
+    m_b = len(cross.col_labels)
     if spec.strategy == "custom":
         assert spec.theta is not None
         return column_variances(np.asarray(spec.theta, dtype=np.float64))
-    important = [cross.cols.index(label) for label in spec.important or ()]
+    important = [cross.col_labels.index(label) for label in spec.important or ()]
     share = 0.8 if spec.share is None else spec.share
     return column_variances(allocation.binary(m_b, important, share))
 

@@ -2,11 +2,14 @@
 
 Run: ``.venv/bin/python -m tests.benchmarks.bench_centered [--trials 200]``
 
-For records uniform in ``[0, 1]^m`` (seeded), at the same ``(epsilon, delta)``:
+For records uniform in ``[0, w]^m`` (seeded; ``--widths``, default 1), at the same
+``(epsilon, delta)``:
 
 * **moment**: the product's ``centered-covariance`` release, the second moment of
-  ``[x - c; 1]`` about the box's centre ``c`` (symmetric noise, standard directions, exact
-  calibration), ``covariance = M_xx - m m^T``;
+  ``[x - c; s]`` about the box's centre ``c`` with the plan's constant ``s``
+  (:func:`~mvg_dask.privacy.sensitivity.augmented_scale`; symmetric noise, standard directions,
+  exact calibration), ``covariance = M_xx - u u^T``, ``u = M[:m, m] / s``; and the same with
+  the constant ``1`` (column ``s=1``), what the scale buys;
 * **separate**: the covariance ``X X^T / N`` released by the product (the same mechanism) and
   the mean by the Gaussian mechanism (L2 sensitivity ``||hi - lo|| / N`` under replace-one),
   composed in Gaussian DP (``mu^2 = mu_cov^2 + mu_mean^2``), then ``X X^T / N - m m^T``. The
@@ -34,6 +37,7 @@ from mvg_dask.plan import BoxDomain, build_noise_plan
 from mvg_dask.plan.queries import CenteredCovarianceQuery, CovarianceQuery
 from mvg_dask.plan.queries.moment import centered_from_moment
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.sensitivity import augmented_scale
 
 SPLITS = np.linspace(0.1, 0.9, 9)  # the covariance's share of mu^2 in the separate releases
 
@@ -43,12 +47,14 @@ def epsilon_for_mu(mu: float, delta: float) -> float:
     return float(brentq(lambda e: cal.analytic_gaussian_mu(e, delta) - mu, 1e-9, 1e4, xtol=1e-13))
 
 
-def moment_error(X: np.ndarray, epsilon: float, delta: float, trials: int) -> float:
-    """RMS Frobenius error of the moment release's covariance."""
+def moment_error(
+    X: np.ndarray, width: float, epsilon: float, delta: float, trials: int, scale: float
+) -> float:
+    """RMS Frobenius error of the moment release's covariance, constant ``scale``."""
     m, n = X.shape
-    box = BoxDomain.create(0.0, 1.0, m)
-    c = np.full(m, 0.5)  # the box's centre, as the release plans it
-    query = CenteredCovarianceQuery(m + 1, n, centre=tuple(c))
+    box = BoxDomain.create(0.0, width, m)
+    c = np.full(m, width / 2)  # the box's centre, as the release plans it
+    query = CenteredCovarianceQuery(m + 1, n, centre=tuple(c), scale=scale)
     plan = build_noise_plan(
         query,
         query.record_domain(box),
@@ -56,19 +62,21 @@ def moment_error(X: np.ndarray, epsilon: float, delta: float, trials: int) -> fl
         delta=delta,
         algorithm="symmetric",
     )
-    Z = np.vstack([X, np.ones(n)])
     truth = np.cov(X, bias=True)
-    M = Z @ Z.T / n
+    M = query.partial(X) / n
     err = [
-        centered_from_moment(M + plan.draw(NoiseKey.from_seed(t)))[1] - truth for t in range(trials)
+        centered_from_moment(M + plan.draw(NoiseKey.from_seed(t)), c, scale)[1] - truth
+        for t in range(trials)
     ]
     return float(np.sqrt(np.mean([np.sum(e * e) for e in err])))
 
 
-def separate_error(X: np.ndarray, epsilon: float, delta: float, trials: int) -> tuple[float, float]:
+def separate_error(
+    X: np.ndarray, width: float, epsilon: float, delta: float, trials: int
+) -> tuple[float, float]:
     """RMS Frobenius error of ``X X^T / N - m m^T`` from two releases, at the best split."""
     m, n = X.shape
-    box = BoxDomain.create(0.0, 1.0, m)
+    box = BoxDomain.create(0.0, width, m)
     mu = cal.analytic_gaussian_mu(epsilon, delta)
     G = X @ X.T / n
     mean = X.mean(axis=1)
@@ -83,7 +91,7 @@ def separate_error(X: np.ndarray, epsilon: float, delta: float, trials: int) -> 
             delta=delta,
             algorithm="symmetric",
         )
-        sigma_mean = math.sqrt(m) / n / mu_mean  # ||hi - lo|| / N over mu
+        sigma_mean = width * math.sqrt(m) / n / mu_mean  # ||hi - lo|| / N over mu
         sq = []
         for t in range(trials):
             noisy_mean = mean + sigma_mean * np.random.default_rng(t).standard_normal(m)
@@ -100,22 +108,29 @@ def main() -> None:
     p.add_argument("--records", default="1000,100000")
     p.add_argument("--epsilons", default="0.1,1")
     p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--widths", default="1", help="box widths w of [0, w]^m, comma-separated")
     args = p.parse_args()
     print(
         f"RMS Frobenius error of the centered covariance, {args.trials} trials, delta {args.delta}"
     )
-    print(f"{'m':>4} {'N':>7} {'eps':>5} {'moment':>10} {'separate':>10} {'split':>6} {'ratio':>6}")
-    for m in map(int, args.features.split(",")):
-        for n in map(int, args.records.split(",")):
-            X = np.random.default_rng(m * 7919 + n).uniform(0.0, 1.0, (m, n))
-            for eps in map(float, args.epsilons.split(",")):
-                one = moment_error(X, eps, args.delta, args.trials)
-                two, share = separate_error(X, eps, args.delta, args.trials)
-                print(
-                    f"{m:>4} {n:>7} {eps:>5g} {one:>10.3e} {two:>10.3e} {share:>6.1f} "
-                    f"{one / two:>6.2f}",
-                    flush=True,
-                )
+    head = f"{'w':>5} {'m':>4} {'N':>7} {'eps':>5} {'s':>7} {'moment':>10} {'s=1':>10}"
+    print(f"{head} {'separate':>10} {'split':>6} {'ratio':>6} {'s=1 / s':>8}")
+    for width in map(float, args.widths.split(",")):
+        for m in map(int, args.features.split(",")):
+            scale = augmented_scale(m * width * width / 4, m)
+            for n in map(int, args.records.split(",")):
+                rng = np.random.default_rng(m * 7919 + n)
+                X = width * rng.uniform(0.0, 1.0, (m, n))
+                for eps in map(float, args.epsilons.split(",")):
+                    one = moment_error(X, width, eps, args.delta, args.trials, scale)
+                    unit = moment_error(X, width, eps, args.delta, args.trials, 1.0)
+                    two, share = separate_error(X, width, eps, args.delta, args.trials)
+                    print(
+                        f"{width:>5g} {m:>4} {n:>7} {eps:>5g} {scale:>7g} {one:>10.3e} "
+                        f"{unit:>10.3e} {two:>10.3e} {share:>6.1f} {one / two:>6.2f} "
+                        f"{unit / one:>8.2f}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, ZarrLabels, ZarrMatrix
+from mvg_dask.engine.blocks import Clipper, StackedMatrix, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain
@@ -101,7 +101,10 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     centre = getattr(rplan.query, "centre_vector", None)
     if isinstance(d, BoxDomain):
         lo, hi = d.lower[:, None], d.upper[:, None]
-        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre)
+        field = "domain.box"
+        if rplan.input.cols_input is not None:  # the stacked record [x; y]
+            field = "domain.box or query.cross-covariance.cols.box"
+        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre, field)
     return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre)
 
 
@@ -109,6 +112,16 @@ def source_of(rplan: ReleasePlan) -> ZarrMatrix:
     """The plan's input, as the tasks read it."""
     inp = rplan.input
     return ZarrMatrix(inp.store, inp.variable, inp.records_first, inp.storage_options)
+
+
+def gram_source_of(rplan: ReleasePlan) -> ZarrMatrix | StackedMatrix:
+    """What the Gram pass reads: the plan's input, or with a second variable ``Y`` (a
+    two-variable cross-covariance) both, stacked ``[X_b; Y_b]`` per record range."""
+    second = rplan.input.cols_input
+    if second is None:
+        return source_of(rplan)
+    y = ZarrMatrix(second.store, second.variable, second.records_first, second.storage_options)
+    return StackedMatrix(source_of(rplan), y)
 
 
 def labels_of(rplan: ReleasePlan) -> ZarrLabels | None:

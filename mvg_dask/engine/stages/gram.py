@@ -14,8 +14,8 @@ from mvg_dask.engine.stages.context import (
     GramPass,
     RunContext,
     clipper_for,
+    gram_source_of,
     labels_of,
-    source_of,
 )
 from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
 
@@ -82,7 +82,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     """
     client = ctx.client
     ranges = rplan.input.gram_ranges()
-    m = rplan.input.features
+    m = rplan.input.stacked_features  # [x; y] with a second variable
     # a grouped release's partials stack one matrix per group
     on_client = rplan.query.group_count * m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
     places = [None] * len(ranges) if on_client else homes(client, len(ranges))
@@ -98,7 +98,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
             gram_task,
             starts,
             stops,
-            source=source_of(rplan),
+            source=gram_source_of(rplan),
             clipper=clipper_for(rplan) if clipper is None else clipper,
             step=rplan.input.record_chunk,
             labels=labels_of(rplan),
