@@ -53,6 +53,9 @@ def _meta(records: int, features: int, chunk: int = 100) -> InputMetadata:
     )
 
 
+CLIP = Clipper("box", np.zeros((5, 1)), np.ones((5, 1)), None, "clip")
+
+
 class _Memory:
     """An in-memory source (``features x records``), read as a chosen layout."""
 
@@ -64,12 +67,12 @@ class _Memory:
 
 
 def test_blocks_are_the_same_bits_whatever_the_chunk_grid() -> None:
-    X = data(5, 1000, seed=2)
+    X = np.clip(data(5, 1000, seed=2), 0, 1)
     want = [(a, X[:, a : min(a + 128, 1000)]) for a in range(256, 1000, 128)]
     for step, first in ((100, False), (128, False), (333, True), (1000, False), (7, True)):
         # a block is valid until the next one is asked for (the buffer is reused): copied
-        blocks = canonical_blocks(_Memory(X, first), 256, 1000, step, 128)  # type: ignore[arg-type]
-        got = [(a, x.copy(order="K")) for a, x in blocks]
+        blocks = canonical_blocks(_Memory(X, first), CLIP, 256, 1000, step, 128)  # type: ignore[arg-type]
+        got = [(a, x.copy(order="K")) for a, x, _ in blocks]
         assert [a for a, _ in got] == [a for a, _ in want]
         for (_, x), (_, w) in zip(got, want, strict=True):
             assert x.flags.c_contiguous and x.shape == w.shape
@@ -127,9 +130,8 @@ def test_float_error_bound_dominates_the_canonical_engines_error(block: int) -> 
     per_task = max(1, 2**22 // (M * block))
     ranges = chunk_runs(n, block, per_task)
     depth = canonical_gram_depth(n, block, per_task, TREE_FAN_IN, GRAM_MIN_TASKS)
-    clip = Clipper("box", np.zeros((M, 1)), np.ones((M, 1)), None, "clip")
     parts: list[Outcome] = [
-        gram_task(a, b, source=_Stacked(X), clipper=clip, step=333, block=block)  # type: ignore[arg-type]
+        gram_task(a, b, source=_Stacked(X), clipper=CLIP, step=333, block=block)  # type: ignore[arg-type]
         for a, b in ranges
     ]
     while len(parts) > 1:

@@ -505,14 +505,11 @@ def gram_task(
     except MvgDaskError as exc:
         return Outcome.failure(exc)
     if block is None:
-        pieces: Iterator[tuple[int, np.ndarray]] = (
-            (a, source.read(a, min(a + step, stop))) for a in range(start, stop, step)
-        )
+        pieces = _clipped_chunks(source, clipper, start, stop, step)
     else:
-        pieces = canonical_blocks(source, start, stop, step, block)
+        pieces = canonical_blocks(source, clipper, start, stop, step, block)
     try:
-        for a, raw in pieces:
-            x, c = clipper(raw, a)
+        for a, x, c in pieces:
             b = a + x.shape[1]
             if clipper.centre is not None:  # fl(x - c), in the block's own fresh buffer
                 x = _shifted(x, clipper.centre)
@@ -533,33 +530,52 @@ def gram_task(
     return Outcome((total, clipped))
 
 
+def _clipped_chunks(
+    source: ZarrMatrix | StackedMatrix, clipper: Clipper, start: int, stop: int, step: int
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """``(a, x, clipped)`` per stored chunk ``[a, min(a + step, stop))``, clipped."""
+    for a in range(start, stop, step):
+        x, c = clipper(source.read(a, min(a + step, stop)), a)
+        yield a, x, c
+
+
 def canonical_blocks(
-    source: ZarrMatrix | StackedMatrix, start: int, stop: int, step: int, block: int
-) -> Iterator[tuple[int, np.ndarray]]:
-    """Records ``[start, stop)`` (``start`` a multiple of ``block``) as canonical blocks:
-    ``(a, x)`` per block ``[a, min(a + block, stop))``, ``x`` a C-contiguous ``m x b`` array,
-    so each block's product is computed in one memory layout whatever the stored chunk grid and
-    layout (docs/bounds.md Sec. 11).
+    source: ZarrMatrix | StackedMatrix,
+    clipper: Clipper,
+    start: int,
+    stop: int,
+    step: int,
+    block: int,
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """Records ``[start, stop)`` (``start`` a multiple of ``block``), clipped, as canonical
+    blocks: ``(a, x, clipped)`` per block ``[a, min(a + block, stop))``, ``x`` a C-contiguous
+    ``m x b`` float64 array, so each block's product is computed in one memory layout whatever
+    the stored chunk grid and layout (docs/bounds.md Sec. 11); ``clipped`` counts the clipped
+    values of the pieces read since the previous block.
 
     The range is read in pieces cut at the stored chunk boundaries (multiples of ``step``), each
-    chunk decoded once per task; a piece that is exactly a C-contiguous block is used as it is,
-    the others are copied into a block buffer (float64, the values the clipper would make).
-    A yielded block is valid until the next one is asked for (the buffer is reused).
+    decoded once per task and checked and clipped as it is read (clipping acts on each value or
+    record alone, so the values do not depend on the pieces; a data error names the stored
+    chunk's records). A piece that is exactly a C-contiguous block is used as it is, the others
+    are copied into a block buffer. A yielded block is valid until the next one is asked for
+    (the buffer is reused).
     """
     spare: np.ndarray | None = None
     out: np.ndarray | None = None
+    clipped = 0
     p = start
     while p < stop:
         q = min((p // step + 1) * step, stop)
-        x = source.read(p, q)
+        x, c = clipper(source.read(p, q), p)
+        clipped += c
         i = p
         while i < q:
             lo = i - (i - start) % block
             hi = min(lo + block, stop)
             j = min(hi, q)
-            if (i, j) == (lo, hi) and (p, q) == (lo, hi) and x.flags.c_contiguous:
-                yield lo, x
-                i = j
+            if (p, q) == (lo, hi) and x.flags.c_contiguous:
+                yield lo, x, clipped
+                clipped, i = 0, j
                 continue
             if out is None:
                 reuse = spare is not None and spare.shape[1] == hi - lo
@@ -568,8 +584,8 @@ def canonical_blocks(
             assert out is not None
             out[:, i - lo : j - lo] = x[:, i - p : j - p]
             if j == hi:
-                yield lo, out
-                spare, out = out, None  # consumed: the next block reuses the buffer
+                yield lo, out, clipped
+                spare, out, clipped = out, None, 0  # consumed: the next block reuses the buffer
             i = j
         p = q
 
