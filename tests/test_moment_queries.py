@@ -130,13 +130,14 @@ def test_regression_moments_give_least_squares(tmp_path, client):
 
 
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
-    """The summation tree is fixed by the input's metadata (its chunk grid), never by the
-    engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
-    and with the partial Gram matrices summed on the client or folded on the workers (one
-    task per chunk: 71 leaves, three tree levels)."""
+    """The summation tree is fixed by the record and feature counts (canonical blocks), never by
+    the engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
+    and with the partial Gram matrices summed on the client or folded on the workers (blocks of
+    128 records, one task per block: 56 leaves, two tree levels)."""
     from mvg_dask.engine.stages import gram
     from mvg_dask.plan import release_plan
 
+    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
     query = {"regression": {"target": "f1"}}
 
