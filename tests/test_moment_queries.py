@@ -29,7 +29,6 @@ from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import (
     add_group_variable,
     data,
-    equal_depth_chunks,
     make_input,
     spec_dict,
     write_spec,
@@ -160,13 +159,12 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
 def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise, grouped):
     """Dyadic data (multiples of 1/4: ``x - c`` with ``c = 1/2``, every product and every
     partial sum is exact) in two record chunkings, one records-first; same seed: the same bytes,
-    for one moment and for grouped moments. For lattice noise the two chunkings have the same
-    summation depth (the plan's float-error bound follows it)."""
+    for one moment and for grouped moments (any data: tests/test_canonical_blocks.py)."""
     N = 2000
     rng = np.random.default_rng(14)
     X = rng.integers(0, 5, (4, N)) / 4.0
     labels = rng.integers(0, 3, N)
-    chunks = equal_depth_chunks(N, 4) if noise == "lattice" else (250, 333)
+    chunks = (250, 333)
     outs = []
     for i, chunk in enumerate(chunks):
         store = make_input(tmp_path / f"in{i}.zarr", X, chunk=chunk, records_first=i == 1)
