@@ -97,34 +97,6 @@ def add_group_variable(store: str | Path, labels: Any, *, name: str = "site") ->
     return str(store)
 
 
-def equal_depth_chunks(records: int, features: int) -> tuple[int, int]:
-    """Two record chunkings whose Gram passes have the same summation depth (the lattice
-    plan's float-error bound depends on it; so with these the plans are the same)."""
-    from mvg_dask.plan.lattice import gram_depth
-    from mvg_dask.plan.release_plan import TREE_FAN_IN, InputMetadata
-
-    def depth(chunk: int) -> int:
-        meta = InputMetadata(
-            store="x",
-            variable="X",
-            record_dim="record",
-            feature_dim="feature",
-            dims=("feature", "record"),
-            shape=(features, records),
-            dtype="float64",
-            record_chunk=chunk,
-        )
-        return gram_depth(records, chunk, meta.gram_chunks_per_task(), TREE_FAN_IN)
-
-    by_depth: dict[int, int] = {}
-    for chunk in range(64, records):
-        d = depth(chunk)
-        if d in by_depth:
-            return by_depth[d], chunk
-        by_depth[d] = chunk
-    raise AssertionError("no two chunkings with the same depth")
-
-
 def add_second_variable(
     store: str | Path,
     Y: np.ndarray,

@@ -26,7 +26,7 @@ from mvg_dask.plan import BoxDomain, L2BallDomain
 from mvg_dask.plan.queries import CrossCovarianceQuery, query_from_dict
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.spec import SpecError, parse_spec, spec_hash
-from tests.pipeline_helpers import data, equal_depth_chunks, make_input, write_spec
+from tests.pipeline_helpers import data, make_input, write_spec
 
 STARTS = 20
 REL = 1e-9
@@ -235,15 +235,18 @@ def test_blueprint_values_and_round_trip():
 def test_float_error_bound_dominates_the_engines_error(psi):
     """The lattice's ``E`` (Gram lemma on the block, the column whitening when ``Psi != I``,
     then the one-sided row whitening) against the measured error of the engine's float
-    sequence on uniform data, many records (reference in ``longdouble``)."""
-    from mvg_dask.plan.lattice import LatticeContext, gram_depth
+    sequence on uniform data, many records (reference in ``longdouble``). The engine's canonical
+    partition of 5 features is one block of up to 2^17 records here, one product; several
+    blocks, tasks and tree levels: tests/test_canonical_blocks.py."""
+    from mvg_dask.plan.lattice import LatticeContext, canonical_gram_depth
     from mvg_dask.privacy import float_error as ferr
 
     rng = np.random.default_rng(3)
-    N, chunk = 3000, 256
+    N, block = 3000, 2**17
     X = rng.uniform(0.0, 1.0, (M, N))
     q = CrossCovarianceQuery(M, N, rows=(0, 2), cols=(1, 2, 3, 4), col_variances=psi)
-    depth = gram_depth(N, chunk, 1, 8)
+    depth = canonical_gram_depth(N, block, 1, 8, 8)
+    assert depth == N
     v = np.array([0.3, 1.7])
     white = ferr.Whitening.diagonal(v)
     E = q.float_error(
@@ -254,8 +257,8 @@ def test_float_error_bound_dominates_the_engines_error(psi):
         ratio=None,
         context=LatticeContext(records=N, depth=depth),
     )
-    # the engine's sequence: chunk Grams summed in order, the block divided, then whitened
-    G = sum(X[:, a : a + chunk] @ X[:, a : a + chunk].T for a in range(0, N, chunk))
+    # the engine's sequence: the block's product, the rows x cols block divided, then whitened
+    G = X @ X.T
     cols = np.ones(4) if psi is None else np.array(psi)
     f_hat = q.finalize(G) if psi is None else q.finalize(G) * (1.0 / np.sqrt(cols))[None, :]
     g_hat = f_hat * (1.0 / np.sqrt(v))[:, None]
@@ -568,12 +571,11 @@ def test_add_remove_with_a_public_normaliser(tmp_path, client):
 @pytest.mark.parametrize("noise", ["lattice", "float"])
 def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise):
     """Dyadic data (multiples of 1/4, so every partial Gram sum is exact) in two chunkings, one
-    records-first; same seed: the same bytes. For lattice noise the two chunkings have the same
-    summation depth (the plan's float-error bound follows it)."""
+    records-first; same seed: the same bytes (any data: tests/test_canonical_blocks.py)."""
     rng = np.random.default_rng(4)
     N = 2000
     X = rng.integers(0, 5, (5, N)) / 4.0
-    chunks = equal_depth_chunks(N, 5) if noise == "lattice" else (250, 333)
+    chunks = (250, 333)
     outs = []
     for i, chunk in enumerate(chunks):
         store = make_input(tmp_path / f"in{i}.zarr", X, chunk=chunk, records_first=i == 1)

@@ -29,7 +29,6 @@ from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import (
     add_group_variable,
     data,
-    equal_depth_chunks,
     make_input,
     spec_dict,
     write_spec,
@@ -130,13 +129,14 @@ def test_regression_moments_give_least_squares(tmp_path, client):
 
 
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
-    """The summation tree is fixed by the input's metadata (its chunk grid), never by the
-    engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
-    and with the partial Gram matrices summed on the client or folded on the workers (one
-    task per chunk: 71 leaves, three tree levels)."""
+    """The summation tree is fixed by the record and feature counts (canonical blocks), never by
+    the engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
+    and with the partial Gram matrices summed on the client or folded on the workers (blocks of
+    128 records, one task per block: 56 leaves, two tree levels)."""
     from mvg_dask.engine.stages import gram
     from mvg_dask.plan import release_plan
 
+    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
     query = {"regression": {"target": "f1"}}
 
@@ -159,13 +159,12 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
 def test_bytes_do_not_depend_on_the_input_chunking(tmp_path, client, noise, grouped):
     """Dyadic data (multiples of 1/4: ``x - c`` with ``c = 1/2``, every product and every
     partial sum is exact) in two record chunkings, one records-first; same seed: the same bytes,
-    for one moment and for grouped moments. For lattice noise the two chunkings have the same
-    summation depth (the plan's float-error bound follows it)."""
+    for one moment and for grouped moments (any data: tests/test_canonical_blocks.py)."""
     N = 2000
     rng = np.random.default_rng(14)
     X = rng.integers(0, 5, (4, N)) / 4.0
     labels = rng.integers(0, 3, N)
-    chunks = equal_depth_chunks(N, 4) if noise == "lattice" else (250, 333)
+    chunks = (250, 333)
     outs = []
     for i, chunk in enumerate(chunks):
         store = make_input(tmp_path / f"in{i}.zarr", X, chunk=chunk, records_first=i == 1)

@@ -7,6 +7,7 @@ test, and keep the graph small: one task per chunk reads, checks, clips, adds no
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -482,12 +483,15 @@ def gram_task(
     clipper: Clipper,
     step: int | None = None,
     labels: ZarrLabels | None = None,
+    block: int | None = None,
 ) -> Outcome:
     """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
 
     The range is read ``step`` records (one stored chunk) at a time and the chunk products are
     added in record order, so a task over many chunks holds one chunk and one ``M x M``
-    accumulator, never the whole range. With ``labels`` (a grouped release) the partial is the
+    accumulator, never the whole range. With ``block`` (the canonical partition,
+    :func:`canonical_blocks`) the products are those of canonical record blocks instead, whatever
+    the chunk grid. With ``labels`` (a grouped release) the partial is the
     stack of the groups' augmented Gram matrices (:func:`grouped_gram`), and the records whose
     label is not declared are dropped and counted with the clipped values (curator side).
     With a :class:`StackedMatrix` source (a two-variable cross-covariance) each chunk is the
@@ -500,27 +504,90 @@ def gram_task(
         indices = None if labels is None else labels.read(start, stop)
     except MvgDaskError as exc:
         return Outcome.failure(exc)
-    for a in range(start, stop, step):
-        b = min(a + step, stop)
-        try:
-            x, c = clipper(source.read(a, b), a)
-        except MvgDaskError as exc:
-            return Outcome.failure(exc)
-        if clipper.centre is not None:  # fl(x - c), in the block's own fresh buffer
-            x = _shifted(x, clipper.centre)
-        if indices is not None:  # added into the task's running sum, group by group
-            assert labels is not None
-            index = indices[a - start : b - start]
-            total = grouped_gram(x, index, len(labels.groups), into=total)
-            clipped += c + int(np.count_nonzero(index < 0))
-            continue
-        part = augmented_gram(x) if clipper.augment else x @ x.T
-        if total is None:
-            total = part
-        else:
-            total += part
-        clipped += c
+    if block is None:
+        pieces = _clipped_chunks(source, clipper, start, stop, step)
+    else:
+        pieces = canonical_blocks(source, clipper, start, stop, step, block)
+    try:
+        for a, x, c in pieces:
+            b = a + x.shape[1]
+            if clipper.centre is not None:  # fl(x - c), in the block's own fresh buffer
+                x = _shifted(x, clipper.centre)
+            if indices is not None:  # added into the task's running sum, group by group
+                assert labels is not None
+                index = indices[a - start : b - start]
+                total = grouped_gram(x, index, len(labels.groups), into=total)
+                clipped += c + int(np.count_nonzero(index < 0))
+                continue
+            part = augmented_gram(x) if clipper.augment else x @ x.T
+            if total is None:
+                total = part
+            else:
+                total += part
+            clipped += c
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
     return Outcome((total, clipped))
+
+
+def _clipped_chunks(
+    source: ZarrMatrix | StackedMatrix, clipper: Clipper, start: int, stop: int, step: int
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """``(a, x, clipped)`` per stored chunk ``[a, min(a + step, stop))``, clipped."""
+    for a in range(start, stop, step):
+        x, c = clipper(source.read(a, min(a + step, stop)), a)
+        yield a, x, c
+
+
+def canonical_blocks(
+    source: ZarrMatrix | StackedMatrix,
+    clipper: Clipper,
+    start: int,
+    stop: int,
+    step: int,
+    block: int,
+) -> Iterator[tuple[int, np.ndarray, int]]:
+    """Records ``[start, stop)`` (``start`` a multiple of ``block``), clipped, as canonical
+    blocks: ``(a, x, clipped)`` per block ``[a, min(a + block, stop))``, ``x`` a C-contiguous
+    ``m x b`` float64 array, so each block's product is computed in one memory layout whatever
+    the stored chunk grid and layout (docs/bounds.md Sec. 11); ``clipped`` counts the clipped
+    values of the pieces read since the previous block.
+
+    The range is read in pieces cut at the stored chunk boundaries (multiples of ``step``), each
+    decoded once per task and checked and clipped as it is read (clipping acts on each value or
+    record alone, so the values do not depend on the pieces; a data error names the stored
+    chunk's records). A piece that is exactly a C-contiguous block is used as it is, the others
+    are copied into a block buffer. A yielded block is valid until the next one is asked for
+    (the buffer is reused).
+    """
+    spare: np.ndarray | None = None
+    out: np.ndarray | None = None
+    clipped = 0
+    p = start
+    while p < stop:
+        q = min((p // step + 1) * step, stop)
+        x, c = clipper(source.read(p, q), p)
+        clipped += c
+        i = p
+        while i < q:
+            lo = i - (i - start) % block
+            hi = min(lo + block, stop)
+            j = min(hi, q)
+            if (p, q) == (lo, hi) and x.flags.c_contiguous:
+                yield lo, x, clipped
+                clipped, i = 0, j
+                continue
+            if out is None:
+                reuse = spare is not None and spare.shape[1] == hi - lo
+                fresh = None if reuse else np.empty((x.shape[0], hi - lo), dtype=np.float64)
+                out = spare if fresh is None else fresh
+            assert out is not None
+            out[:, i - lo : j - lo] = x[:, i - p : j - p]
+            if j == hi:
+                yield lo, out, clipped
+                spare, out, clipped = out, None, 0  # consumed: the next block reuses the buffer
+            i = j
+        p = q
 
 
 def _shifted(x: np.ndarray, centre: np.ndarray) -> np.ndarray:

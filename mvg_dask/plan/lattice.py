@@ -190,6 +190,44 @@ def gram_depth(records: int, chunk: int, chunks_per_task: int, fan_in: int) -> i
     return chunk + chunks_per_task - 1 + (fan_in - 1) * levels
 
 
+def canonical_gram_depth(
+    records: int, block: int, blocks_per_task: int, fan_in: int, min_tasks: int
+) -> int:
+    """``L`` of the Gram pass over canonical record blocks (docs/bounds.md Sec. 11): an inner
+    product over at most ``min(block, records)`` records, at most ``min(blocks_per_task, n) - 1``
+    additions of block products in a task, and the tree's levels over at most
+    ``max(ceil(n / blocks_per_task), min(n, min_tasks * blocks_per_task))`` tasks, ``n`` the
+    number of blocks (a task takes fewer blocks where that keeps ``min_tasks`` tasks). Every
+    term is nondecreasing in ``records``, so the depth of a public bound on the record count
+    bounds that of every smaller count.
+
+    Parameters
+    ----------
+    records : int
+        Records (a public upper bound).
+    block : int
+        Records per canonical block.
+    blocks_per_task : int
+        Blocks per task wanted (at most).
+    fan_in : int
+        The tree's group size.
+    min_tasks : int
+        The tasks kept where there are that many blocks.
+
+    Returns
+    -------
+    int
+        ``L`` (the product's rounding counted as one).
+    """
+    blocks = max(1, -(-records // block))
+    tasks = max(-(-blocks // blocks_per_task), min(blocks, min_tasks * blocks_per_task))
+    levels = 0
+    while tasks > 1:
+        tasks = -(-tasks // fan_in)
+        levels += 1
+    return min(block, records) + min(blocks_per_task, blocks) - 1 + (fan_in - 1) * levels
+
+
 def panel_inner_groups(records: int, group: int) -> int:
     """How many record groups a lattice panel task accumulates before folding them into its
     panel (about the square root of the number of groups): the panel's summation depth then

@@ -34,6 +34,7 @@ from mvg_dask.plan.domain import (
 )
 from mvg_dask.plan.lattice import (
     LatticeContext,
+    canonical_gram_depth,
     gram_depth,
     panel_depth,
 )
@@ -97,6 +98,12 @@ TREE_FAN_IN = 8
 #: A panel task reads at least this many records at a time (wide inputs have short chunks,
 #: and the panel product is a matrix product over the records read).
 PANEL_RECORDS = 256
+#: The centered-covariance, regression and cross-covariance queries sum canonical record blocks
+#: (see ``canonical_block``) of at most this many elements ...
+CANONICAL_BLOCK_ELEMENTS = 2**20
+#: ... these queries (their bytes never depend on the input's chunk grid; identity and
+#: covariance keep the stored chunk grid, and their bytes).
+CANONICAL_QUERIES = frozenset({"centered-covariance", "regression", "cross-covariance"})
 #: The public bound on the record count of an add-remove lattice covariance, by default.
 DEFAULT_MAX_RECORDS = 2**32
 
@@ -222,6 +229,25 @@ class InputMetadata:
         ``GRAM_MIN_TASKS`` tasks): an upper bound whatever the record count."""
         c, m = self.record_chunk, self.features
         return max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
+
+    def canonical_block(self) -> int:
+        """Records per canonical block of the Gram pass of a query in ``CANONICAL_QUERIES``: the
+        largest power of two ``B`` with ``B m <= CANONICAL_BLOCK_ELEMENTS`` (``m`` the stacked
+        features), at least 1. A function of the public feature count only."""
+        per = max(1, CANONICAL_BLOCK_ELEMENTS // self.stacked_features)
+        return 1 << (per.bit_length() - 1)
+
+    def canonical_blocks_per_task(self) -> int:
+        """The canonical blocks per Gram task wanted (as :meth:`gram_chunks_per_task`, with
+        blocks for chunks)."""
+        b, m = self.canonical_block(), self.stacked_features
+        return max(-(-GRAM_RECORDS_PER_FEATURE * m // b), -(-TASK_ELEMENTS // (m * b)))
+
+    def canonical_ranges(self) -> list[tuple[int, int]]:
+        """The Gram pass's task grid of a query in ``CANONICAL_QUERIES``: runs of whole canonical
+        blocks (:meth:`canonical_block`), a function of the record and feature counts only, never
+        of the stored chunk grid or layout (docs/bounds.md Sec. 11)."""
+        return chunk_runs(self.records, self.canonical_block(), self.canonical_blocks_per_task())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without storage options; ``cols_input`` only when there is one)."""
@@ -866,6 +892,15 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
                 f"{bound} of an add-remove lattice release; declare a larger bound"
             )
         records = bound
+    if spec.query_kind in CANONICAL_QUERIES:  # canonical blocks: no chunk grid in the plan
+        depth = canonical_gram_depth(
+            records,
+            metadata.canonical_block(),
+            metadata.canonical_blocks_per_task(),
+            TREE_FAN_IN,
+            GRAM_MIN_TASKS,
+        )
+        return LatticeContext(records=records, depth=depth)
     chunk = metadata.record_chunk
     # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so that
     # the plan, and the bytes of a release with standard directions, never depend on

@@ -17,7 +17,7 @@ from mvg_dask.engine.stages.context import (
     gram_source_of,
     labels_of,
 )
-from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
+from mvg_dask.plan.release_plan import CANONICAL_QUERIES, TREE_FAN_IN, ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
 CLIENT_REDUCE_BYTES = 64 * 2**20
@@ -57,6 +57,11 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     it and returns the sum): per-task partials, then a fixed-order tree reduction (groups of
     ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
 
+    The centered-covariance, regression and cross-covariance queries sum canonical record
+    blocks (:meth:`~mvg_dask.plan.release_plan.InputMetadata.canonical_ranges`), so their bytes
+    never depend on the input's chunk grid or layout; identity and covariance keep the stored
+    chunk grid.
+
     Small partials are summed on the client (two fewer scheduler round trips after the last
     task). Large ones are reduced on the workers, each group as a left fold of pairwise
     additions (:func:`~mvg_dask.engine.blocks.add_grams`): the additions of one combine of
@@ -81,7 +86,8 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
         The submitted pass.
     """
     client = ctx.client
-    ranges = rplan.input.gram_ranges()
+    canonical = rplan.query.kind in CANONICAL_QUERIES  # canonical record blocks
+    ranges = rplan.input.canonical_ranges() if canonical else rplan.input.gram_ranges()
     m = rplan.input.stacked_features  # [x; y] with a second variable
     # a grouped release's partials stack one matrix per group
     on_client = rplan.query.group_count * m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
@@ -101,6 +107,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
             source=gram_source_of(rplan),
             clipper=clipper_for(rplan) if clipper is None else clipper,
             step=rplan.input.record_chunk,
+            block=rplan.input.canonical_block() if canonical else None,
             labels=labels_of(rplan),
             pure=False,
             **placed(home),
