@@ -340,6 +340,14 @@ class LedgerSpec(_Strict):
 FeatureLabel = Annotated[str, Field(min_length=1)] | int
 
 
+def _feature_labels(value: object) -> object:
+    """A list of feature labels as given (names or positions), refusing booleans and floats
+    (which pydantic would coerce)."""
+    if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
+        raise ValueError("feature labels are names (strings) or positions (integers)")
+    return value
+
+
 class ColAllocationSpec(_Strict):
     """The column side's precision allocation of a cross-covariance: ``Psi^-1 = diag(theta) /
     mean(theta)`` on the column features (docs/bounds.md, Sec. 16; docs/concepts/queries.md).
@@ -371,9 +379,7 @@ class ColAllocationSpec(_Strict):
     @field_validator("important", mode="before")
     @classmethod
     def _labels(cls, value: object) -> object:
-        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
-            raise ValueError("feature labels are names (strings) or positions (integers)")
-        return value
+        return _feature_labels(value)
 
 
 class ColumnsSpec(_Strict):
@@ -390,9 +396,7 @@ class ColumnsSpec(_Strict):
     @field_validator("features", mode="before")
     @classmethod
     def _labels(cls, value: object) -> object:
-        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
-            raise ValueError("feature labels are names (strings) or positions (integers)")
-        return value
+        return _feature_labels(value)
 
 
 class CrossCovarianceSpec(_Strict):
@@ -417,9 +421,7 @@ class CrossCovarianceSpec(_Strict):
     @field_validator("rows", "cols", mode="before")
     @classmethod
     def _labels(cls, value: object) -> object:
-        if isinstance(value, list) and any(isinstance(v, bool | float) for v in value):
-            raise ValueError("feature labels are names (strings) or positions (integers)")
-        return value
+        return _feature_labels(value)
 
     @model_validator(mode="after")
     def _distinct(self) -> CrossCovarianceSpec:

@@ -120,3 +120,19 @@ def add_second_variable(
         str(store), mode="a", zarr_format=3, consolidated=False, encoding=encoding
     )
     return str(store)
+
+
+def assert_same_bytes_whatever_the_engine(release: Any, client: Any, monkeypatch: Any) -> None:
+    """``release(tag, **kwargs)`` (a release's bytes) in process and on ``client``'s cluster,
+    then with one task per chunk (or canonical block) and the partial Gram matrices summed on
+    the client or folded on the workers: the same bytes every time."""
+    from mvg_dask.engine.stages import gram
+    from mvg_dask.plan import release_plan
+
+    assert release("in-process") == release("cluster", client=client)
+    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    outs = []
+    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
+        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
+        outs.append(release(f"reduce{limit}", client=client))
+    assert outs[0] == outs[1]

@@ -70,6 +70,22 @@ def _run(spec_path: Path, address: str, crash_at: str | None = None) -> subproce
     )
 
 
+def finish_after_a_kill(spec_path: Path, address: str, ledger: str, crash: str | None) -> None:
+    """Run the release of ``spec_path`` on the scheduler at ``address`` to its end, after a
+    first run killed (SIGKILL) at the crash point ``crash`` when given; the ledger then holds
+    the release once, committed, without its noise key."""
+    if crash:
+        proc = _run(spec_path, address, crash_at=crash)
+        proc.communicate(timeout=300)
+        assert proc.returncode == -signal.SIGKILL
+    proc = _run(spec_path, address)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    with open_ledger(ledger) as book:
+        (entry,) = book.releases()
+        assert entry.status == "committed" and entry.noise_key is None
+
+
 def _setup(tmp: Path, store: str, name: str) -> tuple[Path, Path, Path]:
     out = tmp / f"{name}.zarr"
     ledger = tmp / f"{name}.sqlite"
@@ -184,16 +200,7 @@ def test_covariance_dp_pca_release_resumes_identically(
                 },
             ),
         )
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
+        finish_after_a_kill(spec_path, loopback, ledger, crash)
         outs.append(api.open_release(str(out))["covariance"].values.tobytes())
     assert outs[0] == outs[1]
 
@@ -253,16 +260,7 @@ def _moment_bytes_after_a_kill(
             ledger={"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}},
         )
         spec_path = write_spec(tmp_path / f"{name}.yaml", spec | extra)
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
+        finish_after_a_kill(spec_path, loopback, ledger, crash)
         ds = api.open_release(str(out))
         outs.append(b"".join(ds[v].values.tobytes() for v in names))
     return outs

@@ -733,10 +733,8 @@ def loopback(tmp_path_factory):
 def test_a_killed_release_resumes_identically(tmp_path, loopback, point):
     """SIGKILL at ``point``, then the same command: the bytes of an uninterrupted run with the
     same (pinned) key, charged once."""
-    import signal
 
-    from mvg_dask.engine.ledger import open_ledger
-    from tests.test_crash import _run
+    from tests.test_crash import finish_after_a_kill
 
     store = make_input(tmp_path / "in.zarr", data(5, 3000, seed=4), chunk=500)
     outs = []
@@ -745,16 +743,7 @@ def test_a_killed_release_resumes_identically(tmp_path, loopback, point):
         spec = _spec(store, str(out), release_id=f"cross-{name}")
         spec["ledger"] = {"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}}
         spec_path = write_spec(tmp_path / f"{name}.yaml", spec)
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
+        finish_after_a_kill(spec_path, loopback, ledger, crash)
         outs.append(api.open_release(str(out))["cross_covariance"].values.tobytes())
     assert outs[0] == outs[1]
 

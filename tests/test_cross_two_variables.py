@@ -251,10 +251,8 @@ def loopback(tmp_path_factory):
 def test_a_killed_release_resumes_identically(tmp_path, loopback):
     """SIGKILL after the skeleton is written (the Gram pass has no markers: it runs again), then
     the same command: the bytes of an uninterrupted run, charged once."""
-    import signal
 
-    from mvg_dask.engine.ledger import open_ledger
-    from tests.test_crash import _run
+    from tests.test_crash import finish_after_a_kill
 
     store = _store(tmp_path, chunk=500, y_chunk=400)
     outs = []
@@ -263,16 +261,7 @@ def test_a_killed_release_resumes_identically(tmp_path, loopback):
         spec = _spec(store, out, release_id=f"cross2-{name}")
         spec["ledger"] = {"path": ledger, "dataset": "d", "budget": {"epsilon": 5.0, "delta": 1e-4}}
         spec_path = write_spec(tmp_path / f"{name}.yaml", spec)
-        if crash:
-            proc = _run(spec_path, loopback, crash_at=crash)
-            proc.communicate(timeout=300)
-            assert proc.returncode == -signal.SIGKILL
-        proc = _run(spec_path, loopback)
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-        with open_ledger(ledger) as book:
-            (entry,) = book.releases()
-            assert entry.status == "committed" and entry.noise_key is None
+        finish_after_a_kill(spec_path, loopback, ledger, crash)
         outs.append(api.open_release(str(out))["cross_covariance"].values.tobytes())
     assert outs[0] == outs[1]
 

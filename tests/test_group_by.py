@@ -35,7 +35,13 @@ from mvg_dask.plan.queries.moment import (
     grouped_centered_from_moment,
 )
 from mvg_dask.spec import SpecError
-from tests.pipeline_helpers import add_group_variable, data, make_input, spec_dict
+from tests.pipeline_helpers import (
+    add_group_variable,
+    assert_same_bytes_whatever_the_engine,
+    data,
+    make_input,
+    spec_dict,
+)
 
 HUGE = {"epsilon": 1e9, "delta": 1e-5}
 GROUPS = [0, 1, 2]
@@ -490,7 +496,6 @@ def test_the_accessor_releases_groups_and_refuses_bad_labels(tmp_path, client):
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
     """In process and on the LocalCluster, the partials summed on the client or folded on the
     workers (canonical blocks of 128 records, one task per block: 25 leaves): the same bytes."""
-    from mvg_dask.engine.stages import gram
     from mvg_dask.plan import release_plan
 
     monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
@@ -503,13 +508,7 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
         ds = api.open_release(api.release(spec, seed=5, progress=False, **kwargs).output)
         return b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance"))
 
-    assert release("in-process") == release("cluster", client=client)
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
-    outs = []
-    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
-        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
-        outs.append(release(f"reduce{limit}", client=client))
-    assert outs[0] == outs[1]
+    assert_same_bytes_whatever_the_engine(release, client, monkeypatch)
 
 
 def test_regression_and_noise_std_per_group(tmp_path, client):

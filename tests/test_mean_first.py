@@ -35,7 +35,12 @@ from mvg_dask.privacy.sensitivity import (
     mean_l2_sensitivity,
 )
 from mvg_dask.spec import SpecError, parse_spec, spec_hash
-from tests.pipeline_helpers import data, make_input, spec_dict
+from tests.pipeline_helpers import (
+    assert_same_bytes_whatever_the_engine,
+    data,
+    make_input,
+    spec_dict,
+)
 
 
 def _spec(query: Any, **overrides: Any) -> dict[str, Any]:
@@ -273,8 +278,6 @@ def test_same_bytes_whatever_the_engine_partition(tmp_path, client, monkeypatch)
     """Both passes sum by the fixed tree of the input's metadata: the same bytes from the
     in-process cluster and the LocalCluster, and with the partials summed on the client or
     folded on the workers (one task per chunk: 61 leaves, two tree levels)."""
-    from mvg_dask.engine.stages import gram
-    from mvg_dask.plan import release_plan
 
     store = make_input(tmp_path / "in.zarr", data(3, 6100, seed=9), chunk=100)
 
@@ -283,13 +286,7 @@ def test_same_bytes_whatever_the_engine_partition(tmp_path, client, monkeypatch)
         ds = api.open_release(api.release(spec, seed=5, progress=False, **kwargs).output)
         return b"".join(ds[v].values.tobytes() for v in ("mean", "centre", "covariance"))
 
-    assert release("in-process") == release("cluster", client=client)
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
-    outs = []
-    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
-        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
-        outs.append(release(f"reduce{limit}", client=client))
-    assert outs[0] == outs[1]
+    assert_same_bytes_whatever_the_engine(release, client, monkeypatch)
 
 
 def test_the_dry_run_shows_the_route_and_the_stages(tmp_path):

@@ -28,6 +28,7 @@ from mvg_dask.plan.queries.moment import centered_from_moment
 from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import (
     add_group_variable,
+    assert_same_bytes_whatever_the_engine,
     data,
     make_input,
     spec_dict,
@@ -133,7 +134,6 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
     the engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
     and with the partial Gram matrices summed on the client or folded on the workers (blocks of
     128 records, one task per block: 56 leaves, two tree levels)."""
-    from mvg_dask.engine.stages import gram
     from mvg_dask.plan import release_plan
 
     monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
@@ -145,13 +145,7 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
         ds = api.open_release(api.release(spec, seed=5, progress=False, **kwargs).output)
         return b"".join(ds[v].values.tobytes() for v in ("moment", "mean", "covariance"))
 
-    assert release("in-process") == release("cluster", client=client)
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
-    outs = []
-    for limit in (gram.CLIENT_REDUCE_BYTES, 0):
-        monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
-        outs.append(release(f"reduce{limit}", client=client))
-    assert outs[0] == outs[1]
+    assert_same_bytes_whatever_the_engine(release, client, monkeypatch)
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["one", "grouped"])

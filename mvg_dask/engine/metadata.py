@@ -89,9 +89,7 @@ def read_input_metadata(
             f"input: {inp.variable!r} has dims {dims}; expected the two dims "
             f"record_dim={inp.record_dim!r} and feature_dim={inp.feature_dim!r}"
         )
-    dtype = np.dtype(arr.dtype)
-    if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
-        raise DataError(f"input.variable: {inp.variable!r} has dtype {dtype}; need real numbers")
+    dtype = _real_dtype(arr, "input.variable", inp.variable)
     shape = (int(arr.shape[0]), int(arr.shape[1]))
     axis = dims.index(inp.record_dim)
     if group_by is not None:
@@ -125,6 +123,14 @@ def _feature_names(
     if feat is None or feature_dim not in coords or feat.shape != (m,) or m > MAX_FEATURE_NAMES:
         return None
     return tuple(np.asarray(feat[...]).tolist())
+
+
+def _real_dtype(arr: Any, field: str, name: str) -> np.dtype[Any]:
+    """``arr``'s dtype, refused (naming ``field``) unless it holds real numbers."""
+    dtype = np.dtype(arr.dtype)
+    if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
+        raise DataError(f"{field}: {name!r} has dtype {dtype}; need real numbers")
+    return dtype
 
 
 def second_variable_metadata(
@@ -180,9 +186,7 @@ def second_variable_metadata(
             f"{field}: {name!r} has {int(arr.shape[axis])} records along {inp.record_dim!r}, "
             f"the input variable {inp.variable!r} has {records[0]}; both need the same records"
         )
-    dtype = np.dtype(arr.dtype)
-    if not np.issubdtype(dtype, np.number) or np.issubdtype(dtype, np.complexfloating):
-        raise DataError(f"{field}: {name!r} has dtype {dtype}; need real numbers")
+    dtype = _real_dtype(arr, field, name)
     feature_dim = dims[1 - axis]
     shape = (int(arr.shape[0]), int(arr.shape[1]))
     return InputMetadata(
