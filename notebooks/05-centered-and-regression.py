@@ -126,8 +126,38 @@ xr.Dataset({"private": fit, "non-private least squares": ("term", exact)})
 # paper's Exp. I measures the prediction error of this estimator on a release of this query (the
 # `exact-regression` row of the results page, with a binary allocation on ALT, the target and the
 # constant), where it beats every other private regressor of the comparison.
-#
-# The ledger holds both releases:
+
+# %% [markdown]
+# ## Two more queries, planned
+# A cross-covariance of the blood tests with `drinks` (`5 × 1`, noise `Σ ⊗ Ψ` with `Σ` on the
+# blood tests), and one centered release per site, for a public site label stored beside the
+# data (here the first and second half of the records, for illustration). Both are dry runs:
+# nothing is read or charged.
+
+# %%
+tests = [f for f in liver.feature_names if f != "drinks"]
+ds.mvg.dry_run(
+    WORK,
+    query={"cross-covariance": {"rows": tests, "cols": ["drinks"]}},
+    name="liver-cross",
+    release_id="liver-cross-1",
+    **common,
+)
+
+# %%
+sites = ds.assign(site=("record", np.where(np.arange(liver.n_records) < 124, "north", "south")))
+sites.mvg.dry_run(
+    WORK,
+    variable="X",
+    query="centered-covariance",
+    group_by={"variable": "site", "groups": ["north", "south"]},
+    name="liver-sites",
+    release_id="liver-sites-1",
+    **common,
+)
+
+# %% [markdown]
+# The ledger holds both releases (the dry runs charged nothing):
 
 # %%
 rel.mvg.budget(WORK / "ledger.sqlite")
