@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
-from scipy.optimize import minimize
 
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
@@ -27,8 +26,8 @@ from mvg_dask.plan.queries import CrossCovarianceQuery, query_from_dict
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.spec import SpecError, parse_spec, spec_hash
 from tests.pipeline_helpers import data, make_input, write_spec
+from tests.test_bounds import maximise as bounds_maximise
 
-STARTS = 20
 REL = 1e-9
 M = 5
 OVERLAP = ((0, 2), (1, 2, 3, 4))  # feature 2 on both sides
@@ -68,37 +67,10 @@ def whitened_norm(
     return math.sqrt(max(float(np.sum(D * (P @ D) * col[None, :])), 0.0))
 
 
-def _point(z: np.ndarray, domain) -> np.ndarray:
-    if isinstance(domain, BoxDomain):
-        return z
-    norm = np.linalg.norm(z)
-    return z if norm <= domain.radius else z * (domain.radius / norm)
-
-
 def maximise(objective, domain, pairs: bool, rng: np.random.Generator) -> float:
-    """Largest ``objective(x, x')`` (``x' = 0`` unless ``pairs``) from STARTS random starts."""
-    k = 2 * M if pairs else M
-    if isinstance(domain, BoxDomain):
-        lo = np.tile(domain.lower, 2 if pairs else 1)
-        hi = np.tile(domain.upper, 2 if pairs else 1)
-        bounds = list(zip(lo, hi, strict=True))
-    else:
-        lo, hi = -domain.radius * np.ones(k), domain.radius * np.ones(k)
-        bounds = None
-
-    def f(z: np.ndarray) -> float:
-        x = _point(z[:M], domain)
-        xp = _point(z[M:], domain) if pairs else np.zeros(M)
-        return -objective(x, xp)
-
-    best = 0.0
-    for _ in range(STARTS):
-        z0 = rng.uniform(lo, hi)
-        if not isinstance(domain, BoxDomain):
-            z0 = z0 / np.linalg.norm(z0) * domain.radius * rng.uniform(0.7, 1.0)
-        res = minimize(f, z0, bounds=bounds, method="L-BFGS-B")
-        best = max(best, -float(res.fun), -f(z0))
-    return best
+    """Largest ``objective(x, x')`` (``x' = 0`` unless ``pairs``) from 20 random starts
+    (tests/test_bounds.py's search over ``M`` features)."""
+    return bounds_maximise(objective, domain, M, pairs, rng)
 
 
 def corners(domain: BoxDomain, objective, pairs: bool) -> float:
