@@ -312,7 +312,7 @@ class CheckReport:
         return found == 0 and not self.undeclared_labels
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``mvg-dask check --json``), with :data:`NOTICE` as ``notice``."""
+        """JSON-ready form (``mvg-dask check --json``), with the notice line as ``notice``."""
         out: dict[str, Any] = {
             "notice": NOTICE,
             "store": self.store,
@@ -333,7 +333,7 @@ class CheckReport:
         return out
 
     def summary(self) -> str:
-        """The report as text (what ``mvg-dask check`` prints), ending with :data:`NOTICE`."""
+        """The report as text (what ``mvg-dask check`` prints), ending with the notice line."""
         lines = [f"input {self.store}: {self.records} records"]
         for v in self.variables:
             lines.append(
