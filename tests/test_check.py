@@ -34,8 +34,10 @@ LEDGER = {"path": "ledger.sqlite", "dataset": "d", "budget": {"epsilon": 4, "del
 
 
 def _spoiled(m: int, n: int, seed: int) -> np.ndarray:
-    """Data partly outside [0, 1], with NaN, +inf and -inf values in a few records."""
+    """Data partly outside [0, 1], with values on its bounds 0 and 1, and NaN, +inf and -inf
+    values in a few records."""
     X = data(m, n, seed=seed)
+    X[0, 1], X[-1, 2] = 0.0, 1.0
     rng = np.random.default_rng(seed + 100)
     for value, count in ((np.nan, 7), (np.inf, 3), (-np.inf, 2)):
         X[rng.integers(0, m, count), rng.integers(0, n, count)] = value
@@ -156,7 +158,8 @@ def test_l2_counts_are_numpys(tmp_path: Path, client: Any) -> None:
 def test_block_counts_compare_as_a_release_clips() -> None:
     # integers compared as float64; inf is both infinite and above; NaN is neither below nor
     # above; the last two entries: records with a non-finite value, records over the radius
-    block = np.array([[1.0, np.nan, np.inf], [-2.0, 0.5, 3.0]])
+    # the bounds themselves (1.0 and 0.0 here) are inside the box
+    block = np.array([[1.0, np.nan, np.inf], [-2.0, 0.0, 3.0]])
     got = variable_counts(block, np.array([0.0, 0.0]), np.array([1.0, 1.0]), 2.0)
     assert got.tolist() == [1, 0, 1, 0, 0, 1, 1, 1, 2, 2]
     ints = variable_counts(np.array([[0, 5, 9]], dtype=np.int16), np.array([1.0]), np.array([8.0]))
