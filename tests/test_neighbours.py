@@ -250,9 +250,10 @@ def replaced_record(records: int) -> int:
 
 def neighbouring_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray, np.ndarray]:
     """The worst-case pair ``(A, B)`` of the case's neighbour relation, A of ``records``
-    records (a two-variable case: the same ``X``; its ``Y`` differs, :func:`second_pair`)."""
+    records (a two-variable case: under replace-one the same ``X``, its ``Y`` differs,
+    :func:`second_pair`; under add-remove B's added record is outside in both)."""
     a = base_data(case.domain, records)
-    if case.second:
+    if case.second and case.neighbours == "replace-one":
         return a, a
     if case.neighbours == "replace-one":
         b = a.copy()
@@ -268,10 +269,13 @@ Y_OUTSIDE = np.array([5.0, -5.0, 5.0])
 
 
 def second_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``Y`` of A and B (``None``: one variable): B's replaced record changes in ``Y``."""
+    """``Y`` of A and B (``None``: one variable): B's replaced record changes in ``Y``, or B
+    has one more record, outside (add-remove)."""
     if not case.second:
         return None, None
     a = np.random.default_rng(11).uniform(-1.9, 1.9, (3, records))
+    if case.neighbours == "add-remove":
+        return a, np.concatenate([a, Y_OUTSIDE[:, None]], axis=1)
     b = a.copy()
     b[:, replaced_record(records)] = Y_OUTSIDE
     return a, b
