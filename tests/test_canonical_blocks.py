@@ -17,7 +17,12 @@ import pytest
 from mvg_dask import api
 from mvg_dask.engine.blocks import Clipper, Outcome, canonical_blocks, combine_grams, gram_task
 from mvg_dask.plan import release_plan
-from mvg_dask.plan.lattice import LatticeContext, canonical_gram_depth
+from mvg_dask.plan.lattice import (
+    LatticeContext,
+    canonical_gram_depth,
+    panel_depth,
+    panel_inner_groups,
+)
 from mvg_dask.plan.queries import CrossCovarianceQuery
 from mvg_dask.plan.release_plan import (
     GRAM_MIN_TASKS,
@@ -82,8 +87,30 @@ def test_blocks_are_the_same_bits_whatever_the_chunk_grid() -> None:
 def test_canonical_partition_depends_on_the_counts_only() -> None:
     a, b = _meta(N, 5, chunk=250), _meta(N, 5, chunk=333)
     assert a.canonical_ranges() == b.canonical_ranges()
-    assert a.canonical_block() == 2 ** (int(math.log2(2**20 / 5)))
-    assert _meta(N, 64).canonical_block() == 2**14
+    # at most 2^20 elements and 2^13 records per block, a power of two
+    assert a.canonical_block() == 2**13
+    assert _meta(N, 64).canonical_block() == 2**13
+    assert _meta(N, 200).canonical_block() == 2 ** (int(math.log2(2**20 / 200))) == 2**12
+    assert _meta(N, 2**21).canonical_block() == 1
+
+
+def _actual_panel_depth(records: int, group: int, inner: int) -> int:
+    """The most additions a term passes through in a lattice panel task as the engine sums it
+    (:func:`mvg_dask.engine.blocks._gram_panel`): a group's inner product, its addition into the
+    inner accumulator and the inner accumulator's folds into the panel."""
+    groups = -(-records // group)
+    return min(group, records) + min(inner, groups) + -(-groups // inner)
+
+
+def test_the_panel_depth_of_a_bound_bounds_every_smaller_count() -> None:
+    """Brute force: the engine's panel tasks fold every ``panel_inner_groups(bound)`` groups (the
+    plan's record count, a public bound under add-remove); the depth the plan takes for the bound
+    is at least the engine's at every count up to it."""
+    group = 4
+    for bound in range(1, 800):
+        inner = panel_inner_groups(bound, group)
+        worst = max(_actual_panel_depth(n, group, inner) for n in range(1, bound + 1))
+        assert worst <= panel_depth(bound, group)
 
 
 def _actual_depth(records: int, block: int, per_task: int) -> int:

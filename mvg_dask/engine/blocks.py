@@ -481,17 +481,17 @@ def gram_task(
     *,
     source: ZarrMatrix | StackedMatrix,
     clipper: Clipper,
+    block: int,
     step: int | None = None,
     labels: ZarrLabels | None = None,
-    block: int | None = None,
 ) -> Outcome:
     """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
 
-    The range is read ``step`` records (one stored chunk) at a time and the chunk products are
-    added in record order, so a task over many chunks holds one chunk and one ``M x M``
-    accumulator, never the whole range. With ``block`` (the canonical partition,
-    :func:`canonical_blocks`) the products are those of canonical record blocks instead, whatever
-    the chunk grid. With ``labels`` (a grouped release) the partial is the
+    The range is read ``step`` records (one stored chunk; the whole range by default) at a time,
+    and the products of its canonical record blocks of ``block`` records
+    (:func:`canonical_blocks`) are added in record order, so a task over many chunks holds one
+    chunk, one block and one ``M x M`` accumulator, never the whole range, and the products are
+    the same whatever the chunk grid. With ``labels`` (a grouped release) the partial is the
     stack of the groups' augmented Gram matrices (:func:`grouped_gram`), and the records whose
     label is not declared are dropped and counted with the clipped values (curator side).
     With a :class:`StackedMatrix` source (a two-variable cross-covariance) each chunk is the
@@ -504,10 +504,7 @@ def gram_task(
         indices = None if labels is None else labels.read(start, stop)
     except MvgDaskError as exc:
         return Outcome.failure(exc)
-    if block is None:
-        pieces = _clipped_chunks(source, clipper, start, stop, step)
-    else:
-        pieces = canonical_blocks(source, clipper, start, stop, step, block)
+    pieces = canonical_blocks(source, clipper, start, stop, step, block)
     try:
         for a, x, c in pieces:
             b = a + x.shape[1]
@@ -528,15 +525,6 @@ def gram_task(
     except MvgDaskError as exc:
         return Outcome.failure(exc)
     return Outcome((total, clipped))
-
-
-def _clipped_chunks(
-    source: ZarrMatrix | StackedMatrix, clipper: Clipper, start: int, stop: int, step: int
-) -> Iterator[tuple[int, np.ndarray, int]]:
-    """``(a, x, clipped)`` per stored chunk ``[a, min(a + step, stop))``, clipped."""
-    for a in range(start, stop, step):
-        x, c = clipper(source.read(a, min(a + step, stop)), a)
-        yield a, x, c
 
 
 def canonical_blocks(
@@ -636,15 +624,30 @@ def add_grams(acc: Outcome, part: Outcome) -> Outcome:
     return Outcome((np.add(a, b, out=out), acc.value[1] + part.value[1]))
 
 
-def _read_groups(ranges: list[tuple[int, int]], records: int) -> list[tuple[int, int]]:
-    """Consecutive chunk ranges merged until each holds at least ``records`` records."""
-    out: list[tuple[int, int]] = []
-    for a, b in ranges:
-        if out and out[-1][1] - out[-1][0] < records and out[-1][1] == a:
-            out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
+@dataclass(frozen=True)
+class PanelReads:
+    """How a panel task streams the records: all ``records`` of them, read one stored chunk
+    (``step`` records) at a time, and summed in canonical groups of ``PANEL_RECORDS`` records
+    (:func:`canonical_blocks`). The groups, and so the panel's bytes and its summation depth
+    (:func:`mvg_dask.plan.lattice.panel_depth`), depend on the record count only, never on the
+    stored chunk grid or layout.
+
+    Attributes
+    ----------
+    records : int
+        ``N``.
+    step : int
+        Records per stored chunk.
+    """
+
+    records: int
+    step: int
+
+    def groups(
+        self, source: ZarrMatrix | StackedMatrix, clipper: Clipper
+    ) -> Iterator[tuple[int, np.ndarray, int]]:
+        """``(start, x, clipped)`` per canonical group (``x`` valid until the next one)."""
+        return canonical_blocks(source, clipper, 0, self.records, self.step, PANEL_RECORDS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -716,7 +719,7 @@ def _gram_panel(
     m: int,
     source: ZarrMatrix,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     inner: int | None = None,
 ) -> tuple[np.ndarray, int] | Outcome:
     """The panel ``rows x [rows[0], m)`` of ``X X^T`` of the clipped records, its diagonal block
@@ -732,21 +735,19 @@ def _gram_panel(
     acc = np.zeros((r1 - r0, m - r0))
     part = acc if inner is None else np.zeros_like(acc)
     clipped = 0
-    for n, (a, b) in enumerate(_read_groups(ranges, PANEL_RECORDS)):
-        try:
-            x, c = clipper(source.read(a, b), a)
-        except MvgDaskError as exc:
-            return Outcome.failure(exc)
-        x = np.ascontiguousarray(x)
-        # part += X[rows] X[r0:]^T in place (BLAS beta = 1 on part^T, Fortran-ordered): no
-        # panel-sized temporary per chunk
-        out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=part.T, trans_a=1, overwrite_c=1)
-        if not np.shares_memory(out, part):  # pragma: no cover - BLAS copied c
-            part[...] = out.T
-        clipped += c
-        if inner is not None and (n + 1) % inner == 0:
-            acc += part
-            part[...] = 0.0
+    try:
+        for n, (_, x, c) in enumerate(reads.groups(source, clipper)):
+            # part += X[rows] X[r0:]^T in place (BLAS beta = 1 on part^T, Fortran-ordered): no
+            # panel-sized temporary per group
+            out = dgemm(1.0, x[r0:].T, x[r0:r1].T, beta=1.0, c=part.T, trans_a=1, overwrite_c=1)
+            if not np.shares_memory(out, part):  # pragma: no cover - BLAS copied c
+                part[...] = out.T
+            clipped += c
+            if inner is not None and (n + 1) % inner == 0:
+                acc += part
+                part[...] = 0.0
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
     if inner is not None:
         acc += part
     h = r1 - r0
@@ -822,7 +823,7 @@ def covariance_panel_task(
     sink: str,
     storage_options: dict[str, Any] | None,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     normaliser: float,
     count: float | None,
     noise: PanelNoise,
@@ -863,7 +864,7 @@ def covariance_panel_task(
     if fs.exists(abort_path):
         return Outcome(skipped=True)
     m = noise.variances.size
-    panel = _gram_panel(rows, m, source, clipper, ranges, inner)
+    panel = _gram_panel(rows, m, source, clipper, reads, inner)
     if isinstance(panel, Outcome):
         return panel
     acc, clipped = panel
@@ -903,7 +904,7 @@ def noisy_gram_panel_task(
     sink: str,
     storage_options: dict[str, Any] | None,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     noise: PanelNoise,
     block: int,
     lattice: StandardSquareLattice | None = None,
@@ -924,7 +925,7 @@ def noisy_gram_panel_task(
 
     r0, r1 = rows
     m = noise.variances.size
-    panel = _gram_panel(rows, m, source, clipper, ranges, inner)
+    panel = _gram_panel(rows, m, source, clipper, reads, inner)
     if isinstance(panel, Outcome):
         return panel
     acc, clipped = panel
@@ -990,7 +991,7 @@ def _gram_rows(
     m: int,
     source: ZarrMatrix,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     inner: int,
 ) -> tuple[list[np.ndarray], int] | Outcome:
     """Full-width rows ``X[rows] X^T`` of the clipped records, one accumulator per grid block of
@@ -1002,21 +1003,19 @@ def _gram_rows(
     acc = [np.zeros((b - a, m)) for a, b in grid]
     part = [np.zeros_like(x) for x in acc]
     clipped = 0
-    for n, (a, b) in enumerate(_read_groups(ranges, PANEL_RECORDS)):
-        try:
-            x, c = clipper(source.read(a, b), a)
-        except MvgDaskError as exc:
-            return Outcome.failure(exc)
-        x = np.ascontiguousarray(x)
-        for (r0, r1), p in zip(grid, part, strict=True):
-            out = dgemm(1.0, x.T, x[r0:r1].T, beta=1.0, c=p.T, trans_a=1, overwrite_c=1)
-            if not np.shares_memory(out, p):  # pragma: no cover - BLAS copied c
-                p[...] = out.T
-        clipped += c
-        if (n + 1) % inner == 0:
-            for s, p in zip(acc, part, strict=True):
-                s += p
-                p[...] = 0.0
+    try:
+        for n, (_, x, c) in enumerate(reads.groups(source, clipper)):
+            for (r0, r1), p in zip(grid, part, strict=True):
+                out = dgemm(1.0, x.T, x[r0:r1].T, beta=1.0, c=p.T, trans_a=1, overwrite_c=1)
+                if not np.shares_memory(out, p):  # pragma: no cover - BLAS copied c
+                    p[...] = out.T
+            clipped += c
+            if (n + 1) % inner == 0:
+                for s, p in zip(acc, part, strict=True):
+                    s += p
+                    p[...] = 0.0
+    except MvgDaskError as exc:
+        return Outcome.failure(exc)
     for s, p in zip(acc, part, strict=True):
         s += p
     return acc, clipped
@@ -1027,7 +1026,7 @@ def low_rank_projection_task(
     *,
     source: ZarrMatrix,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     normaliser: float,
     lattice: LowRankSquareLattice,
     inner: int,
@@ -1036,7 +1035,7 @@ def low_rank_projection_task(
     ``P = U^T f``, one per grid block of its rows (``len x k x m``), for the client to sum in
     grid order."""
     m = lattice.basis.shape[0]
-    got = _gram_rows(rows, m, source, clipper, ranges, inner)
+    got = _gram_rows(rows, m, source, clipper, reads, inner)
     if isinstance(got, Outcome):
         return got
     acc, _ = got
@@ -1054,7 +1053,7 @@ def low_rank_lattice_task(
     sink: str,
     storage_options: dict[str, Any] | None,
     clipper: Clipper,
-    ranges: list[tuple[int, int]],
+    reads: PanelReads,
     normaliser: float,
     lattice: LowRankSquareLattice,
     inner: int,
@@ -1075,7 +1074,7 @@ def low_rank_lattice_task(
     from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 
     m = lattice.basis.shape[0]
-    got = _gram_rows(rows, m, source, clipper, ranges, inner)
+    got = _gram_rows(rows, m, source, clipper, reads, inner)
     if isinstance(got, Outcome):
         return got
     acc, clipped = got

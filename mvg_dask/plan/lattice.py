@@ -236,12 +236,14 @@ def panel_inner_groups(records: int, group: int) -> int:
     return max(1, math.isqrt(groups - 1) + 1)
 
 
-def panel_depth(records: int, group: int, chunk: int) -> int:
-    """``L`` of a blocked (panel) Gram of a lattice release: the records are read in groups of
-    at least ``group`` records (whole chunks, so at most ``group + chunk - 1``), each group's
-    product added to an inner accumulator (BLAS ``beta = 1``), which is folded into the panel
-    every :func:`panel_inner_groups` groups."""
-    per_group = group + chunk - 1
+def panel_depth(records: int, group: int) -> int:
+    """``L`` of a blocked (panel) Gram of a lattice release: the records are summed in canonical
+    groups of ``group`` records (:class:`~mvg_dask.engine.blocks.PanelReads`, whatever the
+    stored chunk grid), each group's product added to an inner accumulator (BLAS ``beta = 1``),
+    which is folded into the panel every :func:`panel_inner_groups` groups. Nondecreasing in
+    ``records``, so the depth of a public bound on the record count bounds every smaller
+    count's."""
+    per_group = min(group, records)
     groups = max(1, -(-records // group))
     inner = panel_inner_groups(records, group)
     return per_group + inner + -(-groups // inner)

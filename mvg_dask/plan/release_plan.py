@@ -35,7 +35,6 @@ from mvg_dask.plan.domain import (
 from mvg_dask.plan.lattice import (
     LatticeContext,
     canonical_gram_depth,
-    gram_depth,
     panel_depth,
 )
 from mvg_dask.plan.mean_first import (
@@ -84,7 +83,7 @@ _DIRECTION_DEPENDENT = (
 WIDE_FEATURES = 8192
 #: ... in panels of this many features (a multiple of the noise grid's block).
 WIDE_BLOCK = 2048
-#: A Gram task holds at least this many records per feature (see ``gram_ranges``).
+#: A Gram task holds at least this many records per feature (see ``canonical_ranges``).
 GRAM_RECORDS_PER_FEATURE = 8
 #: A task of a pass over the records holds at least this many elements (runs of whole chunks):
 #: a Dask task has a fixed scheduling cost whatever its size, which with one 8 MiB chunk per
@@ -98,12 +97,14 @@ TREE_FAN_IN = 8
 #: A panel task reads at least this many records at a time (wide inputs have short chunks,
 #: and the panel product is a matrix product over the records read).
 PANEL_RECORDS = 256
-#: The centered-covariance, regression and cross-covariance queries sum canonical record blocks
-#: (see ``canonical_block``) of at most this many elements ...
+#: Every Gram pass sums canonical record blocks (see ``canonical_block``) of at most this many
+#: elements: its bytes and float-error depth never depend on the input's chunk grid ...
 CANONICAL_BLOCK_ELEMENTS = 2**20
-#: ... these queries (their bytes never depend on the input's chunk grid; identity and
-#: covariance keep the stored chunk grid, and their bytes).
-CANONICAL_QUERIES = frozenset({"centered-covariance", "regression", "cross-covariance"})
+#: ... and at most this many records: a block's inner products are the longest sums of the
+#: pass, so the block length sets the float-error depth of a lattice release (at a declared
+#: ``max_records = 2^32``, 4 features: an inflation of 0.8 % of the sensitivity at 2^13
+#: records, 25 % at the 2^18 records the element cap alone would give).
+CANONICAL_BLOCK_RECORDS = 2**13
 #: The public bound on the record count of an add-remove lattice covariance, by default.
 DEFAULT_MAX_RECORDS = 2**32
 
@@ -212,39 +213,27 @@ class InputMetadata:
         """
         return self._runs(-(-TASK_ELEMENTS // (self.features * self.record_chunk)))
 
-    def gram_ranges(self) -> list[tuple[int, int]]:
-        """The Gram pass's task grid: runs of whole chunks, each task one partial ``X X^T``.
-
-        A partial Gram matrix costs ``M^2`` to allocate, move and add whatever its record count,
-        against ``M^2 b`` to compute, so wide inputs group consecutive chunks until a task holds
-        at least ``GRAM_RECORDS_PER_FEATURE * M`` records; and every task holds at least
-        ``TASK_ELEMENTS`` elements (see ``task_ranges``); both while keeping ``GRAM_MIN_TASKS``
-        tasks for the cluster where the data allow. Metadata only, so the summation order (and
-        the bytes of the sum) never depends on the cluster.
-        """
-        return self._runs(self.gram_chunks_per_task())
-
-    def gram_chunks_per_task(self) -> int:
-        """The chunks per task :meth:`gram_ranges` wants (it takes fewer to keep
-        ``GRAM_MIN_TASKS`` tasks): an upper bound whatever the record count."""
-        c, m = self.record_chunk, self.features
-        return max(-(-GRAM_RECORDS_PER_FEATURE * m // c), -(-TASK_ELEMENTS // (m * c)))
-
     def canonical_block(self) -> int:
-        """Records per canonical block of the Gram pass of a query in ``CANONICAL_QUERIES``: the
-        largest power of two ``B`` with ``B m <= CANONICAL_BLOCK_ELEMENTS`` (``m`` the stacked
-        features), at least 1. A function of the public feature count only."""
-        per = max(1, CANONICAL_BLOCK_ELEMENTS // self.stacked_features)
+        """Records per canonical block of the Gram pass: the largest power of two ``B`` with
+        ``B m <= CANONICAL_BLOCK_ELEMENTS`` (``m`` the stacked features) and
+        ``B <= CANONICAL_BLOCK_RECORDS``, at least 1. A function of the public feature count
+        only."""
+        per = min(
+            CANONICAL_BLOCK_RECORDS, max(1, CANONICAL_BLOCK_ELEMENTS // self.stacked_features)
+        )
         return 1 << (per.bit_length() - 1)
 
     def canonical_blocks_per_task(self) -> int:
-        """The canonical blocks per Gram task wanted (as :meth:`gram_chunks_per_task`, with
-        blocks for chunks)."""
+        """The canonical blocks per Gram task wanted (it takes fewer to keep ``GRAM_MIN_TASKS``
+        tasks): a partial Gram matrix costs ``M^2`` to allocate, move and add whatever its
+        record count, against ``M^2 b`` to compute, so a task holds at least
+        ``GRAM_RECORDS_PER_FEATURE * M`` records and ``TASK_ELEMENTS`` elements. A function of
+        the feature count only."""
         b, m = self.canonical_block(), self.stacked_features
         return max(-(-GRAM_RECORDS_PER_FEATURE * m // b), -(-TASK_ELEMENTS // (m * b)))
 
     def canonical_ranges(self) -> list[tuple[int, int]]:
-        """The Gram pass's task grid of a query in ``CANONICAL_QUERIES``: runs of whole canonical
+        """The Gram pass's task grid: runs of whole canonical
         blocks (:meth:`canonical_block`), a function of the record and feature counts only, never
         of the stored chunk grid or layout (docs/bounds.md Sec. 11)."""
         return chunk_runs(self.records, self.canonical_block(), self.canonical_blocks_per_task())
@@ -502,13 +491,15 @@ class ReleasePlan:
 
     def public_dict(self) -> dict[str, Any]:
         """What the dry run prints and the output may carry: :meth:`to_dict` without anything
-        that depends on the data. Under add-remove neighbours the record count is private."""
+        that depends on the data. Under add-remove neighbours the record count, the input's shape
+        and its record chunk size (which is the record count in a one-chunk store) are private."""
         out = self.to_dict()
         out.pop("resolved", None)
-        if self.neighbours == "add-remove":
-            out["input"] = {**out["input"], "records": None, "shape": None}
+        if self.neighbours == "add-remove":  # N, the shape and the chunk grid tell N
+            private = {"records": None, "shape": None, "record_chunk": None}
+            out["input"] = {**out["input"], **private}
             if "cols_input" in out["input"]:
-                out["input"]["cols_input"] |= {"records": None, "shape": None}
+                out["input"]["cols_input"] |= private
         return out
 
     @classmethod
@@ -878,9 +869,15 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
 
 
 def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
-    """How the engine will sum the query, from metadata: what the float-error bound of a
-    lattice release needs (``None`` for float noise). Under add-remove the record count is
-    private, so the bound uses the declared ``privacy.max_records``."""
+    """How the engine will sum the query, from public values only: what the float-error bound
+    of a lattice release needs (``None`` for float noise).
+
+    The Gram pass sums canonical record blocks and the panel tasks canonical groups of
+    ``PANEL_RECORDS`` records, so the depth is a function of the feature count and a record
+    count, never of the stored chunk grid, the chunk count or the layout (docs/bounds.md
+    Sec. 11). Under add-remove the record count is private too: the bound uses the declared
+    ``privacy.max_records``, and an input with more records is refused (the one way the
+    record count can decide whether a release is planned, documented as such)."""
     if spec.mechanism.noise != "lattice":
         return None
     records = metadata.records
@@ -892,22 +889,18 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
                 f"{bound} of an add-remove lattice release; declare a larger bound"
             )
         records = bound
-    if spec.query_kind in CANONICAL_QUERIES:  # canonical blocks: no chunk grid in the plan
-        depth = canonical_gram_depth(
-            records,
-            metadata.canonical_block(),
-            metadata.canonical_blocks_per_task(),
-            TREE_FAN_IN,
-            GRAM_MIN_TASKS,
-        )
-        return LatticeContext(records=records, depth=depth)
-    chunk = metadata.record_chunk
-    # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so that
-    # the plan, and the bytes of a release with standard directions, never depend on
-    # output.matrix_chunk
-    depth = gram_depth(records, chunk, metadata.gram_chunks_per_task(), TREE_FAN_IN)
+    depth = canonical_gram_depth(
+        records,
+        metadata.canonical_block(),
+        metadata.canonical_blocks_per_task(),
+        TREE_FAN_IN,
+        GRAM_MIN_TASKS,
+    )
     if spec.query_kind == "covariance":
-        depth = max(depth, panel_depth(records, PANEL_RECORDS, chunk))
+        # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so
+        # that the plan, and the bytes of a release with standard directions, never depend on
+        # output.matrix_chunk
+        depth = max(depth, panel_depth(records, PANEL_RECORDS))
     return LatticeContext(records=records, depth=depth)
 
 

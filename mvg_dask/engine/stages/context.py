@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, StackedMatrix, ZarrLabels, ZarrMatrix
+from mvg_dask.engine.blocks import Clipper, PanelReads, StackedMatrix, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain
@@ -112,6 +112,12 @@ def source_of(rplan: ReleasePlan) -> ZarrMatrix:
     """The plan's input, as the tasks read it."""
     inp = rplan.input
     return ZarrMatrix(inp.store, inp.variable, inp.records_first, inp.storage_options)
+
+
+def panel_reads(rplan: ReleasePlan) -> PanelReads:
+    """How the panel tasks stream the input: every record, one stored chunk at a time, summed
+    in canonical groups (the same groups whatever the chunk grid)."""
+    return PanelReads(rplan.input.records, rplan.input.record_chunk)
 
 
 def gram_source_of(rplan: ReleasePlan) -> ZarrMatrix | StackedMatrix:

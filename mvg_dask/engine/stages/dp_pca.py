@@ -11,7 +11,7 @@ from mvg_dask.engine.blocks import PanelNoise, noisy_gram_panel_task, panel_prod
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.lattice import StandardSquareLattice
 from mvg_dask.engine.lattice import gram_step as lattice_gram_step
-from mvg_dask.engine.stages.context import RunContext, clipper_for, source_of
+from mvg_dask.engine.stages.context import RunContext, clipper_for, panel_reads, source_of
 from mvg_dask.engine.stages.gram import wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import dp_pca, gram_sensitivity
@@ -138,7 +138,7 @@ def run_dp_pca_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         )
         inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
     panels = [(r0, min(r0 + block, m)) for r0 in range(0, m, block)]
-    source, clipper, ranges = source_of(rplan), clipper_for(rplan), rplan.input.record_ranges()
+    source, clipper, reads = source_of(rplan), clipper_for(rplan), panel_reads(rplan)
     ctx.read_started = True
     futures = [
         client.submit(
@@ -148,7 +148,7 @@ def run_dp_pca_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
             sink=scratch,
             storage_options=target.storage_options,
             clipper=clipper,
-            ranges=ranges,
+            reads=reads,
             noise=noise,
             block=block,
             lattice=lattice,

@@ -17,7 +17,7 @@ from mvg_dask.engine.stages.context import (
     gram_source_of,
     labels_of,
 )
-from mvg_dask.plan.release_plan import CANONICAL_QUERIES, TREE_FAN_IN, ReleasePlan
+from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
 CLIENT_REDUCE_BYTES = 64 * 2**20
@@ -57,10 +57,10 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     it and returns the sum): per-task partials, then a fixed-order tree reduction (groups of
     ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
 
-    The centered-covariance, regression and cross-covariance queries sum canonical record
-    blocks (:meth:`~mvg_dask.plan.release_plan.InputMetadata.canonical_ranges`), so their bytes
-    never depend on the input's chunk grid or layout; identity and covariance keep the stored
-    chunk grid.
+    Every query sums canonical record blocks
+    (:meth:`~mvg_dask.plan.release_plan.InputMetadata.canonical_ranges`), so the bytes of the
+    sum, and the float-error depth the plan bounds, never depend on the input's chunk grid or
+    layout (docs/bounds.md Sec. 11).
 
     Small partials are summed on the client (two fewer scheduler round trips after the last
     task). Large ones are reduced on the workers, each group as a left fold of pairwise
@@ -86,8 +86,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
         The submitted pass.
     """
     client = ctx.client
-    canonical = rplan.query.kind in CANONICAL_QUERIES  # canonical record blocks
-    ranges = rplan.input.canonical_ranges() if canonical else rplan.input.gram_ranges()
+    ranges = rplan.input.canonical_ranges()  # canonical record blocks
     m = rplan.input.stacked_features  # [x; y] with a second variable
     # a grouped release's partials stack one matrix per group
     on_client = rplan.query.group_count * m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
@@ -107,7 +106,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
             source=gram_source_of(rplan),
             clipper=clipper_for(rplan) if clipper is None else clipper,
             step=rplan.input.record_chunk,
-            block=rplan.input.canonical_block() if canonical else None,
+            block=rplan.input.canonical_block(),
             labels=labels_of(rplan),
             pure=False,
             **placed(home),

@@ -21,7 +21,13 @@ from mvg_dask.engine.blocks import (
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import LowRankSquareLattice, StandardSquareLattice
-from mvg_dask.engine.stages.context import RunContext, clipper_for, mark_aborted, source_of
+from mvg_dask.engine.stages.context import (
+    RunContext,
+    clipper_for,
+    mark_aborted,
+    panel_reads,
+    source_of,
+)
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import NoisePlan
 from mvg_dask.plan.covariance import Dense, LowRank
@@ -87,7 +93,7 @@ def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         assert rplan.lattice_context is not None
         lattice = StandardSquareLattice.for_plan(plan, ctx.key.derive("release"))
         inner = panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS)
-    source, clipper, ranges = source_of(rplan), clipper_for(rplan), rplan.input.record_ranges()
+    source, clipper, reads = source_of(rplan), clipper_for(rplan), panel_reads(rplan)
     ctx.read_started = True
     futures = [
         ctx.client.submit(
@@ -97,7 +103,7 @@ def run_covariance_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
             sink=target.write_store,
             storage_options=target.storage_options,
             clipper=clipper,
-            ranges=ranges,
+            reads=reads,
             normaliser=float(rplan.query.records),
             count=ctx.count,
             noise=noise,
@@ -225,7 +231,7 @@ def run_low_rank_lattice_panels(ctx: RunContext, rplan: ReleasePlan) -> ReleaseP
     common = {
         "source": source_of(rplan),
         "clipper": clipper_for(rplan),
-        "ranges": rplan.input.record_ranges(),
+        "reads": panel_reads(rplan),
         "normaliser": float(rplan.query.records),
         "lattice": client.scatter(lattice, broadcast=True),
         "inner": panel_inner_groups(rplan.lattice_context.records, PANEL_RECORDS),
