@@ -19,10 +19,12 @@ if TYPE_CHECKING:
     import xarray as xr
     from distributed import Client
 
+    from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
 
 __all__ = [
+    "check",
     "dry_run",
     "load",
     "open_release",
@@ -282,6 +284,92 @@ def release(
         processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def check(
+    spec: SpecLike,
+    *,
+    client: Client | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    cluster: str = "local",
+    cluster_spec: str | Path | None = None,
+    security: Any = None,
+) -> CheckReport:
+    """Count what a release would meet in a spec's input: NaN, infinite and out-of-domain values.
+
+    A curator-side check to fix the data before spending budget (``mvg-dask check``). It reads
+    the input's records once, on Dask, and counts the NaN and infinite values per feature, the
+    values below and above a box domain per feature (an L2 domain: the records whose norm
+    exceeds the radius), the same for the second variable of a two-variable cross-covariance
+    against ``query.cross-covariance.cols.box``, and with ``group_by`` the records whose label
+    is not declared.
+
+    It charges nothing and publishes nothing: no ledger is opened and no output store is
+    written. Its counts are exact functions of the data, **not** differentially private: they
+    are for the curator only and must not be shared (docs/guide/privacy.md, "Trust model").
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        The release spec, or its YAML file (paths resolve as for :func:`release`); its privacy,
+        mechanism, output and ledger sections are validated but not used.
+    client : distributed.Client, optional
+        Use this client.
+    scheduler : str, optional
+        Connect to this scheduler (ignored when ``client`` is given); default as for
+        :func:`release`: ``DASK_SCHEDULER_ADDRESS``, else threads in this process for an input
+        of at most ``IN_PROCESS_MAX_BYTES``, else a LocalCluster.
+    progress : bool, default True
+        Show progress.
+    cluster : {"local", "kubernetes"}
+        ``kubernetes``: an ephemeral dask-kubernetes cluster (extra ``[kubernetes]``).
+    cluster_spec : path, optional
+        Options of the ephemeral cluster.
+    security : distributed.Security, optional
+        TLS for ``scheduler`` (:func:`mvg_dask.engine.security.make_security`).
+
+    Returns
+    -------
+    CheckReport
+        The counts; ``str(report)`` is what ``mvg-dask check`` prints, ``report.to_dict()``
+        what ``mvg-dask check --json`` prints.
+
+    Raises
+    ------
+    SpecError
+        An invalid spec.
+    DataError
+        The input store, its variables or a declared domain do not fit (from metadata, before
+        any cluster starts), or chunks are missing.
+    ReleaseError
+        A chunk cannot be read, or the scheduler cannot be reached.
+
+    Examples
+    --------
+    >>> report = api.check("spec.yaml")  # doctest: +SKIP
+    >>> report.input.nan_total, report.input.outside  # doctest: +SKIP
+    (0, 12)
+    """
+    from mvg_dask.engine.check import run_check, setup_check
+
+    s = load(spec)
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    setup = setup_check(s, metadata)
+    if client is not None:
+        return run_check(setup, client, progress=progress)
+    from mvg_dask.engine.cluster import connect
+
+    with connect(
+        scheduler,
+        cluster=cluster,
+        cluster_spec=cluster_spec,
+        security=security,
+        # no release key travels: the transport rule that guards it does not apply
+        insecure_transport=True,
+        processes=metadata.nbytes > IN_PROCESS_MAX_BYTES,
+    ) as new_client:
+        return run_check(setup, new_client, progress=progress)
 
 
 def preflight(

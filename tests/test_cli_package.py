@@ -34,6 +34,7 @@ def test_command_families_are_the_modules():
     assert MODULES == [
         "mvg_dask.cli._common",
         "mvg_dask.cli.calibrate",
+        "mvg_dask.cli.check",
         "mvg_dask.cli.dataset",
         "mvg_dask.cli.demo",
         "mvg_dask.cli.experiments",
@@ -42,6 +43,7 @@ def test_command_families_are_the_modules():
     ]
     assert app.list_commands(click.Context(app)) == [
         "calibrate",
+        "check",
         "dataset",
         "demo",
         "experiments",
@@ -107,7 +109,7 @@ def test_metadata_commands_import_no_dask(args):
     assert result == {"rc": 0, "heavy": []}
 
 
-@pytest.mark.parametrize("args", [["--help"], ["release", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["release", "--help"], ["check", "--help"]])
 def test_help_imports_no_library_but_click(args):
     code = (
         "import json, sys\n"

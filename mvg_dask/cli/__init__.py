@@ -1,10 +1,11 @@
 """The ``mvg-dask`` command line (click).
 
-One module per command family (:mod:`.calibrate`, :mod:`.release`, :mod:`.demo`,
-:mod:`.dataset`, :mod:`.ledger`, :mod:`.experiments`); they are registered here, in one place,
-by name: a command's module is imported only when that command runs (or shows its own help), so
-``mvg-dask --help`` imports click alone. Heavy libraries (dask, distributed, xarray, zarr) are
-imported inside the commands that need them, so ``mvg-dask calibrate`` imports none of them.
+One module per command family (:mod:`.calibrate`, :mod:`.release`, :mod:`.check`,
+:mod:`.demo`, :mod:`.dataset`, :mod:`.ledger`, :mod:`.experiments`); they are registered here,
+in one place, by name: a command's module is imported only when that command runs (or shows its
+own help), so ``mvg-dask --help`` imports click alone. Heavy libraries (dask, distributed,
+xarray, zarr) are imported inside the commands that need them, so ``mvg-dask calibrate`` imports
+none of them.
 
 Every mistake in the arguments ends with a one-line ``mvg-dask: error: ...`` on stderr and exit
 code 2, never a traceback. The exit codes of a release are in ``mvg-dask release --help``.
@@ -27,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": (
         "mvg_dask.cli.calibrate",
         "Calibrate an MVG noise plan from metadata only (no data is read).",
+    ),
+    "check": (
+        "mvg_dask.cli.check",
+        "Count the NaN, infinite and out-of-domain values of the input of the YAML file SPEC.",
     ),
     "dataset": (
         "mvg_dask.cli.dataset",

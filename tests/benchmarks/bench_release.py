@@ -239,11 +239,11 @@ def floors(
     # the release share the per-task costs (and the chunk size)
     step = chunk
     ranges = chunk_runs(n, chunk, -(-TASK_ELEMENTS // (m * chunk)))
-    if m > 8192:  # a wide release reads (and multiplies) groups of at least 256 records
-        from mvg_dask.engine.blocks import _read_groups
+    if m > 8192:  # a wide release multiplies groups of 256 records (of whole chunks here)
         from mvg_dask.plan.release_plan import PANEL_RECORDS
 
-        ranges = _read_groups([(a, min(a + chunk, n)) for a in range(0, n, chunk)], PANEL_RECORDS)
+        group = -(-PANEL_RECORDS // chunk) * chunk
+        ranges = [(a, min(a + group, n)) for a in range(0, n, group)]
         step = n
     source = ZarrMatrix(store, "X", False)
     sink_path = str(work / "floor-write.zarr")
