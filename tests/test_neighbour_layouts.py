@@ -378,11 +378,20 @@ def test_any_count_any_layout_publishes_nothing_but_noise(
 # -- 3. the same bytes whatever the chunk grid --------------------------------------------------
 GRID_RECORDS = 1000
 GRIDS = [(250, False), (333, False), (333, True)]  # (record chunk, records-first)
-GRID_CONFIGS = {
-    "identity": ("identity", "unimodal", {}),
-    "identity-dp-pca": ("identity", "unimodal", {"method": "dp-pca", "k": 2}),
-    "covariance": ("covariance", "symmetric", {}),
-    "covariance-dp-pca": ("covariance", "equi-modal", {"method": "dp-pca", "k": 2}),
+DP_PCA_2 = {"directions": {"method": "dp-pca", "k": 2}}
+FLOAT = {"noise": "float"}
+#: name: (query, features, mechanism, output). Lattice noise rounds the computed query to a grid
+#: far coarser than a reordered sum's rounding, so a sum over the stored chunks would mostly
+#: publish the same bytes; float noise publishes the sum's rounding itself.
+GRID_CONFIGS: dict[str, tuple[str, int, dict[str, Any], dict[str, Any]]] = {
+    "identity": ("identity", M, {"algorithm": "unimodal"}, {}),
+    "identity-dp-pca": ("identity", M, {"algorithm": "unimodal", **DP_PCA_2}, {}),
+    "covariance": ("covariance", M, {"algorithm": "symmetric"}, {}),
+    "covariance-dp-pca": ("covariance", M, {"algorithm": "equi-modal", **DP_PCA_2}, {}),
+    "covariance-float": ("covariance", M, {"algorithm": "symmetric", **FLOAT}, {}),
+    "covariance-dp-pca-float": ("covariance", M, {**DP_PCA_2, **FLOAT}, {}),
+    # the blocked (panel) path
+    "wide-blocked-float": ("covariance", WIDE, FLOAT, {"matrix_chunk": 256}),
 }
 #: a known dependence on the chunk grid, seen with the blocks as configured (with 128-record
 #: blocks DP-PCA finds other directions, whose products happen to round alike); strict: a fix
@@ -422,17 +431,17 @@ def test_same_bytes_whatever_the_chunk_grid(
     chunk and layout, which are not published."""
     if (name, block_size) in GRID_XFAIL:
         request.applymarker(pytest.mark.xfail(strict=True, reason=GRID_XFAIL[name, block_size]))
-    query, algorithm, directions = GRID_CONFIGS[name]
-    X = float_data(4, GRID_RECORDS, seed=31)
+    query, features, mechanism, output = GRID_CONFIGS[name]
+    X = float_data(features, GRID_RECORDS, seed=31)
     raw = {
         "name": "grid",
         "release_id": f"grid-{name}",
         "input": {"store": str(tmp_path / "input.zarr"), "variable": "X"},
         "domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "clip"},
         "query": query,
-        "mechanism": {"algorithm": algorithm, "directions": directions or {"method": "standard"}},
+        "mechanism": mechanism,
         "privacy": {"epsilon": 1.0, "delta": 1e-5},
-        "output": {"store": str(tmp_path / "release.zarr")},
+        "output": {"store": str(tmp_path / "release.zarr"), **output},
     }
     stores, plans, values = [], [], []
     for chunk, records_first in GRIDS:
@@ -461,7 +470,7 @@ def test_same_bytes_whatever_the_chunk_grid(
                 assert a["attributes"] == b["attributes"], path
             meta = json.loads(other["X/zarr.json"])
             grid = meta["chunk_grid"]["configuration"]["chunk_shape"]
-            assert grid == ([chunk, 4] if meta["dimension_names"][0] == "record" else [4, chunk])
+            assert grid == ([chunk, M] if meta["dimension_names"][0] == "record" else [M, chunk])
         else:
             assert sorted(other) == sorted(first)
             differing = [path for path in first if other[path] != first[path]]
