@@ -235,23 +235,29 @@ CASES: list[Case] = [
 
 
 # -- data -------------------------------------------------------------------------------------
-def base_data(domain: str) -> np.ndarray:
-    """``M x RECORDS`` records strictly inside the domain (nothing is clipped in A)."""
+def base_data(domain: str, records: int = RECORDS) -> np.ndarray:
+    """``M x records`` records strictly inside the domain (nothing is clipped in A)."""
     rng = np.random.default_rng(7)
     if domain == "box":  # [-1, 1]^4
-        return rng.uniform(-0.95, 0.95, (M, RECORDS))
-    return rng.uniform(-0.9, 0.9, (M, RECORDS))  # norms <= 1.8 < 2 = l2_norm
+        return rng.uniform(-0.95, 0.95, (M, records))
+    return rng.uniform(-0.9, 0.9, (M, records))  # norms <= 1.8 < 2 = l2_norm
 
 
-def neighbouring_pair(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """The worst-case pair ``(A, B)`` of the case's neighbour relation (a two-variable case:
-    the same ``X``; its ``Y`` differs, :func:`second_pair`)."""
-    a = base_data(case.domain)
-    if case.second:
+def replaced_record(records: int) -> int:
+    """The record a replace-one pair replaces: ``REPLACED``, or the middle one of fewer."""
+    return REPLACED if records > REPLACED else records // 2
+
+
+def neighbouring_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray, np.ndarray]:
+    """The worst-case pair ``(A, B)`` of the case's neighbour relation, A of ``records``
+    records (a two-variable case: under replace-one the same ``X``, its ``Y`` differs,
+    :func:`second_pair`; under add-remove B's added record is outside in both)."""
+    a = base_data(case.domain, records)
+    if case.second and case.neighbours == "replace-one":
         return a, a
     if case.neighbours == "replace-one":
         b = a.copy()
-        b[:, REPLACED] = OUTSIDE
+        b[:, replaced_record(records)] = OUTSIDE
         return a, b
     return a, np.concatenate([a, OUTSIDE[:, None]], axis=1)
 
@@ -262,29 +268,33 @@ Y_BOX = {"lower": -2.0, "upper": 2.0}
 Y_OUTSIDE = np.array([5.0, -5.0, 5.0])
 
 
-def second_pair(case: Case) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``Y`` of A and B (``None``: one variable): B's record ``REPLACED`` changes in ``Y``."""
+def second_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``Y`` of A and B (``None``: one variable): B's replaced record changes in ``Y``, or B
+    has one more record, outside (add-remove)."""
     if not case.second:
         return None, None
-    a = np.random.default_rng(11).uniform(-1.9, 1.9, (3, RECORDS))
+    a = np.random.default_rng(11).uniform(-1.9, 1.9, (3, records))
+    if case.neighbours == "add-remove":
+        return a, np.concatenate([a, Y_OUTSIDE[:, None]], axis=1)
     b = a.copy()
-    b[:, REPLACED] = Y_OUTSIDE
+    b[:, replaced_record(records)] = Y_OUTSIDE
     return a, b
 
 
 GROUP_LABELS = {"move": [0, 1, 2], "drop": ["a", "b", "c"]}
 
 
-def group_labels(case: Case) -> tuple[np.ndarray | None, np.ndarray | None]:
+def group_labels(case: Case, records: int = RECORDS) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The group labels of A and B (``None``: not grouped): B's replaced record moves from the
     first declared group to the second ("move") or to an undeclared label ("drop")."""
     if not case.group:
         return None, None
     declared = np.array(GROUP_LABELS[case.group], dtype=object)
-    a = declared[np.arange(RECORDS) % 3]
-    a[REPLACED] = declared[0]
+    r = replaced_record(records)
+    a = declared[np.arange(records) % 3]
+    a[r] = declared[0]
     b = a.copy()
-    b[REPLACED] = declared[1] if case.group == "move" else "undeclared"
+    b[r] = declared[1] if case.group == "move" else "undeclared"
     if case.group == "move":
         return a.astype(np.int64), b.astype(np.int64)
     return a, b
@@ -361,16 +371,23 @@ def write_directions(root: Path) -> None:
 
 
 def put_input(
-    root: Path, X: np.ndarray, labels: np.ndarray | None = None, Y: np.ndarray | None = None
+    root: Path,
+    X: np.ndarray,
+    labels: np.ndarray | None = None,
+    Y: np.ndarray | None = None,
+    *,
+    chunk: int = CHUNK,
+    records_first: bool = False,
 ) -> None:
     """(Re)write the input at the one input path both releases of a pair read (with the group
-    variable ``site`` of a grouped case, the second variable ``Y`` of a two-variable case)."""
+    variable ``site`` of a grouped case, the second variable ``Y`` of a two-variable case), in
+    record chunks of ``chunk``, stored ``features x records`` or ``records_first``."""
     shutil.rmtree(root / "input.zarr", ignore_errors=True)
-    make_input(root / "input.zarr", X, chunk=CHUNK)
+    make_input(root / "input.zarr", X, chunk=chunk, records_first=records_first)
     if labels is not None:
         add_group_variable(root / "input.zarr", labels)
     if Y is not None:
-        add_second_variable(root / "input.zarr", Y, chunk=CHUNK)
+        add_second_variable(root / "input.zarr", Y, chunk=chunk)
 
 
 # -- comparison -------------------------------------------------------------------------------
