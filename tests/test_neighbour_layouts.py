@@ -400,17 +400,6 @@ GRID_CONFIGS: dict[str, tuple[str, int, dict[str, Any], dict[str, Any]]] = {
     # the blocked (panel) path
     "wide-blocked-float": ("covariance", WIDE, FLOAT, {"matrix_chunk": 256}),
 }
-#: a known dependence on the chunk grid, seen with the blocks as configured (with 128-record
-#: blocks DP-PCA finds other directions, whose products happen to round alike); strict: a fix
-#: makes the test pass, and fail here
-GRID_XFAIL = {
-    ("identity-dp-pca", "canonical"): (
-        "an identity release with rotated directions whitens and unwhitens each stored chunk "
-        "with a matrix product (RecordLattice.release): the last chunk of the 333-record grid "
-        "holds one record, whose product takes another BLAS path and rounds X[2:4, 999] 1 ulp "
-        "apart from the 250-record grid's"
-    ),
-}
 
 
 @pytest.fixture(params=["canonical", "small-blocks"])
@@ -426,7 +415,7 @@ def block_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("name", list(GRID_CONFIGS))
 def test_same_bytes_whatever_the_chunk_grid(
-    name: str, block_size: str, tmp_path: Path, client: Any, request: pytest.FixtureRequest
+    name: str, block_size: str, tmp_path: Path, client: Any
 ) -> None:
     """1,000 records of non-dyadic floats (partly outside the box: clipped), replace-one, the
     same seed, in record chunks of 250 and 333 and records-first: a covariance publishes the same
@@ -436,8 +425,6 @@ def test_same_bytes_whatever_the_chunk_grid(
     identity takes), so only ``X``'s chunk files and its array metadata (in ``X/zarr.json`` and
     the root's consolidated metadata) differ. The dry run's JSON differs only in the input's
     chunk and layout, which are not published."""
-    if (name, block_size) in GRID_XFAIL:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=GRID_XFAIL[name, block_size]))
     query, features, mechanism, output = GRID_CONFIGS[name]
     X = float_data(features, GRID_RECORDS, seed=31)
     raw = {
