@@ -138,6 +138,9 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "lattice_log2_grid": (public.get("lattice") or {}).get("log2_grid"),
         "record_domain": json.dumps(rplan.domain.to_dict()),
         "on_violation": rplan.on_violation,
+        # domain.missing: {fill: ...} as declared (a function of the spec); absent for the
+        # default missing: error. How many values were filled is curator-side only
+        "missing": None if rplan.missing_fill is None else json.dumps(rplan.missing_dict()),
         "seeded": seeded,
         "seeded_note": "noise derived from a user seed: reproducible, NOT private"
         if seeded

@@ -50,6 +50,14 @@ def _ledger(
     return LedgerCharge.from_dict(ledger, location, password_file)
 
 
+def _missing_fill(missing: dict[str, Any] | None) -> float | tuple[float, ...] | None:
+    """The fill of a plan's ``missing`` entry (absent: ``missing: error``)."""
+    if missing is None:
+        return None
+    fill = missing["fill"]
+    return tuple(float(v) for v in fill) if isinstance(fill, list | tuple) else float(fill)
+
+
 def plan_fields(
     data: dict[str, Any],
     *,
@@ -100,6 +108,7 @@ def plan_fields(
         # a mean-first plan publishes the declared box (its query sums [x - c; 1])
         "domain": domain_from_dict(noise_d["domain"], query.features - (mean is not None)),
         "on_violation": data["on_violation"],
+        "missing_fill": _missing_fill(data.get("missing")),
         "epsilon": float(noise_d["epsilon"]),
         "delta": float(noise_d["delta"]),
         "neighbours": noise_d["neighbours"],

@@ -321,6 +321,10 @@ class ReleasePlan:
         The declared record domain.
     on_violation : {"clip", "error"}
         What happens to records outside the domain.
+    missing_fill : float or tuple of float or None
+        The declared public value (one, or one per feature) each NaN of the input becomes
+        before the domain check (``domain.missing: {fill: ...}``); ``None``: a NaN aborts
+        (``missing: error``).
     epsilon, delta : float
         The total guarantee.
     neighbours : str
@@ -375,6 +379,7 @@ class ReleasePlan:
     lattice_context: LatticeContext | None = None
     stages: tuple[str, ...] = ()
     mean_first: MeanStep | None = None
+    missing_fill: float | tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         implied = self.implied_stages()
@@ -397,6 +402,24 @@ class ReleasePlan:
         )
 
     # -- state -------------------------------------------------------------------------------
+    def fill_vector(self) -> np.ndarray | None:
+        """The value each NaN becomes, per feature of the record the tasks read (the stacked
+        ``[x; y]`` of a two-variable cross-covariance: one number fills both), or ``None``
+        (``missing: error``)."""
+        if self.missing_fill is None:
+            return None
+        cols = self.input.cols_input
+        m = self.input.features + (0 if cols is None else cols.features)
+        return np.broadcast_to(np.asarray(self.missing_fill, dtype=np.float64), (m,)).copy()
+
+    def missing_dict(self) -> dict[str, Any] | None:
+        """``domain.missing`` as the plan publishes it: ``{"fill": v}`` (``v`` a number or a
+        list), or ``None`` for ``missing: error``."""
+        fill = self.missing_fill
+        if fill is None:
+            return None
+        return {"fill": list(fill) if isinstance(fill, tuple) else fill}
+
     @property
     def uses_dp_pca(self) -> bool:
         """True when DP-PCA picks the directions at run time."""
@@ -491,6 +514,8 @@ class ReleasePlan:
             },
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
             "on_violation": self.on_violation,
+            # missing: error (the default) adds no key: the plans of earlier specs are unchanged
+            **({} if self.missing_fill is None else {"missing": self.missing_dict()}),
             "tile_records": self.tile_records,
             "stages": list(self.stages),
             "dp_pca": None if self.dp_pca is None else self.dp_pca.to_dict(),
@@ -802,6 +827,38 @@ def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
     return BoxDomain(np.concatenate([x.lower, y.lower]), np.concatenate([x.upper, y.upper]))
 
 
+def _missing_fill(
+    spec: ReleaseSpec, m: int, domain: RecordDomain
+) -> float | tuple[float, ...] | None:
+    """The declared fill of ``domain.missing`` (``None``: ``error``), checked before anything
+    is read: a per-feature list has one value per feature of the input, and under
+    ``on_violation: error`` a fill lies in the box (else every NaN would abort the release)."""
+    missing = spec.domain.missing
+    if isinstance(missing, str):
+        return None
+    fill: float | tuple[float, ...]
+    if isinstance(missing.fill, list):
+        if len(missing.fill) != m:
+            raise DataError(
+                f"domain.missing.fill: {len(missing.fill)} values for {m} features; give one "
+                "per feature, or one number for all"
+            )
+        fill = tuple(float(v) for v in missing.fill)
+    else:
+        fill = float(missing.fill)
+    if spec.domain.on_violation == "error" and isinstance(domain, BoxDomain):
+        values = np.broadcast_to(np.asarray(fill, dtype=np.float64), domain.lower.shape)
+        bad = np.flatnonzero((values < domain.lower) | (values > domain.upper))
+        if bad.size:
+            i = int(bad[0])
+            raise DataError(
+                f"domain.missing.fill: feature {i}'s fill {values[i]:g} lies outside its box "
+                f"[{domain.lower[i]:g}, {domain.upper[i]:g}], so with on_violation: error each "
+                "NaN would abort the release; choose a fill inside the box, or on_violation: clip"
+            )
+    return fill
+
+
 def _fixed_directions(
     spec: ReleaseSpec, m: int, matrix: np.ndarray | None
 ) -> tuple[Directions | None, DpPcaStep | None]:
@@ -983,6 +1040,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
+        missing_fill=_missing_fill(spec, m, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,
