@@ -9,7 +9,9 @@ release id, the same plan time and the same input and output paths, one after th
   from 1);
 * add-remove: B is A plus one out-of-domain record appended. A has exactly ``CHUNK * 5``
   records and B one more, so B also has one more input chunk (one more Dask task): anything
-  that counts chunks or records shows up.
+  that counts chunks or records shows up;
+* a ``missing`` case (``domain.missing: {fill: ...}``): B's replaced or added record has NaN
+  (filled with the declared values, then clipped), so B fills values and A does not.
 
 Then every published byte other than the chunks of the noisy variables (:func:`noisy_variables`,
 the one list of what may differ) must be identical: every ``zarr.json`` (group and array
@@ -125,6 +127,8 @@ class Case:
     # record changes in Y only
     second: bool = False
     route: str = ""  # a centered covariance's declared route ("" for the plain query)
+    # domain.missing: {fill: FILL}: B's replaced (or added) record has NaN (filled, then clipped)
+    missing: bool = False
 
     @property
     def id(self) -> str:
@@ -138,6 +142,7 @@ class Case:
             + ([f"group-{self.group}"] if self.group else [])
             + (["two-variables"] if self.second else [])
             + ([self.route] if self.route else [])
+            + (["missing"] if self.missing else [])
         )
 
     @property
@@ -228,6 +233,11 @@ CASES: list[Case] = [
     Case(
         "centered-covariance", "symmetric", "exact", "replace-one", None, "box", route="mean-first"
     ),
+    # missing values filled with a declared value (published as mvg_dask_missing, from the
+    # spec): B's record has NaN where A's has values
+    Case("covariance", "symmetric", "exact", "replace-one", None, "box", missing=True),
+    Case("identity", "unimodal", "exact", "replace-one", None, "l2", missing=True),
+    Case("covariance", "unimodal", "exact", "add-remove", None, "l2", missing=True),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
@@ -243,17 +253,24 @@ def base_data(domain: str) -> np.ndarray:
     return rng.uniform(-0.9, 0.9, (M, RECORDS))  # norms <= 1.8 < 2 = l2_norm
 
 
+#: the replaced (added) record of a ``missing`` case: NaN (filled with :data:`FILL`, whose third
+#: value lies outside both domains) and values outside the domain
+MISSING = np.array([np.nan, 3.0, np.nan, -3.0])
+FILL = [0.5, -0.5, 3.0, 0.0]
+
+
 def neighbouring_pair(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """The worst-case pair ``(A, B)`` of the case's neighbour relation (a two-variable case:
     the same ``X``; its ``Y`` differs, :func:`second_pair`)."""
     a = base_data(case.domain)
     if case.second:
         return a, a
+    other = MISSING if case.missing else OUTSIDE
     if case.neighbours == "replace-one":
         b = a.copy()
-        b[:, REPLACED] = OUTSIDE
+        b[:, REPLACED] = other
         return a, b
-    return a, np.concatenate([a, OUTSIDE[:, None]], axis=1)
+    return a, np.concatenate([a, other[:, None]], axis=1)
 
 
 #: the second variable ``Y`` of a two-variable case: 3 features in [-2, 2], the replaced record
@@ -324,7 +341,11 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "name": "neighbours",
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
-        "domain": {**domain, "on_violation": "clip"},
+        "domain": {
+            **domain,
+            "on_violation": "clip",
+            **({"missing": {"fill": FILL}} if case.missing else {}),
+        },
         "query": (
             {"centered-covariance": {"route": case.route}}
             if case.route
@@ -495,6 +516,9 @@ def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) ->
     assert any("%" in line[2] for line in ra["logs"]), "progress was not reported"
     # the pair really differs, and only through the noisy query output (same seed: same noise)
     assert set(QUERY_VARIABLE[case.query]) - {"moment"} <= set(differing)
+    if case.missing:  # the declared fill is published (the same for both); no filled count
+        attrs = json.loads((tmp_path / "a.zarr" / "zarr.json").read_text())["attributes"]
+        assert json.loads(attrs["mvg_dask_missing"]) == {"fill": FILL}
     if case.output == "float32-zstd":  # the encoding the case asks for is what was written
         meta = json.loads(
             (tmp_path / "a.zarr" / QUERY_VARIABLE[case.query][0] / "zarr.json").read_text()
