@@ -50,7 +50,7 @@ from mvg_dask.plan.noise_plan import (
     build_noise_plan,
     gram_step_lattice,
 )
-from mvg_dask.plan.plan_json import plan_fields
+from mvg_dask.plan.plan_json import plan_fields, violation_dict
 from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
@@ -319,12 +319,9 @@ class ReleasePlan:
         The query.
     domain : BoxDomain or L2BallDomain
         The declared record domain.
-    on_violation : {"clip", "error"}
-        What happens to records outside the domain.
-    missing_fill : float or tuple of float or None
-        The declared public value (one, or one per feature) each NaN of the input becomes
-        before the domain check (``domain.missing: {fill: ...}``); ``None``: a NaN aborts
-        (``missing: error``).
+    on_violation, missing_fill : {"clip", "error"}, and float, tuple of float or None
+        What happens to records outside the domain; the public value(s) each NaN becomes
+        before the domain check (``domain.missing: {fill: ...}``; ``None``: ``missing: error``).
     epsilon, delta : float
         The total guarantee.
     neighbours : str
@@ -402,24 +399,6 @@ class ReleasePlan:
         )
 
     # -- state -------------------------------------------------------------------------------
-    def fill_vector(self) -> np.ndarray | None:
-        """The value each NaN becomes, per feature of the record the tasks read (the stacked
-        ``[x; y]`` of a two-variable cross-covariance: one number fills both), or ``None``
-        (``missing: error``)."""
-        if self.missing_fill is None:
-            return None
-        cols = self.input.cols_input
-        m = self.input.features + (0 if cols is None else cols.features)
-        return np.broadcast_to(np.asarray(self.missing_fill, dtype=np.float64), (m,)).copy()
-
-    def missing_dict(self) -> dict[str, Any] | None:
-        """``domain.missing`` as the plan publishes it: ``{"fill": v}`` (``v`` a number or a
-        list), or ``None`` for ``missing: error``."""
-        fill = self.missing_fill
-        if fill is None:
-            return None
-        return {"fill": list(fill) if isinstance(fill, tuple) else fill}
-
     @property
     def uses_dp_pca(self) -> bool:
         """True when DP-PCA picks the directions at run time."""
@@ -513,9 +492,7 @@ class ReleasePlan:
                 "matrix_chunk": self.matrix_chunk,
             },
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
-            "on_violation": self.on_violation,
-            # missing: error (the default) adds no key: the plans of earlier specs are unchanged
-            **({} if self.missing_fill is None else {"missing": self.missing_dict()}),
+            **violation_dict(self.on_violation, self.missing_fill),
             "tile_records": self.tile_records,
             "stages": list(self.stages),
             "dp_pca": None if self.dp_pca is None else self.dp_pca.to_dict(),
@@ -577,11 +554,10 @@ class ReleasePlan:
         """Refuse a user seed for a release charged to a privacy ledger.
 
         A seeded release is not private: its noise is a function of the seed, and a search over
-        seeds recovers it (and so the data) from the output. A ledger is the data owner's
-        account of what has been disclosed about a dataset, so such a release can be neither
-        charged (the budget would claim a guarantee that does not hold) nor left out of it (the
-        disclosure would be invisible). Seeds are for test and demo data, released without a
-        ledger.
+        seeds recovers it (and so the data) from the output. A ledger is the data owner's account
+        of what has been disclosed about a dataset, so such a release can be neither charged (the
+        budget would claim a guarantee that does not hold) nor left out of it (the disclosure
+        would be invisible). Seeds are for test and demo data, released without a ledger.
 
         Parameters
         ----------
@@ -604,8 +580,7 @@ class ReleasePlan:
 
     # -- presentation ------------------------------------------------------------------------
     def declared_bounds_text(self) -> str | None:
-        """What declared bounds above the proved ones cost, in one line (``None``: none; see
-        :func:`declared_bounds_text`)."""
+        """What declared bounds above the proved ones cost (:func:`declared_bounds_text`)."""
         return declared_bounds_text(self)
 
     def summary(self) -> str:

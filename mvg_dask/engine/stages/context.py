@@ -112,8 +112,11 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
 def fill_column(rplan: ReleasePlan) -> np.ndarray | None:
     """The plan's ``domain.missing`` fill as the clipper takes it (a column vector over the
     record the tasks read), or ``None`` (``missing: error``)."""
-    fill = rplan.fill_vector()
-    return None if fill is None else fill[:, None]
+    if rplan.missing_fill is None:
+        return None
+    cols = rplan.input.cols_input  # the stacked [x; y]: one number fills both
+    m = rplan.input.features + (0 if cols is None else cols.features)
+    return np.broadcast_to(np.asarray(rplan.missing_fill, dtype=np.float64), (m,))[:, None].copy()
 
 
 def source_of(rplan: ReleasePlan) -> ZarrMatrix:
