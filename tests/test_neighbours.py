@@ -162,6 +162,21 @@ def noisy_variables(case: Case) -> set[str]:
     return out
 
 
+#: the replaced (added) record of a ``missing`` case: NaN (filled with :data:`FILL`, whose third
+#: value lies outside both domains) and values outside the domain
+MISSING = np.array([np.nan, 3.0, np.nan, -3.0])
+FILL = [0.5, -0.5, 3.0, 0.0]
+
+
+def with_missing(case: Case, b: np.ndarray) -> np.ndarray:
+    """B of a ``missing`` case: its replaced (or added) record is :data:`MISSING` instead."""
+    if not case.missing:
+        return b
+    b = b.copy()
+    b[:, REPLACED if case.neighbours == "replace-one" else -1] = MISSING
+    return b
+
+
 def _covariance_cases() -> list[Case]:
     """Every (algorithm, calibration family, neighbour relation) for the covariance, the domain
     kind alternating so that every pair of factor values with the domain is covered too."""
@@ -253,24 +268,17 @@ def base_data(domain: str) -> np.ndarray:
     return rng.uniform(-0.9, 0.9, (M, RECORDS))  # norms <= 1.8 < 2 = l2_norm
 
 
-#: the replaced (added) record of a ``missing`` case: NaN (filled with :data:`FILL`, whose third
-#: value lies outside both domains) and values outside the domain
-MISSING = np.array([np.nan, 3.0, np.nan, -3.0])
-FILL = [0.5, -0.5, 3.0, 0.0]
-
-
 def neighbouring_pair(case: Case) -> tuple[np.ndarray, np.ndarray]:
     """The worst-case pair ``(A, B)`` of the case's neighbour relation (a two-variable case:
     the same ``X``; its ``Y`` differs, :func:`second_pair`)."""
     a = base_data(case.domain)
     if case.second:
         return a, a
-    other = MISSING if case.missing else OUTSIDE
     if case.neighbours == "replace-one":
         b = a.copy()
-        b[:, REPLACED] = other
+        b[:, REPLACED] = OUTSIDE
         return a, b
-    return a, np.concatenate([a, other[:, None]], axis=1)
+    return a, np.concatenate([a, OUTSIDE[:, None]], axis=1)
 
 
 #: the second variable ``Y`` of a two-variable case: 3 features in [-2, 2], the replaced record
@@ -502,6 +510,7 @@ def release_once(
 def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) -> None:
     write_directions(tmp_path)
     A, B = neighbouring_pair(case)
+    B = with_missing(case, B)
     la, lb = group_labels(case)
     ya, yb = second_pair(case)
     ra = release_once(case, tmp_path, A, client, caplog, "a", la, ya)

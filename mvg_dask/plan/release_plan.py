@@ -320,8 +320,7 @@ class ReleasePlan:
     domain : BoxDomain or L2BallDomain
         The declared record domain.
     on_violation, missing_fill : {"clip", "error"}, and float, tuple of float or None
-        What happens to records outside the domain; the public value(s) each NaN becomes
-        before the domain check (``domain.missing: {fill: ...}``; ``None``: ``missing: error``).
+        Values outside the domain; the public value(s) a NaN becomes (``None``: an error).
     epsilon, delta : float
         The total guarantee.
     neighbours : str
@@ -475,9 +474,8 @@ class ReleasePlan:
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data (never a key, storage options or the ledger's location).
 
-        The ``plan`` entry is the noise plan as published (see :meth:`public_noise_dict`);
-        ``resolved`` holds the complete noise plan of a DP-PCA release once its directions are
-        known (curator side: it depends on the data through DP-PCA).
+        ``plan`` is the noise plan as published (:meth:`public_noise_dict`); ``resolved`` is a
+        DP-PCA release's complete one once its directions are known (curator side: data-dependent).
         """
         out: dict[str, Any] = {
             "release_id": self.release_id,
