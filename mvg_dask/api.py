@@ -264,6 +264,12 @@ def release(
         A refusal :func:`preflight` decides from metadata, before any cluster starts and before
         anything is charged; or a failure of the release itself (its ``charged`` attribute says
         whether the ledger holds a charge for it).
+    DataError
+        The data does not fit the spec. Found after a chunk was read (a NaN with
+        ``domain.missing: error``, an infinite value, a value outside the domain with
+        ``on_violation: error``), the release is aborted and stays charged: ``charged`` is
+        true, ``charge`` and the message say what was charged to which ledger dataset
+        (without a ledger, nothing is charged and the message says nothing of a charge).
     """
     rplan = dry_run(spec, release_id=release_id, output=output)
     rplan.check_seed(seed)

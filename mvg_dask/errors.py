@@ -19,11 +19,45 @@ class MvgDaskError(Exception):
     pending : bool
         With ``charged``: whether the release stays pending (re-running its id resumes it) or
         was aborted after reading data (it stays charged and cannot be resumed).
+    charge : str or None
+        With ``charged``: what was charged and to which ledger dataset (``epsilon=0.5,
+        delta=1e-06 to dataset 'patients'``), when known; the message then states it
+        (:func:`charged_clause`).
     """
 
     charged: bool = False
     release_id: str | None = None
     pending: bool = True
+    charge: str | None = None
+
+
+def charged_clause(exc: MvgDaskError) -> str:
+    """What a charged failure leaves in the ledger, and what to do about it.
+
+    Parameters
+    ----------
+    exc : MvgDaskError
+        A failure whose ``charged`` is set.
+
+    Returns
+    -------
+    str
+        ``(budget charged[: amount]; release ... pending: ...)`` or ``(... aborted after
+        reading data: choose a new release id)``.
+
+    Examples
+    --------
+    >>> exc = DataError("NaN in records 0..9")
+    >>> exc.charged, exc.release_id, exc.pending = True, "r1", False
+    >>> exc.charge = "epsilon=0.5, delta=1e-06 to dataset 'patients'"
+    >>> charged_clause(exc)[:60]
+    "(budget charged: epsilon=0.5, delta=1e-06 to dataset 'patie"
+    """
+    release = "release" if exc.release_id is None else f"release {exc.release_id}"
+    charged = "budget charged" if exc.charge is None else f"budget charged: {exc.charge}"
+    if exc.pending:
+        return f"({charged}; {release} pending: re-run the same release id to resume)"
+    return f"({charged}; {release} aborted after reading data: choose a new release id)"
 
 
 class DataError(MvgDaskError, ValueError):

@@ -116,6 +116,7 @@ ATTRS = (
     "lattice_log2_grid",
     "record_domain",
     "on_violation",
+    "missing",
     "seeded",
     "seeded_note",
     "tile_records",

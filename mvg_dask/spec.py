@@ -17,7 +17,9 @@ import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -113,12 +115,55 @@ class BoxSpec(_Strict):
         return self
 
 
+class MissingSpec(_Strict):
+    """``missing: {fill: v}``: each NaN of the input becomes the public value ``v`` (one number
+    for every feature, or one per feature) before the domain check, so a fill outside the box
+    is clipped like any value (docs/howto/own-data.md, "Missing values")."""
+
+    fill: Scalars
+
+    @field_validator("fill")
+    @classmethod
+    def _finite_fill(cls, value: float | list[float]) -> float | list[float]:
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise ValueError("give one number, or one per feature")
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(f"fill values must be finite numbers (got {value!r})")
+        return value
+
+
+def _missing_kind(value: object) -> str:
+    return "tag:error" if isinstance(value, str) else "tag:fill"
+
+
+#: ``domain.missing``: ``error``, or ``{fill: ...}`` (an error names one branch only)
+Missing = Annotated[
+    Annotated[Literal["error"], Tag("tag:error")] | Annotated[MissingSpec, Tag("tag:fill")],
+    Discriminator(_missing_kind),
+]
+
+
 class DomainSpec(_Strict):
-    """The declared record domain and what to do with values outside it."""
+    """The declared record domain and what to do with values outside it.
+
+    ``missing``: what a NaN in the input does. ``error`` (the default) aborts the release when
+    the NaN is read (after the reservation: the release stays charged); ``{fill: v}`` replaces
+    each NaN by the public value ``v`` (a number, or one per feature) before the domain check
+    and clip, so the release completes. Infinite values are not missing: they always abort.
+    """
 
     box: BoxSpec | None = None
     l2_norm: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     on_violation: Literal["clip", "error"] = "clip"
+    missing: Missing = "error"
+
+    @field_validator("missing", mode="before")
+    @classmethod
+    def _missing_word(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip() != "error":
+            raise ValueError(f"error or {{fill: <a number, or one per feature>}}, not {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _one_domain(self) -> DomainSpec:
@@ -710,6 +755,13 @@ class ReleaseSpec(_Strict):
                 "(domain.box for the input variable, query.cross-covariance.cols.box for "
                 f"{second!r}); an l2 ball over the stacked record is not offered"
             )
+        missing = self.domain.missing
+        if second is not None and not isinstance(missing, str) and isinstance(missing.fill, list):
+            raise ValueError(
+                "domain.missing.fill: a two-variable cross-covariance fills the NaN of both "
+                f"variables (the input's and {second!r}'s) with one value; give one number "
+                "(a fill outside a variable's box is clipped into it)"
+            )
         if second is not None and second == self.input.variable:
             raise ValueError(
                 f"query.cross-covariance.cols.variable: {second!r} is the input variable; "
@@ -808,6 +860,8 @@ def spec_hash(spec: ReleaseSpec) -> str:
     # a spec without group_by hashes as it did before group_by existed
     exclude = {"release_id"} if spec.group_by is not None else {"release_id", "group_by"}
     data = spec.model_dump(mode="json", exclude=exclude)
+    if data["domain"].get("missing") == "error":
+        data["domain"].pop("missing")  # missing: error hashes as it did before missing existed
     cross = data["query"].get("cross_covariance") if isinstance(data["query"], dict) else None
     if cross is not None and cross.get("col_allocation") is None:
         cross.pop("col_allocation", None)  # Psi = I hashes as it did before Psi existed
@@ -817,7 +871,7 @@ def spec_hash(spec: ReleaseSpec) -> str:
 def _format_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tag:")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling)"

@@ -108,8 +108,10 @@ def test_exit_3_data_abort_after_reading_is_charged(tmp_path: Path) -> None:
     (line,) = out.stderr.strip().splitlines()
     assert "NaN or infinite values in records 100..199" in line
     assert line.endswith(
-        "(budget charged; release r1 aborted after reading data: choose a new release id)"
+        "(budget charged: epsilon=1, delta=1e-05 to dataset 'd'; release r1 aborted after "
+        "reading data: choose a new release id)"
     )
+    assert line.count("budget charged") == 1  # stated once: by the error, not again by the CLI
     assert _entries(tmp_path / "ledger.sqlite") == [("r1", "aborted")]
     assert not (tmp_path / "out.zarr").exists()
 

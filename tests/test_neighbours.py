@@ -9,7 +9,9 @@ release id, the same plan time and the same input and output paths, one after th
   from 1);
 * add-remove: B is A plus one out-of-domain record appended. A has exactly ``CHUNK * 5``
   records and B one more, so B also has one more input chunk (one more Dask task): anything
-  that counts chunks or records shows up.
+  that counts chunks or records shows up;
+* a ``missing`` case (``domain.missing: {fill: ...}``): B's replaced or added record has NaN
+  (filled with the declared values, then clipped), so B fills values and A does not.
 
 Then every published byte other than the chunks of the noisy variables (:func:`noisy_variables`,
 the one list of what may differ) must be identical: every ``zarr.json`` (group and array
@@ -125,6 +127,8 @@ class Case:
     # record changes in Y only
     second: bool = False
     route: str = ""  # a centered covariance's declared route ("" for the plain query)
+    # domain.missing: {fill: FILL}: B's replaced (or added) record has NaN (filled, then clipped)
+    missing: bool = False
 
     @property
     def id(self) -> str:
@@ -138,6 +142,7 @@ class Case:
             + ([f"group-{self.group}"] if self.group else [])
             + (["two-variables"] if self.second else [])
             + ([self.route] if self.route else [])
+            + (["missing"] if self.missing else [])
         )
 
     @property
@@ -155,6 +160,21 @@ def noisy_variables(case: Case) -> set[str]:
     if case.route == "mean-first":
         out = set(MEAN_FIRST_VARIABLES)
     return out
+
+
+#: the replaced (added) record of a ``missing`` case: NaN (filled with :data:`FILL`, whose third
+#: value lies outside both domains) and values outside the domain
+MISSING = np.array([np.nan, 3.0, np.nan, -3.0])
+FILL = [0.5, -0.5, 3.0, 0.0]
+
+
+def with_missing(case: Case, b: np.ndarray) -> np.ndarray:
+    """B of a ``missing`` case: its replaced (or added) record is :data:`MISSING` instead."""
+    if not case.missing:
+        return b
+    b = b.copy()
+    b[:, REPLACED if case.neighbours == "replace-one" else -1] = MISSING
+    return b
 
 
 def _covariance_cases() -> list[Case]:
@@ -228,6 +248,11 @@ CASES: list[Case] = [
     Case(
         "centered-covariance", "symmetric", "exact", "replace-one", None, "box", route="mean-first"
     ),
+    # missing values filled with a declared value (published as mvg_dask_missing, from the
+    # spec): B's record has NaN where A's has values
+    Case("covariance", "symmetric", "exact", "replace-one", None, "box", missing=True),
+    Case("identity", "unimodal", "exact", "replace-one", None, "l2", missing=True),
+    Case("covariance", "unimodal", "exact", "add-remove", None, "l2", missing=True),
     # output encoding: a float32 input gives a float32, zstd-compressed output
     Case("identity", "unimodal", "exact", "replace-one", None, "box", output="float32-zstd"),
     Case("covariance", "symmetric", "exact", "add-remove", None, "l2", output="float32-zstd"),
@@ -334,7 +359,11 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
         "name": "neighbours",
         "release_id": "nbr-" + case.id,
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
-        "domain": {**domain, "on_violation": "clip"},
+        "domain": {
+            **domain,
+            "on_violation": "clip",
+            **({"missing": {"fill": FILL}} if case.missing else {}),
+        },
         "query": (
             {"centered-covariance": {"route": case.route}}
             if case.route
@@ -498,6 +527,7 @@ def release_once(
 def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) -> None:
     write_directions(tmp_path)
     A, B = neighbouring_pair(case)
+    B = with_missing(case, B)
     la, lb = group_labels(case)
     ya, yb = second_pair(case)
     ra = release_once(case, tmp_path, A, client, caplog, "a", la, ya)
@@ -512,6 +542,9 @@ def test_only_noisy_values_differ(case: Case, tmp_path: Path, client, caplog) ->
     assert any("%" in line[2] for line in ra["logs"]), "progress was not reported"
     # the pair really differs, and only through the noisy query output (same seed: same noise)
     assert set(QUERY_VARIABLE[case.query]) - {"moment"} <= set(differing)
+    if case.missing:  # the declared fill is published (the same for both); no filled count
+        attrs = json.loads((tmp_path / "a.zarr" / "zarr.json").read_text())["attributes"]
+        assert json.loads(attrs["mvg_dask_missing"]) == {"fill": FILL}
     if case.output == "float32-zstd":  # the encoding the case asks for is what was written
         meta = json.loads(
             (tmp_path / "a.zarr" / QUERY_VARIABLE[case.query][0] / "zarr.json").read_text()

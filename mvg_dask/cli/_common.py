@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from mvg_dask.errors import DataError, MvgDaskError
+from mvg_dask.errors import DataError, MvgDaskError, charged_clause
 
 #: The exit codes of a release (``mvg-dask release --help`` shows this text).
 EXIT_CODES = """\b
@@ -62,14 +62,6 @@ def setup_logging() -> None:
     quiet_dask_logs()
 
 
-def charged_clause(exc: MvgDaskError) -> str:
-    """What a charged failure leaves in the ledger, and what to do about it."""
-    release = "release" if exc.release_id is None else f"release {exc.release_id}"
-    if exc.pending:
-        return f"(budget charged; {release} pending: re-run the same release id to resume)"
-    return f"(budget charged; {release} aborted after reading data: choose a new release id)"
-
-
 def fail(exc: BaseException) -> None:
     """Turn an expected failure into a one-line click error.
 
@@ -83,7 +75,9 @@ def fail(exc: BaseException) -> None:
         raise exc
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, MvgDaskError) and exc.charged:
-        raise ChargedRunFailed(f"{message} {charged_clause(exc)}") from None
+        # a failure whose charge is known states it in its own message (the Python error's)
+        stated = exc.charge is not None
+        raise ChargedRunFailed(message if stated else f"{message} {charged_clause(exc)}") from None
     if isinstance(exc, (SpecError, DataError)):
         raise click.UsageError(str(exc)) from None
     if not isinstance(exc, MvgDaskError):

@@ -42,6 +42,7 @@ from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.covariance import Diagonal, LowRank
 from mvg_dask.plan.noise_plan import NoisePlan
+from mvg_dask.plan.plan_json import missing_entry
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
@@ -138,6 +139,11 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "lattice_log2_grid": (public.get("lattice") or {}).get("log2_grid"),
         "record_domain": json.dumps(rplan.domain.to_dict()),
         "on_violation": rplan.on_violation,
+        # domain.missing: {fill: ...} as declared (a function of the spec); absent for the
+        # default missing: error. How many values were filled is curator-side only
+        "missing": None
+        if rplan.missing_fill is None
+        else json.dumps(missing_entry(rplan.missing_fill)),
         "seeded": seeded,
         "seeded_note": "noise derived from a user seed: reproducible, NOT private"
         if seeded

@@ -50,6 +50,42 @@ def _ledger(
     return LedgerCharge.from_dict(ledger, location, password_file)
 
 
+def violation_dict(on_violation: str, fill: float | tuple[float, ...] | None) -> dict[str, Any]:
+    """A plan's ``on_violation`` entry and, for ``domain.missing: {fill: v}``, its ``missing``
+    entry ``{"fill": v}`` (a number or a list); ``missing: error`` (the default) adds no key,
+    so the plans of specs without ``missing`` are unchanged.
+
+    Parameters
+    ----------
+    on_violation : str
+        ``clip`` or ``error``.
+    fill : float, tuple of float or None
+        The declared fill (``None``: ``missing: error``).
+
+    Returns
+    -------
+    dict
+        The entries of :meth:`~mvg_dask.plan.release_plan.ReleasePlan.to_dict`.
+    """
+    if fill is None:
+        return {"on_violation": on_violation}
+    return {"on_violation": on_violation, "missing": missing_entry(fill)}
+
+
+def missing_entry(fill: float | tuple[float, ...]) -> dict[str, Any]:
+    """``domain.missing: {fill: v}`` as a plan and a release publish it: ``{"fill": v}``, ``v``
+    a number or a list (a function of the spec only)."""
+    return {"fill": list(fill) if isinstance(fill, tuple) else fill}
+
+
+def _missing_fill(missing: dict[str, Any] | None) -> float | tuple[float, ...] | None:
+    """The fill of a plan's ``missing`` entry (absent: ``missing: error``)."""
+    if missing is None:
+        return None
+    fill = missing["fill"]
+    return tuple(float(v) for v in fill) if isinstance(fill, list | tuple) else float(fill)
+
+
 def plan_fields(
     data: dict[str, Any],
     *,
@@ -100,6 +136,7 @@ def plan_fields(
         # a mean-first plan publishes the declared box (its query sums [x - c; 1])
         "domain": domain_from_dict(noise_d["domain"], query.features - (mean is not None)),
         "on_violation": data["on_violation"],
+        "missing_fill": _missing_fill(data.get("missing")),
         "epsilon": float(noise_d["epsilon"]),
         "delta": float(noise_d["delta"]),
         "neighbours": noise_d["neighbours"],

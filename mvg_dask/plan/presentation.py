@@ -48,7 +48,13 @@ def _domain_text(rplan: ReleasePlan) -> str:
             )
     else:
         text = f"l2 ball, ||x|| <= {d['l2_norm']:g}"
-    return f"{text}; values outside: {rplan.on_violation}"
+    text = f"{text}; values outside: {rplan.on_violation}"
+    fill = rplan.missing_fill
+    if fill is None:
+        return text  # missing: error, the default (NaN aborts the release)
+    if isinstance(fill, tuple):
+        return f"{text}; NaN filled per feature with {min(fill):g}..{max(fill):g}"
+    return f"{text}; NaN filled with {fill:g}"
 
 
 def _query_text(rplan: ReleasePlan) -> str:

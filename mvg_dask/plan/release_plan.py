@@ -49,7 +49,7 @@ from mvg_dask.plan.noise_plan import (
     build_noise_plan,
     gram_step_lattice,
 )
-from mvg_dask.plan.plan_json import plan_fields
+from mvg_dask.plan.plan_json import plan_fields, violation_dict
 from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
@@ -308,8 +308,8 @@ class ReleasePlan:
         The query.
     domain : BoxDomain or L2BallDomain
         The declared record domain.
-    on_violation : {"clip", "error"}
-        What happens to records outside the domain.
+    on_violation, missing_fill : {"clip", "error"}, and float, tuple of float or None
+        Values outside the domain; the public value(s) a NaN becomes (``None``: an error).
     epsilon, delta : float
         The total guarantee.
     neighbours : str
@@ -364,6 +364,7 @@ class ReleasePlan:
     lattice_context: LatticeContext | None = None
     stages: tuple[str, ...] = ()
     mean_first: MeanStep | None = None
+    missing_fill: float | tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         implied = self.implied_stages()
@@ -462,9 +463,8 @@ class ReleasePlan:
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data (never a key, storage options or the ledger's location).
 
-        The ``plan`` entry is the noise plan as published (see :meth:`public_noise_dict`);
-        ``resolved`` holds the complete noise plan of a DP-PCA release once its directions are
-        known (curator side: it depends on the data through DP-PCA).
+        ``plan`` is the noise plan as published (:meth:`public_noise_dict`); ``resolved`` is a
+        DP-PCA release's complete one once its directions are known (curator side: data-dependent).
         """
         out: dict[str, Any] = {
             "release_id": self.release_id,
@@ -479,7 +479,7 @@ class ReleasePlan:
                 "matrix_chunk": self.matrix_chunk,
             },
             "ledger": None if self.ledger is None else self.ledger.to_dict(),
-            "on_violation": self.on_violation,
+            **violation_dict(self.on_violation, self.missing_fill),
             "tile_records": self.tile_records,
             "stages": list(self.stages),
             "dp_pca": None if self.dp_pca is None else self.dp_pca.to_dict(),
@@ -543,11 +543,10 @@ class ReleasePlan:
         """Refuse a user seed for a release charged to a privacy ledger.
 
         A seeded release is not private: its noise is a function of the seed, and a search over
-        seeds recovers it (and so the data) from the output. A ledger is the data owner's
-        account of what has been disclosed about a dataset, so such a release can be neither
-        charged (the budget would claim a guarantee that does not hold) nor left out of it (the
-        disclosure would be invisible). Seeds are for test and demo data, released without a
-        ledger.
+        seeds recovers it (and so the data) from the output. A ledger is the data owner's account
+        of what has been disclosed about a dataset, so such a release can be neither charged (the
+        budget would claim a guarantee that does not hold) nor left out of it (the disclosure
+        would be invisible). Seeds are for test and demo data, released without a ledger.
 
         Parameters
         ----------
@@ -570,8 +569,7 @@ class ReleasePlan:
 
     # -- presentation ------------------------------------------------------------------------
     def declared_bounds_text(self) -> str | None:
-        """What declared bounds above the proved ones cost, in one line (``None``: none; see
-        :func:`declared_bounds_text`)."""
+        """What declared bounds above the proved ones cost (:func:`declared_bounds_text`)."""
         return declared_bounds_text(self)
 
     def summary(self) -> str:
@@ -793,6 +791,38 @@ def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
     return BoxDomain(np.concatenate([x.lower, y.lower]), np.concatenate([x.upper, y.upper]))
 
 
+def _missing_fill(
+    spec: ReleaseSpec, m: int, domain: RecordDomain
+) -> float | tuple[float, ...] | None:
+    """The declared fill of ``domain.missing`` (``None``: ``error``), checked before anything
+    is read: a per-feature list has one value per feature of the input, and under
+    ``on_violation: error`` a fill lies in the box (else every NaN would abort the release)."""
+    missing = spec.domain.missing
+    if isinstance(missing, str):
+        return None
+    fill: float | tuple[float, ...]
+    if isinstance(missing.fill, list):
+        if len(missing.fill) != m:
+            raise DataError(
+                f"domain.missing.fill: {len(missing.fill)} values for {m} features; give one "
+                "per feature, or one number for all"
+            )
+        fill = tuple(float(v) for v in missing.fill)
+    else:
+        fill = float(missing.fill)
+    if spec.domain.on_violation == "error" and isinstance(domain, BoxDomain):
+        values = np.broadcast_to(np.asarray(fill, dtype=np.float64), domain.lower.shape)
+        bad = np.flatnonzero((values < domain.lower) | (values > domain.upper))
+        if bad.size:
+            i = int(bad[0])
+            raise DataError(
+                f"domain.missing.fill: feature {i}'s fill {values[i]:g} lies outside its box "
+                f"[{domain.lower[i]:g}, {domain.upper[i]:g}], so with on_violation: error each "
+                "NaN would abort the release; choose a fill inside the box, or on_violation: clip"
+            )
+    return fill
+
+
 def _fixed_directions(
     spec: ReleaseSpec, m: int, matrix: np.ndarray | None
 ) -> tuple[Directions | None, DpPcaStep | None]:
@@ -976,6 +1006,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
+        missing_fill=_missing_fill(spec, m, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,

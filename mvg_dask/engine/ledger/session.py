@@ -21,7 +21,14 @@ from typing import Any, Protocol
 from mvg_dask.engine.faults import classify, crash_point, scheduler_lost
 from mvg_dask.engine.ledger import Ledger, LedgerEntry, open_ledger
 from mvg_dask.engine.output import OutputTarget
-from mvg_dask.errors import BudgetError, ChargedFailure, DataError, MvgDaskError, ReleaseError
+from mvg_dask.errors import (
+    BudgetError,
+    ChargedFailure,
+    DataError,
+    MvgDaskError,
+    ReleaseError,
+    charged_clause,
+)
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import is_local
@@ -119,8 +126,12 @@ class LedgerSession:
             if self.ledger is not None:
                 if run.read_started or self.resumed:
                     self.ledger.abort(release_id, str(exc))
-                    # the CLI's exit code 3: charged, and not resumable
+                    # the CLI's exit code 3: charged, and not resumable; the message says so,
+                    # with what was charged to which dataset
+                    message = str(exc)
                     exc.charged, exc.release_id, exc.pending = True, release_id, False
+                    exc.charge = charge_text(self.rplan, self.ledger.lookup(release_id))
+                    exc.args = (f"{message} {charged_clause(exc)}",)
                 else:
                     self.ledger.cancel(release_id)
             raise
@@ -201,6 +212,31 @@ def ledger_session(
     finally:
         if ledger is not None:
             ledger.close()
+
+
+def charge_text(rplan: ReleasePlan, entry: LedgerEntry | None) -> str:
+    """What a release charged and to which dataset: ``epsilon=0.5, delta=1e-06 to dataset
+    'patients'`` (the ledger entry's charge, converted to the budget's neighbour relation; the
+    plan's guarantee when the entry has none).
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The plan (with a ledger).
+    entry : LedgerEntry or None
+        The release's ledger entry.
+
+    Returns
+    -------
+    str
+        One phrase.
+    """
+    charge = rplan.ledger
+    assert charge is not None
+    epsilon, delta = charge.epsilon, charge.delta
+    if entry is not None and entry.charge_epsilon is not None and entry.charge_delta is not None:
+        epsilon, delta = entry.charge_epsilon, entry.charge_delta
+    return f"epsilon={epsilon:g}, delta={delta:g} to dataset {charge.dataset!r}"
 
 
 def saved_plan(rplan: ReleasePlan, target: OutputTarget) -> ReleasePlan:

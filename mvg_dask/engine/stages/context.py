@@ -94,18 +94,29 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     Returns
     -------
     Clipper
-        Box or L2-ball clipping, with the plan's ``on_violation`` (and, for a moment query, the
-        Gram pass summing the augmented records).
+        Box or L2-ball clipping, with the plan's ``on_violation`` and ``missing`` fill (and,
+        for a moment query, the Gram pass summing the augmented records).
     """
     d, aug = rplan.domain, rplan.query.augmented
     centre = getattr(rplan.query, "centre_vector", None)
+    fill = fill_column(rplan)
     if isinstance(d, BoxDomain):
         lo, hi = d.lower[:, None], d.upper[:, None]
         field = "domain.box"
         if rplan.input.cols_input is not None:  # the stacked record [x; y]
             field = "domain.box or query.cross-covariance.cols.box"
-        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre, field)
-    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre)
+        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre, field, fill)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre, fill=fill)
+
+
+def fill_column(rplan: ReleasePlan) -> np.ndarray | None:
+    """The plan's ``domain.missing`` fill as the clipper takes it (a column vector over the
+    record the tasks read), or ``None`` (``missing: error``)."""
+    if rplan.missing_fill is None:
+        return None
+    cols = rplan.input.cols_input  # the stacked [x; y]: one number fills both
+    m = rplan.input.features + (0 if cols is None else cols.features)
+    return np.broadcast_to(np.asarray(rplan.missing_fill, dtype=np.float64), (m,))[:, None].copy()
 
 
 def source_of(rplan: ReleasePlan) -> ZarrMatrix:

@@ -17,7 +17,7 @@ from mvg_dask.engine.blocks import Clipper
 from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.lattice import vector_release
-from mvg_dask.engine.stages.context import RunContext
+from mvg_dask.engine.stages.context import RunContext, fill_column
 from mvg_dask.engine.stages.covariance import covariance_noise
 from mvg_dask.engine.stages.gram import finish_gram, submit_gram, wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
@@ -103,7 +103,14 @@ def run_covariance_about_mean(ctx: RunContext, rplan: ReleasePlan) -> ReleasePla
     crash_point("skeleton")
     plan, key = rplan.noise_plan(), ctx.key.derive("release")
     clipper = Clipper(
-        "box", d.lower[:, None], d.upper[:, None], None, rplan.on_violation, False, centre
+        "box",
+        d.lower[:, None],
+        d.upper[:, None],
+        None,
+        rplan.on_violation,
+        False,
+        centre,
+        fill=fill_column(rplan),
     )
     clipped = ctx.clipped  # the second pass clips the values the first one did
     gram = finish_gram(ctx, rplan, submit_gram(ctx, rplan, clipper))
