@@ -155,6 +155,24 @@ def test_l2_counts_are_numpys(tmp_path: Path, client: Any) -> None:
     assert "L2 norm above the radius" in report.summary()
 
 
+def test_the_verdict_follows_the_declared_missing_fill(tmp_path: Path, client: Any) -> None:
+    """With ``domain.missing: {fill: ...}`` the NaN are filled, not an abort; only infinite
+    values still stop a release (and the counts are the same raw counts)."""
+    X = _spoiled(4, 300, seed=6)
+    assert np.isnan(X).any() and np.isinf(X).any()
+    store = make_input(tmp_path / "in.zarr", X, chunk=96)
+    plain = api.check(spec_dict(store, str(tmp_path / "out.zarr")), client=client, progress=False)
+    assert "first NaN or infinite value" in plain.summary()
+    assert "declare domain.missing" in plain.summary()
+    spec = spec_dict(store, str(tmp_path / "out.zarr"))
+    spec["domain"] = {**spec["domain"], "missing": {"fill": 0.5}}
+    filled = api.check(spec, client=client, progress=False)
+    assert filled.to_dict()["input"] == plain.to_dict()["input"]
+    text = filled.summary()
+    assert "replace each NaN by the declared domain.missing fill" in text
+    assert "first infinite value" in text and "first NaN" not in text
+
+
 def test_block_counts_compare_as_a_release_clips() -> None:
     # integers compared as float64; inf is both infinite and above; NaN is neither below nor
     # above; the last two entries: records with a non-finite value, records over the radius

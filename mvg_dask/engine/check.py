@@ -281,6 +281,8 @@ class CheckReport:
         Records whose group label is not among the declared groups (a release drops them).
     on_violation : str
         ``domain.on_violation``: what a release does with out-of-domain values.
+    fills_missing : bool
+        ``domain.missing`` declares a fill: a release replaces each NaN by it.
     """
 
     store: str
@@ -291,6 +293,7 @@ class CheckReport:
     groups: int | None = None
     undeclared_labels: int | None = None
     on_violation: str = "clip"
+    fills_missing: bool = False
 
     notice: ClassVar[str] = NOTICE
 
@@ -357,11 +360,20 @@ class CheckReport:
         if self.clean:
             return ["nothing found: no NaN or infinite value, every value in the declared domain"]
         out = []
-        if any(v.nonfinite_records for v in self.variables):
-            out.append(
-                "a release would stop at the first NaN or infinite value after its budget is "
-                "charged: remove or impute them first"
+        nan = sum(v.nan_total for v in self.variables)
+        inf = sum(v.inf_total for v in self.variables)
+        if inf or (nan and not self.fills_missing):
+            what = "infinite value" if self.fills_missing else "NaN or infinite value"
+            remedy = (
+                "replace them first"
+                if self.fills_missing
+                else "remove or impute them first, or declare domain.missing: {fill: ...}"
             )
+            out.append(
+                f"a release would stop at the first {what} after its budget is charged: {remedy}"
+            )
+        if nan and self.fills_missing:
+            out.append("a release would replace each NaN by the declared domain.missing fill")
         if any(v.outside for v in self.variables):
             if self.on_violation == "error":
                 out.append(
@@ -560,4 +572,5 @@ def _report(setup: CheckSetup, total: np.ndarray) -> CheckReport:
         groups=None if g is None else len(g.groups),
         undeclared_labels=None if g is None else int(total[-1]),
         on_violation=setup.spec.domain.on_violation,
+        fills_missing=setup.spec.domain.missing != "error",
     )
