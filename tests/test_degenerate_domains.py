@@ -1,13 +1,14 @@
 """Record domains the plan cannot compute with are refused in one line naming the field.
 
 A declared domain's widths and radius lie in ``[2^-64, 2^64]``, its bounds are 0 or normal floats
-of absolute value at most ``2^64`` (docs/guide/specs.md, "The record domain"): a degenerate box (``lower == upper``, ``lower >
-upper``), a non-finite bound, a huge or a tiny width, a subnormal bound, and an ``l2_norm`` that
-is zero, subnormal, tiny, huge or non-finite are refused by the spec or by the plan (from
-metadata: nothing is read, written or charged) with one ``SpecError`` or ``DataError`` line naming
-the field, for every query kind, calibration, noise kind and neighbour relation; the CLI exits 2
-without a traceback. Any box in a wide range of widths and offsets either plans with finite,
-positive noise or is refused that way, never with another exception.
+of absolute value at most ``2^64`` (docs/guide/specs.md, "The record domain"): a degenerate box
+(``lower == upper``, ``lower > upper``), a non-finite bound, a huge or a tiny width, a subnormal
+bound, and an ``l2_norm`` that is zero, subnormal, tiny, huge or non-finite are refused by the
+spec or by the plan (from metadata: nothing is read, written or charged) with one ``SpecError``
+or ``DataError`` line naming the field, for every query kind, calibration, noise kind and
+neighbour relation; the CLI exits 2 without a traceback. Any box in a wide range of widths and
+offsets either plans with finite, positive noise or is refused that way, never with another
+exception.
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def calibrate(
         )
     except ValueError as exc:  # named by this command's option, not the spec field
         option = "--bounds" if bounds is not None else "--l2-norm"
-        raise click.UsageError(f"{option}: {exc}") from None
+        raise click.UsageError(f"{option}: {str(exc).removeprefix('l2_norm: ')}") from None
     try:
         matrix_query = make_query(
             query, features=features, records=records, sensitivity=sensitivity, gamma=gamma

@@ -56,7 +56,7 @@ def _as_vector(name: str, value: float | list[float] | np.ndarray, m: int) -> np
     if bad.size:
         i = int(bad[0])
         raise DomainRangeError(
-            name, f"domain {name} must be finite; feature {i} has {name}={arr[i]!r}"
+            name, f"domain {name} must be finite; feature {i} has {name}={float(arr[i])!r}"
         )
     return arr
 
@@ -66,22 +66,23 @@ def _check_scale(lo: np.ndarray, hi: np.ndarray) -> None:
     or whose widths leave :data:`MIN_SCALE` .. :data:`MAX_SCALE` (``lower < upper`` holds)."""
     for name, arr in (("lower", lo), ("upper", hi)):
         size = np.abs(arr)
-        bad = np.flatnonzero((size > MAX_SCALE) | ((size != 0) & (size < _SMALLEST_NORMAL)))
-        if bad.size:
-            i = int(bad[0])
-            raise DomainRangeError(
-                name,
-                f"feature {i} has {name}={arr[i]!r}; a box's bounds are 0 or normal float64 "
-                f"numbers of absolute value at most 2^64 (about 1.8e19): {_RANGE_REMEDY}",
-            )
+        for bad, what in (
+            (size > MAX_SCALE, f"exceeds 2^64 (about 1.8e19) in absolute value: {_RANGE_REMEDY}"),
+            ((size != 0) & (size < _SMALLEST_NORMAL), "is a subnormal float: write 0"),
+        ):
+            i = int(np.argmax(bad))
+            if bad[i]:
+                raise DomainRangeError(
+                    name, f"feature {i} has {name}={float(arr[i])!r}, which {what}"
+                )
     width = hi - lo  # finite: both bounds are at most 2^64 in absolute value
     bad = np.flatnonzero((width < MIN_SCALE) | (width > MAX_SCALE))
     if bad.size:
         i = int(bad[0])
         raise DomainRangeError(
             "upper",
-            f"feature {i} has width upper - lower = {width[i]:g} (lower={lo[i]!r}, "
-            f"upper={hi[i]!r}); a box's widths lie in {_RANGE_TEXT}: {_RANGE_REMEDY}",
+            f"feature {i} has width upper - lower = {width[i]:g} (lower={float(lo[i])!r}, "
+            f"upper={float(hi[i])!r}); a box's widths lie in {_RANGE_TEXT}: {_RANGE_REMEDY}",
         )
 
 
@@ -128,9 +129,9 @@ class BoxDomain:
 
         Raises
         ------
-        DomainRangeError
-            Naming the bound at fault (a ``ValueError``); a plain ``ValueError`` when a bound
-            has not ``m`` values.
+        ValueError
+            A ``DomainRangeError`` whose message starts with the bound at fault (``lower:`` or
+            ``upper:``); a plain ``ValueError`` when a bound has not ``m`` values.
         """
         lo = _as_vector("lower", lower, m)
         hi = _as_vector("upper", upper, m)
@@ -152,9 +153,9 @@ class BoxDomain:
         upper: float | list[float] | np.ndarray,
         m: int,
     ) -> BoxDomain:
-        """A declared box (a spec's): :meth:`create`, its widths within :data:`MIN_SCALE` ..
-        :data:`MAX_SCALE`, its bounds 0 or normal floats at most :data:`MAX_SCALE` in absolute
-        value (docs/guide/specs.md, "The record domain").
+        """A declared box (a spec's): :meth:`create`, its widths within ``[2^-64, 2^64]``, its
+        bounds 0 or normal floats at most ``2^64`` in absolute value (docs/guide/specs.md, "The
+        record domain").
 
         Parameters
         ----------
@@ -170,9 +171,9 @@ class BoxDomain:
 
         Raises
         ------
-        DomainRangeError
-            Naming the bound at fault (a ``ValueError``); a plain ``ValueError`` when a bound
-            has not ``m`` values.
+        ValueError
+            A ``DomainRangeError`` whose message starts with the bound at fault (``lower:`` or
+            ``upper:``); a plain ``ValueError`` when a bound has not ``m`` values.
         """
         box = cls.create(lower, upper, m)
         _check_scale(box.lower, box.upper)
@@ -300,7 +301,8 @@ class L2BallDomain:
 
     @classmethod
     def declared(cls, radius: float, m: int) -> L2BallDomain:
-        """A declared ball: its radius within :data:`MIN_SCALE` .. :data:`MAX_SCALE`.
+        """A declared ball: its radius within ``[2^-64, 2^64]`` (docs/guide/specs.md, "The
+        record domain").
 
         Parameters
         ----------
@@ -316,8 +318,8 @@ class L2BallDomain:
 
         Raises
         ------
-        DomainRangeError
-            Naming ``l2_norm`` (a ``ValueError``).
+        ValueError
+            A ``DomainRangeError`` whose message starts with ``l2_norm:``.
         """
         c = float(radius)
         if not (math.isfinite(c) and MIN_SCALE <= c <= MAX_SCALE):
