@@ -381,24 +381,24 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    ("config", "domain", "field", "dry_run"),
+    ("config", "domain", "field", "existing_ledger", "dry_run"),
     [
-        ("covariance", _box(0.0, 1e-300), "domain.box.upper:", False),
-        ("centered", _box(0.0, 1e150), "domain.box.upper:", False),
-        ("centered-mean-first", _box(SUBNORMAL, 1.0), "domain.box.lower:", True),
-        ("regression", {"l2_norm": 5e-324}, "domain.l2_norm:", False),
-        ("identity", _box(1.0, 1.0), "domain.box:", False),
+        ("covariance", _box(0.0, 1e-300), "domain.box.upper:", False, False),
+        ("centered", _box(0.0, 1e150), "domain.box.upper:", True, False),
+        ("centered-mean-first", _box(SUBNORMAL, 1.0), "domain.box.lower:", True, False),
+        ("regression", {"l2_norm": 5e-324}, "domain.l2_norm:", False, True),
+        ("identity", _box(1.0, 1.0), "domain.box:", True, False),
     ],
 )
 def test_the_cli_exits_2_in_one_line_and_changes_nothing(
-    tmp_path, store, config, domain, field, dry_run
+    tmp_path, store, config, domain, field, existing_ledger, dry_run
 ):
     """Exit 2, one ``mvg-dask: error:`` line on stderr (no traceback), no output store, and
     the SQLite ledger of the spec unchanged (not created, or the same bytes)."""
     import yaml
 
     ledger = tmp_path / "ledger.sqlite"
-    if dry_run:  # an existing ledger keeps its bytes
+    if existing_ledger:  # keeps its bytes
         with open_ledger(ledger, create=True):
             pass
     before = ledger.read_bytes() if ledger.exists() else None
@@ -413,3 +413,21 @@ def test_the_cli_exits_2_in_one_line_and_changes_nothing(
     assert "Traceback" not in out.stderr and out.stdout == ""
     assert not (tmp_path / "out.zarr").exists()
     assert (ledger.read_bytes() if ledger.exists() else None) == before
+
+
+@pytest.mark.parametrize(
+    ("domain", "message"),
+    [
+        (["--bounds", "0", "1e-300"], "--bounds: upper: feature 0 has width"),
+        (["--bounds", "5e-324", "1"], "--bounds: lower: feature 0 has lower=5e-324"),
+        (["--l2-norm", "1e150"], "--l2-norm: got 1e+150"),
+    ],
+)
+def test_calibrate_refuses_a_degenerate_domain_naming_its_option(capsys, domain, message):
+    from mvg_dask.cli import main
+
+    args = ["calibrate", "--query", "covariance", "--features", "3", "--records", "100"]
+    args += ["--epsilon", "1", "--delta", "1e-5", "--algorithm", "unimodal"]
+    assert main([*args, "--calibration", "exact", *domain]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"mvg-dask: error: {message}"), line
