@@ -868,14 +868,61 @@ def spec_hash(spec: ReleaseSpec) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
+def _section_names() -> frozenset[str]:
+    """The class names of every spec section."""
+    names: set[str] = set()
+    todo: list[type] = [_Strict]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return frozenset(names)
+
+
+def _union_member(part: str) -> bool:
+    """Whether a location part is the tag pydantic gives a union member's errors: a spec
+    section's class name (``ColumnsSpec``) or a type (``list[...]``, ``literal[...]``)."""
+    return "[" in part or part in _section_names()
+
+
+def _furthest_member(
+    errors: list[tuple[tuple[str, ...], str]],
+) -> list[tuple[tuple[str, ...], str]]:
+    """Of a union's errors, only those of the member that matched furthest (an error deeper
+    than every other member's), without its tag: ``query.cross-covariance.cols.box: ...``, not
+    one error per member of ``query`` and of ``cols``. Where no member matched further than
+    the others (a ``query`` of an unknown form), every member's errors stay, with their tags."""
+    kept: list[tuple[tuple[str, ...], str]] = []
+    unions: dict[tuple[str, ...], list[tuple[str, tuple[str, ...], str]]] = {}
+    for loc, msg in errors:
+        at = next((i for i, part in enumerate(loc) if _union_member(part)), None)
+        if at is None:
+            kept.append((loc, msg))
+        else:
+            unions.setdefault(loc[:at], []).append((loc[at], loc[at + 1 :], msg))
+    for field, members in unions.items():
+        depth: dict[str, int] = {}
+        for tag, rest, _ in members:
+            depth[tag] = max(depth.get(tag, 0), len(rest))
+        deepest = max(depth.values())
+        best = [tag for tag, d in depth.items() if d == deepest]
+        if deepest == 0 or len(best) > 1:
+            kept.extend(((*field, tag, *rest), msg) for tag, rest, msg in members)
+            continue
+        inner = [(rest, msg) for tag, rest, msg in members if tag == best[0]]
+        kept.extend((field + rest, msg) for rest, msg in _furthest_member(inner))
+    return kept
+
+
 def _format_error(exc: ValidationError) -> str:
-    parts = []
+    errors = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tag:")))
+        loc = tuple(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tag:")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling)"
-        parts.append(f"{loc}: {msg}" if loc else msg)
+        errors.append((loc, msg))
+    parts = [f"{'.'.join(loc)}: {msg}" if loc else msg for loc, msg in _furthest_member(errors)]
     return "; ".join(parts)
 
 

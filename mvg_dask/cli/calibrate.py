@@ -126,10 +126,14 @@ def calibrate(
         raise click.UsageError("--important is only used with --allocation binary")
     try:
         domain = (
-            BoxDomain.create(bounds[0], bounds[1], features)
+            BoxDomain.declared(bounds[0], bounds[1], features)
             if bounds is not None
-            else L2BallDomain(float(l2_norm), features)  # type: ignore[arg-type]
+            else L2BallDomain.declared(float(l2_norm), features)  # type: ignore[arg-type]
         )
+    except ValueError as exc:  # named by this command's option, not the spec field
+        option = "--bounds" if bounds is not None else "--l2-norm"
+        raise click.UsageError(f"{option}: {str(exc).removeprefix('l2_norm: ')}") from None
+    try:
         matrix_query = make_query(
             query, features=features, records=records, sensitivity=sensitivity, gamma=gamma
         )

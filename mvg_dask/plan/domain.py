@@ -13,6 +13,38 @@ from mvg_dask.privacy import sensitivity as sens
 Neighbours = Literal["replace-one", "add-remove"]
 NEIGHBOURS: tuple[Neighbours, ...] = ("replace-one", "add-remove")
 
+#: The range of the numbers that set a declared domain's scale: each width ``upper_i -
+#: lower_i`` of a box (whose bounds are also 0 or normal floats, at most :data:`MAX_SCALE` in
+#: absolute value), an L2 ball's radius (docs/guide/specs.md, "The record domain"). It is the
+#: range of the constant coordinate ``s = 2^k``
+#: (:data:`mvg_dask.privacy.sensitivity.SCALE_EXPONENTS`). A plan's quantities (``R = sup
+#: ||x||^2``, sensitivities, noise variances and the calibrations' products of them) grow like
+#: powers of the domain's scale up to about the 8th (planning leaves float64 near a scale of
+#: ``2^+-128``), so this range keeps them within about ``2^+-512``: normal numbers, with as much
+#: again to spare for the record count, the features and the budget.
+MIN_SCALE = 2.0**-64
+#: See :data:`MIN_SCALE`.
+MAX_SCALE = 2.0**64
+_RANGE_TEXT = "[2^-64, 2^64] (about 5.4e-20 to 1.8e19)"
+_SMALLEST_NORMAL = float(np.finfo(np.float64).smallest_normal)
+_RANGE_REMEDY = "rescale the data (docs/guide/specs.md, record domain)"
+
+
+class DomainRangeError(ValueError):
+    """A declared record domain the plan cannot compute with (degenerate, non-finite, with a
+    subnormal bound or out of :data:`MIN_SCALE` .. :data:`MAX_SCALE`).
+
+    Attributes
+    ----------
+    field : str
+        The domain field at fault (``lower``, ``upper`` or ``l2_norm``); the message starts
+        with it, so that a caller prefixing the domain's path names it: ``domain.box.upper:``.
+    """
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}")
+        self.field = field
+
 
 def _as_vector(name: str, value: float | list[float] | np.ndarray, m: int) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
@@ -20,9 +52,38 @@ def _as_vector(name: str, value: float | list[float] | np.ndarray, m: int) -> np
         arr = np.full(m, float(arr))
     if arr.shape != (m,):
         raise ValueError(f"domain {name} has {arr.size} values but the data has {m} features")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"domain {name} must be finite")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        i = int(bad[0])
+        raise DomainRangeError(
+            name, f"domain {name} must be finite; feature {i} has {name}={float(arr[i])!r}"
+        )
     return arr
+
+
+def _check_scale(lo: np.ndarray, hi: np.ndarray) -> None:
+    """Refuse a box whose bounds exceed :data:`MAX_SCALE` in absolute value or are subnormal,
+    or whose widths leave :data:`MIN_SCALE` .. :data:`MAX_SCALE` (``lower < upper`` holds)."""
+    for name, arr in (("lower", lo), ("upper", hi)):
+        size = np.abs(arr)
+        for bad, what in (
+            (size > MAX_SCALE, f"exceeds 2^64 (about 1.8e19) in absolute value: {_RANGE_REMEDY}"),
+            ((size != 0) & (size < _SMALLEST_NORMAL), "is a subnormal float: write 0"),
+        ):
+            i = int(np.argmax(bad))
+            if bad[i]:
+                raise DomainRangeError(
+                    name, f"feature {i} has {name}={float(arr[i])!r}, which {what}"
+                )
+    width = hi - lo  # finite: both bounds are at most 2^64 in absolute value
+    bad = np.flatnonzero((width < MIN_SCALE) | (width > MAX_SCALE))
+    if bad.size:
+        i = int(bad[0])
+        raise DomainRangeError(
+            "upper",
+            f"feature {i} has width upper - lower = {width[i]:g} (lower={float(lo[i])!r}, "
+            f"upper={float(hi[i])!r}); a box's widths lie in {_RANGE_TEXT}: {_RANGE_REMEDY}",
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,12 +120,18 @@ class BoxDomain:
         allow_equal : bool, default False
             Accept ``lower_i == upper_i`` (a constant coordinate, such as the ``s`` of the
             augmented record ``[x - c; s]``; every bound holds on it, docs/bounds.md Sec. 13). A
-            declared domain keeps ``lower < upper``.
+            declared domain keeps ``lower < upper`` (and the range of :meth:`declared`).
 
         Returns
         -------
         BoxDomain
             The validated box.
+
+        Raises
+        ------
+        ValueError
+            A ``DomainRangeError`` whose message starts with the bound at fault (``lower:`` or
+            ``upper:``); a plain ``ValueError`` when a bound has not ``m`` values.
         """
         lo = _as_vector("lower", lower, m)
         hi = _as_vector("upper", upper, m)
@@ -72,11 +139,45 @@ class BoxDomain:
         if bad.size:
             i = int(bad[0])
             relation = "<=" if allow_equal else "<"
-            raise ValueError(
+            raise DomainRangeError(
+                "upper",
                 f"domain lower must be {relation} upper for every feature; feature {i} has "
-                f"lower={lo[i]:g} {'>' if allow_equal else '>='} upper={hi[i]:g}"
+                f"lower={lo[i]:g} {'>' if allow_equal else '>='} upper={hi[i]:g}",
             )
         return cls(lo, hi)
+
+    @classmethod
+    def declared(
+        cls,
+        lower: float | list[float] | np.ndarray,
+        upper: float | list[float] | np.ndarray,
+        m: int,
+    ) -> BoxDomain:
+        """A declared box (a spec's): :meth:`create`, its widths within ``[2^-64, 2^64]``, its
+        bounds 0 or normal floats at most ``2^64`` in absolute value (docs/guide/specs.md, "The
+        record domain").
+
+        Parameters
+        ----------
+        lower, upper : float or array_like
+            Bounds; scalars apply to every feature.
+        m : int
+            Number of features.
+
+        Returns
+        -------
+        BoxDomain
+            The validated box.
+
+        Raises
+        ------
+        ValueError
+            A ``DomainRangeError`` whose message starts with the bound at fault (``lower:`` or
+            ``upper:``); a plain ``ValueError`` when a bound has not ``m`` values.
+        """
+        box = cls.create(lower, upper, m)
+        _check_scale(box.lower, box.upper)
+        return box
 
     @property
     def m(self) -> int:
@@ -197,6 +298,35 @@ class L2BallDomain:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.radius) and self.radius > 0):
             raise ValueError(f"domain l2_norm must be a finite number > 0, got {self.radius!r}")
+
+    @classmethod
+    def declared(cls, radius: float, m: int) -> L2BallDomain:
+        """A declared ball: its radius within ``[2^-64, 2^64]`` (docs/guide/specs.md, "The
+        record domain").
+
+        Parameters
+        ----------
+        radius : float
+            ``C``.
+        m : int
+            Number of features.
+
+        Returns
+        -------
+        L2BallDomain
+            The validated ball.
+
+        Raises
+        ------
+        ValueError
+            A ``DomainRangeError`` whose message starts with ``l2_norm:``.
+        """
+        c = float(radius)
+        if not (math.isfinite(c) and MIN_SCALE <= c <= MAX_SCALE):
+            raise DomainRangeError(
+                "l2_norm", f"got {c!r}; a ball's radius lies in {_RANGE_TEXT}: {_RANGE_REMEDY}"
+            )
+        return cls(c, m)
 
     def sup_norm_sq(self) -> float:
         """``C^2``."""

@@ -797,7 +797,8 @@ def _calibrate_lattice(
         raise ValueError(
             f"lattice noise cannot absorb this release's floating-point error (E <= {err:.3g} "
             f"in whitened units over {c} coordinates, against mu = {mu:.3g}): declare a "
-            "smaller privacy.max_records (add-remove), use standard directions, or "
+            "domain.box whose widths are not tiny against its bounds' size, a smaller "
+            "privacy.max_records (add-remove), use standard directions, or "
             "mechanism.noise: float (not floating-point safe)"
         )
     for _ in range(60):

@@ -28,6 +28,7 @@ from mvg_dask.plan.budget import Allocation, StepBudgets, share_budget
 from mvg_dask.plan.directions import Directions, gram_sensitivity
 from mvg_dask.plan.domain import (
     BoxDomain,
+    DomainRangeError,
     L2BallDomain,
     Neighbours,
     RecordDomain,
@@ -773,19 +774,26 @@ def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
     """The declared record domain; with a second variable ``Y``, the box of the stacked
     record ``[x; y]``: the input's box, then ``Y``'s (``query.cross-covariance.cols.box``)."""
     m = metadata.features
+    if spec.domain.box is None:
+        assert spec.domain.l2_norm is not None
+        try:
+            return L2BallDomain.declared(spec.domain.l2_norm, m)
+        except DomainRangeError as exc:
+            raise DataError(f"domain.{exc}") from None
     try:
-        if spec.domain.box is None:
-            assert spec.domain.l2_norm is not None
-            return L2BallDomain(spec.domain.l2_norm, m)
-        x = BoxDomain.create(spec.domain.box.lower, spec.domain.box.upper, m)
+        x = BoxDomain.declared(spec.domain.box.lower, spec.domain.box.upper, m)
+    except DomainRangeError as exc:  # names the bound: domain.box.upper: ...
+        raise DataError(f"domain.box.{exc}") from None
     except ValueError as exc:
-        raise DataError(f"domain: {exc}") from None
+        raise DataError(f"domain.box: {exc}") from None
     if metadata.cols_input is None:
         return x
     cols = spec.query.cross_covariance.cols  # type: ignore[union-attr]
     assert isinstance(cols, ColumnsSpec)
     try:
-        y = BoxDomain.create(cols.box.lower, cols.box.upper, metadata.cols_input.features)
+        y = BoxDomain.declared(cols.box.lower, cols.box.upper, metadata.cols_input.features)
+    except DomainRangeError as exc:
+        raise DataError(f"query.cross-covariance.cols.box.{exc}") from None
     except ValueError as exc:
         raise DataError(f"query.cross-covariance.cols.box: {exc}") from None
     return BoxDomain(np.concatenate([x.lower, y.lower]), np.concatenate([x.upper, y.upper]))
@@ -821,6 +829,11 @@ def _missing_fill(
                 "NaN would abort the release; choose a fill inside the box, or on_violation: clip"
             )
     return fill
+
+
+def _domain_field(spec: ReleaseSpec) -> str:
+    """The spec field of the declared record domain."""
+    return "domain.box" if spec.domain.box is not None else "domain.l2_norm"
 
 
 def _fixed_directions(
@@ -974,22 +987,29 @@ def plan_release(
     m = metadata.features
     matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
     domain = _domain(spec, metadata)
-    query = _query(spec, metadata, domain)
     mech, privacy = spec.mechanism, spec.privacy
     a = mech.allocation
     allocation = Allocation(
         strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
     )
-    directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
-    context = _lattice_context(spec, metadata)
-    mean_step = _mean_first_step(spec, metadata, domain, query, context)
-    if mean_step is None:
-        budgets, step, noise = _budgets_and_noise(
-            spec, query, domain, allocation, directions, step, context
-        )
-    else:  # the mean takes the direction step's place in the Gaussian-DP split
-        budgets = share_budget("exact", privacy.epsilon, privacy.delta, mean_step.share)
-        noise = None
+    try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
+        query = _query(spec, metadata, domain)
+        directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
+        context = _lattice_context(spec, metadata)
+        mean_step = _mean_first_step(spec, metadata, domain, query, context)
+        if mean_step is None:
+            budgets, step, noise = _budgets_and_noise(
+                spec, query, domain, allocation, directions, step, context
+            )
+        else:  # the mean takes the direction step's place in the Gaussian-DP split
+            budgets = share_budget("exact", privacy.epsilon, privacy.delta, mean_step.share)
+            noise = None
+    except ArithmeticError as exc:
+        raise DataError(
+            f"{_domain_field(spec)}: planning {domain.describe()} with privacy.epsilon="
+            f"{privacy.epsilon:g}, privacy.delta={privacy.delta:g} and {metadata.records} records "
+            f"leaves float64's range ({type(exc).__name__}: {exc}); rescale the data or the budget"
+        ) from None
     plan = ReleasePlan(
         tile_records=tile_records_for(m),
         release_id=rid,
