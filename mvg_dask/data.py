@@ -63,6 +63,7 @@ def write_matrix(
         zarr_format=3,
         consolidated=False,
         encoding={variable: {"chunks": chunks}},
+        write_empty_chunks=True,  # an all-NaN chunk is stored, not left out as "fill value"
     )
     return str(store)
 

@@ -409,7 +409,15 @@ def write_input(
             if c.dtype.kind == "U" and c.ndim == 1
         }
     )
-    ds.to_zarr(store, mode="w-", zarr_format=3, consolidated=False, encoding=enc)
+    # an all-NaN chunk is stored, not left out as a "fill value" chunk
+    ds.to_zarr(
+        store,
+        mode="w-",
+        zarr_format=3,
+        consolidated=False,
+        encoding=enc,
+        write_empty_chunks=True,
+    )
 
 
 def _check_same_input(arr: xr.DataArray, store: str, beside: tuple[xr.DataArray, ...] = ()) -> None:

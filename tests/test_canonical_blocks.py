@@ -269,11 +269,12 @@ def test_two_variable_cross_bytes_do_not_depend_on_either_chunk_grid(
 
 def test_dense_record_products_are_the_same_bits_whatever_the_pieces() -> None:
     """An identity release with dense directions multiplies each record by ``P`` and ``B``
-    (:meth:`~mvg_dask.engine.lattice.RecordLattice.release`): formed in index-aligned windows,
+    (:meth:`~mvg_dask.engine.lattice.RecordLattice.release`; float noise: ``B N``,
+    :func:`~mvg_dask.noise.tiles.record_noise`): formed in index-aligned windows,
     a record's product has the same bits whether it came in one piece, in pieces of 333 or 250,
     or alone (a one-record piece was a matrix-vector product before, 1 ulp off); and the
     products agree with ``A @ x`` to rounding."""
-    from mvg_dask.engine.lattice import windowed_product
+    from mvg_dask.noise.tiles import windowed_product
 
     rng = np.random.default_rng(12)
     A = np.linalg.qr(rng.standard_normal((7, 7)))[0] * rng.uniform(0.5, 2.0, 7)

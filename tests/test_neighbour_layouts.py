@@ -253,7 +253,7 @@ def assert_pair_publishes_nothing_but_noise(
 # -- 1. N against N + 1 under add-remove -------------------------------------------------------
 #: A's records and its record chunk (``None``: ``write_matrix``'s defaults, one chunk); B has
 #: one more record (at the boundary: one more chunk)
-LAYOUTS = {"single-chunk": (40, None), "chunk-boundary": (2800, 700)}
+LAYOUTS = {"single-chunk": (40, None), "chunk-boundary": (2800, 700), "empty": (0, 1)}
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -264,7 +264,8 @@ def test_add_remove_pair_publishes_nothing_but_noise(
     """``N`` and ``N + 1`` records (the added one clipped) publish the same bytes but the noisy
     values: the plan attribute, ``row_cov``, ``col_cov``, ``noise_variances`` and the lattice's
     depth included; the same dry-run JSON (no record count, shape or chunk size) and text. At
-    the chunk boundary every other configuration is stored records-first."""
+    the chunk boundary every other configuration is stored records-first; ``empty`` is an input
+    of no record against one of one record (the sum over no record is zero, not an error)."""
     records, chunk = LAYOUTS[layout]
     write = (
         write_defaults
@@ -294,6 +295,37 @@ def test_add_remove_pair_publishes_nothing_but_noise(
         assert lattice is None
     else:  # the float-error bound is over the declared bound on the records
         assert lattice["records"] == config.privacy.get("max_records", DEFAULT_MAX_RECORDS)
+
+
+def test_an_absent_all_nan_chunk_is_filled_like_any_nan(
+    tmp_path: Path, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``domain.missing: {fill: ...}`` a NaN is data. B is A plus one all-NaN record in a
+    chunk of its own, which a plain xarray write leaves out of the store (a chunk equal to the
+    NaN fill value is not written): B is released like A, the absent chunk read as the NaN it
+    was written as and filled, never refused for "missing chunks" (a refusal that would depend
+    on the data and tell the chunk count). Without a fill it is refused before anything is
+    read."""
+    config = ADD_REMOVE[0]
+    a = records_inside(config, 320)
+    b = np.concatenate([a, np.full((M, 1), np.nan)], axis=1)
+    write = write_chunked(64, records_first=False)
+    raw = config.spec(tmp_path)
+    raw["domain"] = {**raw["domain"], "missing": {"fill": 0.5}}
+    facts = []
+    for tag, X in zip("ab", (a, b), strict=True):
+        shutil.rmtree(tmp_path / "input.zarr", ignore_errors=True)
+        write(tmp_path / "input.zarr", X)
+        facts.append(release_facts(raw, config.case, client, caplog, tmp_path, tag))
+    stored = [p.name for p in (tmp_path / "input.zarr" / "X" / "c" / "0").iterdir()]
+    assert sorted(stored, key=int) == ["0", "1", "2", "3", "4"]  # B's sixth chunk is absent
+    assert_pair_publishes_nothing_but_noise(
+        tmp_path, facts[0], facts[1], config.noisy(), "covariance"
+    )
+    raw["domain"].pop("missing")
+    with pytest.raises(DataError, match="chunks of 'X' are missing"):
+        api.release(raw, client=client, seed=SEED, progress=False)
+    assert not (tmp_path / "release.zarr").exists()
 
 
 # -- 2. any record count, chunk size, layout and configuration ---------------------------------
@@ -393,6 +425,8 @@ FLOAT = {"noise": "float"}
 GRID_CONFIGS: dict[str, tuple[str, int, dict[str, Any], dict[str, Any]]] = {
     "identity": ("identity", M, {"algorithm": "unimodal"}, {}),
     "identity-dp-pca": ("identity", M, {"algorithm": "unimodal", **DP_PCA_2}, {}),
+    # B N of dense directions for the 333-record grid's one-record last chunk
+    "identity-dp-pca-float": ("identity", M, {"algorithm": "unimodal", **DP_PCA_2, **FLOAT}, {}),
     "covariance": ("covariance", M, {"algorithm": "symmetric"}, {}),
     "covariance-dp-pca": ("covariance", M, {"algorithm": "equi-modal", **DP_PCA_2}, {}),
     "covariance-float": ("covariance", M, {"algorithm": "symmetric", **FLOAT}, {}),

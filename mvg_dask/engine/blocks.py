@@ -571,6 +571,12 @@ def gram_task(
             else:
                 total += part
             clipped += c
+        if total is None:  # no record (an empty input): the sum over no record, zeros
+            x = np.asarray(source.read(start, start), dtype=np.float64)  # m x 0
+            if labels is not None:
+                total = grouped_gram(x, np.empty(0, dtype=np.int64), len(labels.groups))
+            else:
+                total = augmented_gram(x) if clipper.augment else x @ x.T
     except MvgDaskError as exc:
         return Outcome.failure(exc)
     return Outcome((total, clipped))

@@ -451,7 +451,12 @@ def setup_check(spec: ReleaseSpec, metadata: InputMetadata) -> CheckSetup:
         domains.append((field, y_domain))
     for meta in (inp, second):
         if meta is not None:  # Zarr would read a missing chunk as fill values
-            check_chunks_present(meta.store, meta.variable, meta.storage_options)
+            check_chunks_present(
+                meta.store,
+                meta.variable,
+                meta.storage_options,
+                fills_missing=spec.domain.missing != "error",
+            )
     labels = None
     if spec.group_by is not None:
         g = spec.group_by

@@ -28,6 +28,7 @@ from mvg_dask.noise.tiles import (
     square_lattice_block,
     symmetric_lattice_block,
     tile_lattice_noise,
+    windowed_product,
 )
 from mvg_dask.plan.lattice import LATTICE_RANGE, Lattice
 from mvg_dask.plan.noise_plan import NoisePlan
@@ -95,45 +96,6 @@ class RecordLattice:
         t = to_lattice(windowed_product(self.inverse, x, start), self.log2_grid)
         t += K
         return windowed_product(self.factor, from_lattice(t, self.log2_grid), start)
-
-
-#: Dense per-record products are formed over windows of this many records, aligned to the
-#: record index (see :func:`windowed_product`).
-PRODUCT_WINDOW = 256
-
-
-def windowed_product(A: np.ndarray, x: np.ndarray, start: int) -> np.ndarray:
-    """``A @ x`` for the records ``[start, start + n)`` (``x``: ``m x n``), formed window by
-    window: each window of ``PRODUCT_WINDOW`` records aligned to the record index is one
-    ``A @ buffer`` on a zero-padded C-contiguous buffer of that width. A record's product is then
-    the same BLAS call at the same column whatever task, chunk or layout it came in (a
-    one-record chunk would otherwise be a matrix-vector product, rounded differently), so the
-    published bytes do not depend on the input's chunk grid.
-
-    Parameters
-    ----------
-    A : ndarray
-        ``p x m``.
-    x : ndarray
-        ``m x n``, records ``start .. start + n - 1``.
-    start : int
-        The index of ``x``'s first record.
-
-    Returns
-    -------
-    ndarray
-        ``p x n``.
-    """
-    n = x.shape[1]
-    out = np.empty((A.shape[0], n))
-    buffer = np.zeros((x.shape[0], PRODUCT_WINDOW))
-    first = start - start % PRODUCT_WINDOW
-    for a in range(first, start + n, PRODUCT_WINDOW):
-        lo, hi = max(a, start), min(a + PRODUCT_WINDOW, start + n)
-        buffer[...] = 0.0
-        buffer[:, lo - a : hi - a] = x[:, lo - start : hi - start]
-        out[:, lo - start : hi - start] = (A @ buffer)[:, lo - a : hi - a]
-    return out
 
 
 def diagonal_release(

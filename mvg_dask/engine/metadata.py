@@ -7,6 +7,7 @@ with zarr alone, checks the variable and its dimensions, and returns the plan la
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -255,15 +256,40 @@ def load_directions_matrix(spec: ReleaseSpec) -> np.ndarray | None:
 
 
 def check_chunks_present(
-    store: str, path: str, storage_options: dict[str, Any] | None = None
+    store: str,
+    path: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    fills_missing: bool = False,
 ) -> None:
     """Refuse an input with missing chunks (Zarr would silently read them as the fill value).
 
-    Lists the store's chunk keys; reads no chunk data.
+    Lists the store's chunk keys; reads no chunk data. With ``fills_missing`` (the release
+    declares ``domain.missing: {fill: ...}``) and a NaN fill value, an absent chunk is accepted:
+    Zarr leaves out a chunk whose values all equal the fill value (``write_empty_chunks``
+    false), so it reads as the all-NaN chunk it was written as, which the release fills as it
+    fills any NaN. Refusing it would make whether a release runs depend on the data.
+
+    Parameters
+    ----------
+    store, path : str
+        The store and the array's path in it.
+    storage_options : dict, optional
+        fsspec options.
+    fills_missing : bool
+        The release fills NaN with a declared value.
+
+    Raises
+    ------
+    DataError
+        When chunks are missing (and are not all-NaN chunks the release fills).
     """
     import zarr
 
     arr = zarr.open_array(store=store, path=path, mode="r", storage_options=storage_options)
+    fill = arr.metadata.fill_value
+    if fills_missing and isinstance(fill, float) and math.isnan(fill):
+        return
     have, want = arr.nchunks_initialized, arr.nchunks
     if have != want:
         raise DataError(

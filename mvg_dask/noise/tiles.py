@@ -190,6 +190,45 @@ def _record_tiles(
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
 
+#: Dense per-record products are formed over windows of this many records, aligned to the
+#: record index (see :func:`windowed_product`).
+PRODUCT_WINDOW = 256
+
+
+def windowed_product(A: np.ndarray, x: np.ndarray, start: int) -> np.ndarray:
+    """``A @ x`` for the records ``[start, start + n)`` (``x``: ``m x n``), formed window by
+    window: each window of ``PRODUCT_WINDOW`` records aligned to the record index is one
+    ``A @ buffer`` on a zero-padded C-contiguous buffer of that width. A record's product is then
+    the same BLAS call at the same column whatever task, chunk or layout it came in (a
+    one-record chunk would otherwise be a matrix-vector product, rounded differently), so the
+    published bytes do not depend on the input's chunk grid.
+
+    Parameters
+    ----------
+    A : ndarray
+        ``p x m``.
+    x : ndarray
+        ``m x n``, records ``start .. start + n - 1``.
+    start : int
+        The index of ``x``'s first record.
+
+    Returns
+    -------
+    ndarray
+        ``p x n``.
+    """
+    n = x.shape[1]
+    out = np.empty((A.shape[0], n))
+    buffer = np.zeros((x.shape[0], PRODUCT_WINDOW))
+    first = start - start % PRODUCT_WINDOW
+    for a in range(first, start + n, PRODUCT_WINDOW):
+        lo, hi = max(a, start), min(a + PRODUCT_WINDOW, start + n)
+        buffer[...] = 0.0
+        buffer[:, lo - a : hi - a] = x[:, lo - start : hi - start]
+        out[:, lo - start : hi - start] = (A @ buffer)[:, lo - a : hi - a]
+    return out
+
+
 def record_noise(
     key: NoiseKey,
     factor: np.ndarray,
@@ -234,7 +273,7 @@ def record_noise(
         return N
     if factor.ndim == 1:
         raise ValueError("a vector factor means diagonal=True")
-    return affine_sample(N, factor)
+    return windowed_product(factor, N, start)  # B N, the same bits whatever the chunk grid
 
 
 def matrix_noise(

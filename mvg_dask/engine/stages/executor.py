@@ -55,7 +55,9 @@ def run_stages(ctx: RunContext, rplan: ReleasePlan) -> ReleasePlan:
         The resolved plan.
     """
     inp = rplan.input
-    check_chunks_present(inp.store, inp.variable, inp.storage_options)
+    check_chunks_present(
+        inp.store, inp.variable, inp.storage_options, fills_missing=rplan.missing_fill is not None
+    )
     for name in rplan.stages:
         rplan = STAGE_FUNCTIONS[name](ctx, rplan)
     return rplan

@@ -86,7 +86,8 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
         The submitted pass.
     """
     client = ctx.client
-    ranges = rplan.input.canonical_ranges()  # canonical record blocks
+    # canonical record blocks; an empty input is one task over no record (its sum: zeros)
+    ranges = rplan.input.canonical_ranges() or [(0, 0)]
     m = rplan.input.stacked_features  # [x; y] with a second variable
     # a grouped release's partials stack one matrix per group
     on_client = rplan.query.group_count * m * m * 8 * len(ranges) <= CLIENT_REDUCE_BYTES
