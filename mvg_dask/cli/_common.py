@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -83,3 +85,49 @@ def fail(exc: BaseException) -> None:
     if not isinstance(exc, MvgDaskError):
         message = f"{type(exc).__name__}: {message}"
     raise RunFailed(message) from None
+
+
+def cluster_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a command that runs on a cluster: ``--cluster``, ``--cluster-spec`` and
+    the TLS files (:func:`security_from`)."""
+    options = [
+        click.option(
+            "--cluster",
+            type=click.Choice(["local", "kubernetes"]),
+            default="local",
+            show_default=True,
+            help="kubernetes: an ephemeral dask-kubernetes cluster, deleted at the end.",
+        ),
+        click.option(
+            "--cluster-spec", type=click.Path(dir_okay=False), help="Options YAML for it."
+        ),
+        click.option("--tls-ca-file", type=click.Path(dir_okay=False), help="TLS CA bundle (PEM)."),
+        click.option("--tls-cert", type=click.Path(dir_okay=False), help="TLS client certificate."),
+        click.option("--tls-key", type=click.Path(dir_okay=False), help="TLS client key."),
+        click.option(
+            "--tls-dir", type=click.Path(file_okay=False), help="Dir with ca.crt/tls.crt/tls.key."
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def security_from(
+    tls_ca_file: str | None, tls_cert: str | None, tls_key: str | None, tls_dir: str | None
+) -> Any:
+    """The ``distributed.Security`` of the TLS options (``None`` when none is given; imports
+    distributed only then)."""
+    if all(f is None for f in (tls_ca_file, tls_cert, tls_key, tls_dir)):
+        return None
+    from mvg_dask.engine.security import make_security  # imports distributed
+
+    return make_security(ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir)
+
+
+def start_logging(quiet: bool) -> None:
+    """Dask's loggers at WARNING; with progress (not ``quiet``), this package's INFO lines."""
+    if quiet:
+        quiet_dask_logs()
+    else:
+        setup_logging()

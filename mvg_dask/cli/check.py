@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mvg_dask.cli._common import fail, quiet_dask_logs, setup_logging
+from mvg_dask.cli._common import cluster_options, fail, security_from, start_logging
 from mvg_dask.errors import MvgDaskError
 
 #: The exit codes of a check (``mvg-dask check --help`` shows this text).
@@ -35,20 +35,7 @@ Nothing is charged and nothing is published in any case.
     ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option(
-    "--cluster",
-    type=click.Choice(["local", "kubernetes"]),
-    default="local",
-    show_default=True,
-    help="kubernetes: an ephemeral dask-kubernetes cluster, deleted at the end.",
-)
-@click.option("--cluster-spec", type=click.Path(dir_okay=False), help="Options YAML for it.")
-@click.option("--tls-ca-file", type=click.Path(dir_okay=False), help="TLS CA bundle (PEM).")
-@click.option("--tls-cert", type=click.Path(dir_okay=False), help="TLS client certificate.")
-@click.option("--tls-key", type=click.Path(dir_okay=False), help="TLS client key.")
-@click.option(
-    "--tls-dir", type=click.Path(file_okay=False), help="Dir with ca.crt/tls.crt/tls.key."
-)
+@cluster_options
 def check(
     spec: str,
     as_json: bool,
@@ -77,17 +64,8 @@ def check(
     from mvg_dask import api
 
     try:
-        security = None
-        if any(f is not None for f in (tls_ca_file, tls_cert, tls_key, tls_dir)):
-            from mvg_dask.engine.security import make_security  # imports distributed
-
-            security = make_security(
-                ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir
-            )
-        if quiet:
-            quiet_dask_logs()
-        else:
-            setup_logging()
+        security = security_from(tls_ca_file, tls_cert, tls_key, tls_dir)
+        start_logging(quiet)
         report = api.check(
             spec,
             scheduler=scheduler,

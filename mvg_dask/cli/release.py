@@ -6,7 +6,13 @@ import json
 
 import click
 
-from mvg_dask.cli._common import EXIT_CODES, fail, quiet_dask_logs, setup_logging
+from mvg_dask.cli._common import (
+    EXIT_CODES,
+    cluster_options,
+    fail,
+    security_from,
+    start_logging,
+)
 from mvg_dask.errors import MvgDaskError
 
 
@@ -58,20 +64,7 @@ from mvg_dask.errors import MvgDaskError
     ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
-@click.option(
-    "--cluster",
-    type=click.Choice(["local", "kubernetes"]),
-    default="local",
-    show_default=True,
-    help="kubernetes: an ephemeral dask-kubernetes cluster, deleted at the end.",
-)
-@click.option("--cluster-spec", type=click.Path(dir_okay=False), help="Options YAML for it.")
-@click.option("--tls-ca-file", type=click.Path(dir_okay=False), help="TLS CA bundle (PEM).")
-@click.option("--tls-cert", type=click.Path(dir_okay=False), help="TLS client certificate.")
-@click.option("--tls-key", type=click.Path(dir_okay=False), help="TLS client key.")
-@click.option(
-    "--tls-dir", type=click.Path(file_okay=False), help="Dir with ca.crt/tls.crt/tls.key."
-)
+@cluster_options
 @click.option(
     "--insecure-transport",
     is_flag=True,
@@ -112,17 +105,8 @@ def release(
             # what the release would refuse before starting a cluster (exit 1)
             api.preflight(plan, scheduler=scheduler, probe=cluster == "local")
             return
-        security = None
-        if any(f is not None for f in (tls_ca_file, tls_cert, tls_key, tls_dir)):
-            from mvg_dask.engine.security import make_security  # imports distributed
-
-            security = make_security(
-                ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir
-            )
-        if quiet:
-            quiet_dask_logs()
-        else:
-            setup_logging()
+        security = security_from(tls_ca_file, tls_cert, tls_key, tls_dir)
+        start_logging(quiet)
         result = api.release(
             spec,
             scheduler=scheduler,
