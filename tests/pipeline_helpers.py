@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +138,15 @@ def assert_same_bytes_whatever_the_engine(release: Any, client: Any, monkeypatch
         monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)
         outs.append(release(f"reduce{limit}", client=client))
     assert outs[0] == outs[1]
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m mvg_dask ARGS`` in ``cwd`` (this interpreter), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "mvg_dask", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=300,
+    )

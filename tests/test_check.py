@@ -9,8 +9,6 @@ bytes and every other file are unchanged and no output store appears.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from tests.pipeline_helpers import (
     add_second_variable,
     data,
     make_input,
+    run_cli,
     spec_dict,
     write_spec,
 )
@@ -57,17 +56,6 @@ def _box_counts(X: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> dict[str
 
 def _subset(d: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
     return {k: d[k] for k in keys}
-
-
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mvg_dask", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -195,7 +183,7 @@ def test_cli_reports_and_charges_nothing_publishes_nothing(tmp_path: Path, clien
     before = _files(tmp_path)
     assert "ledger.sqlite" in before
 
-    out = _run(tmp_path, "check", "spec.yaml", "--quiet")
+    out = run_cli(tmp_path, "check", "spec.yaml", "--quiet")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[-1] == NOTICE and out.stderr == ""
@@ -204,7 +192,7 @@ def test_cli_reports_and_charges_nothing_publishes_nothing(tmp_path: Path, clien
     assert f"below the lower bound: {int((X < 0).sum())} (" in out.stdout
     assert f"above the upper bound: {int((X > 1).sum())} (" in out.stdout
 
-    out = _run(tmp_path, "check", "spec.yaml", "--quiet", "--json")
+    out = run_cli(tmp_path, "check", "spec.yaml", "--quiet", "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     want = _box_counts(X, np.zeros(3), np.ones(3))
@@ -234,7 +222,7 @@ def test_bad_spec_or_input_is_one_line_exit_2(
     make_input(tmp_path / "in.zarr", data(3, 100, seed=1))
     write_spec(tmp_path / "spec.yaml", {**spec_dict("in.zarr", "out.zarr"), **change})
     before = _files(tmp_path)
-    out = _run(tmp_path, "check", "spec.yaml", "--quiet")
+    out = run_cli(tmp_path, "check", "spec.yaml", "--quiet")
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("mvg-dask: error: ") and message in line

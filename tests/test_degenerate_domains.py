@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +28,13 @@ from mvg_dask.errors import DataError
 from mvg_dask.plan.domain import MAX_SCALE, MIN_SCALE
 from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.spec import SpecError
-from tests.pipeline_helpers import add_group_variable, add_second_variable, data, make_input
+from tests.pipeline_helpers import (
+    add_group_variable,
+    add_second_variable,
+    data,
+    make_input,
+    run_cli,
+)
 
 M, N = 3, 200
 TINY = 2.0**-65  # below the range: refused
@@ -369,17 +372,6 @@ def test_any_box_plans_with_finite_noise_or_is_refused_naming_the_domain(
         event("planned")
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mvg_dask", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=300,
-    )
-
-
 @pytest.mark.parametrize(
     ("config", "domain", "field", "existing_ledger", "dry_run"),
     [
@@ -406,7 +398,7 @@ def test_the_cli_exits_2_in_one_line_and_changes_nothing(
     spec["release_id"] = "r1"
     spec["ledger"] = {"path": str(ledger), "dataset": "d", "budget": {"epsilon": 4, "delta": 1e-4}}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    out = _cli(tmp_path, "release", "spec.yaml", "--quiet", *(["--dry-run"] if dry_run else []))
+    out = run_cli(tmp_path, "release", "spec.yaml", "--quiet", *(["--dry-run"] if dry_run else []))
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("mvg-dask: error: ") and field in line, line

@@ -3,8 +3,6 @@ charged), 2 bad input (nothing charged), 3 failed after the budget was charged."
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +14,7 @@ from mvg_dask.cli import main
 from mvg_dask.cli._common import fail
 from mvg_dask.engine.ledger import open_ledger
 from mvg_dask.errors import ChargedFailure, DataError, ReleaseError
-from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
-
-
-def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mvg_dask", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        timeout=300,
-    )
+from tests.pipeline_helpers import data, make_input, run_cli, spec_dict, write_spec
 
 
 def _entries(ledger: Path) -> list[tuple[str, str]]:
@@ -50,7 +37,7 @@ def _setup(tmp_path: Path, X: np.ndarray, **overrides: Any) -> None:
 
 
 def test_release_help_documents_the_exit_codes() -> None:
-    out = _run(Path.cwd(), "release", "--help")
+    out = run_cli(Path.cwd(), "release", "--help")
     assert out.returncode == 0
     text = " ".join(out.stdout.split())
     for line in (
@@ -66,7 +53,7 @@ def test_release_help_documents_the_exit_codes() -> None:
 def test_exit_0_released_and_0_again_for_the_complete_release(tmp_path: Path) -> None:
     _setup(tmp_path, data(3, 300, seed=1))
     for _ in range(2):
-        out = _run(tmp_path, "release", "spec.yaml", "--quiet")
+        out = run_cli(tmp_path, "release", "spec.yaml", "--quiet")
         assert out.returncode == 0, out.stderr
     assert _entries(tmp_path / "ledger.sqlite") == [("r1", "committed")]
 
@@ -74,7 +61,7 @@ def test_exit_0_released_and_0_again_for_the_complete_release(tmp_path: Path) ->
 def test_exit_1_refused_nothing_charged(tmp_path: Path) -> None:
     _setup(tmp_path, data(3, 300, seed=1))
     (tmp_path / "out.zarr").mkdir()
-    out = _run(tmp_path, "release", "spec.yaml", "--quiet")
+    out = run_cli(tmp_path, "release", "spec.yaml", "--quiet")
     assert out.returncode == 1, out.stderr
     assert "already exists" in out.stderr and "budget charged" not in out.stderr
     assert _entries(tmp_path / "ledger.sqlite") == []
@@ -92,7 +79,7 @@ def test_exit_2_bad_spec_or_input_nothing_charged(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
     _setup(tmp_path, data(3, 300, seed=1), **change)
-    out = _run(tmp_path, "release", "spec.yaml", "--quiet")
+    out = run_cli(tmp_path, "release", "spec.yaml", "--quiet")
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert _entries(tmp_path / "ledger.sqlite") == []
@@ -103,7 +90,7 @@ def test_exit_3_data_abort_after_reading_is_charged(tmp_path: Path) -> None:
     X = data(3, 300, seed=1)
     X[1, 150] = np.nan  # found while the chunks are read: after the reservation
     _setup(tmp_path, X)
-    out = _run(tmp_path, "release", "spec.yaml", "--quiet")
+    out = run_cli(tmp_path, "release", "spec.yaml", "--quiet")
     assert out.returncode == 3, out.stderr
     (line,) = out.stderr.strip().splitlines()
     assert "NaN or infinite values in records 100..199" in line
