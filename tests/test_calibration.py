@@ -206,3 +206,16 @@ def test_invalid_privacy_parameters_are_rejected_with_the_field_name():
         cal.mvg_thm2_budget(epsilon=1.0, delta=0.1, **{**kw, "algorithm": "equi-modal"})
     with pytest.raises(ValueError, match="entry_range"):
         cal.mgm_idn_budget(m=2, n=3, epsilon=1.0, delta=0.1, entry_range=(1.0, 1.0))
+
+
+@pytest.mark.parametrize("epsilon", [1e50, 1e160, 1e300])
+def test_an_absurd_epsilon_is_a_clean_refusal_not_a_hang(epsilon: float) -> None:
+    """For an epsilon so large that ``Phi(mu / 2 - epsilon / mu)`` underflows, delta is 0 (not
+    NaN), so the search finds no finite ``mu`` below 1e12 and says why; before, a NaN delta
+    sent the bisection into subnormal brackets it never left (epsilon = 1e300) or planned an
+    infinite noise variance. Below that, the calibration still holds: at 1e20 ``mu`` is finite
+    and meets delta."""
+    with pytest.raises(ValueError, match="no noise can be calibrated"):
+        cal.analytic_gaussian_mu(epsilon, 1e-6)
+    mu = cal.analytic_gaussian_mu(1e20, 1e-6)
+    assert math.isfinite(mu) and cal.analytic_gaussian_delta(1e20, mu) <= 1e-6

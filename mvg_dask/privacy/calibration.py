@@ -478,6 +478,8 @@ def analytic_gaussian_delta(epsilon: float, mu: float) -> float:
     a = mu / 2.0 - epsilon / mu
     b = -mu / 2.0 - epsilon / mu
     log_a = float(special.log_ndtr(a))
+    if log_a == -math.inf:  # Phi(a) underflows (a huge epsilon): delta <= Phi(a) = 0
+        return 0.0
     # Phi(a) - e^eps Phi(b) = Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a))), in log space so
     # that the two nearly equal terms do not cancel
     gap = epsilon + float(special.log_ndtr(b)) - log_a
@@ -513,10 +515,16 @@ def analytic_gaussian_mu(epsilon: float, delta: float, *, rtol: float = 1e-13) -
     lo, hi = 0.0, 1.0
     while analytic_gaussian_delta(epsilon, hi) <= delta:
         lo, hi = hi, hi * 2.0
-        if hi > 1e12:  # pragma: no cover - delta that close to 1 is rejected above
-            raise ValueError("no finite noise meets this (epsilon, delta)")
+        if hi > 1e12:
+            raise ValueError(
+                f"no noise can be calibrated for epsilon={epsilon:g}, delta={delta:g}: the "
+                "Gaussian-DP mu exceeds 1e12, where the noise vanishes below floating-point "
+                "resolution; choose a smaller epsilon"
+            )
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:  # no float between them (a bracket among subnormals)
+            break
         if analytic_gaussian_delta(epsilon, mid) <= delta:
             lo = mid
         else:
