@@ -6,6 +6,7 @@ dotted path) and what to do. :func:`load_spec` turns any problem into a :class:`
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import typing
@@ -58,10 +59,20 @@ def _takes_a_number_only(annotation: object) -> bool:
     return numeric and not textual
 
 
-def _holds_a_string(value: object) -> bool:
-    return isinstance(value, str) or (
-        isinstance(value, list | tuple) and any(isinstance(v, str) for v in value)
-    )
+def _first_string(value: object) -> str | None:
+    """``value`` if it is a string, else the first string of a list or tuple (or ``None``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return next((v for v in value if isinstance(v, str)), None)
+    return None
+
+
+def _reads_as_a_number(text: str) -> bool:
+    """Whether ``text``, written unquoted in a spec, would be a number (so a string holding it
+    was quoted)."""
+    tag = SpecLoader("").resolve(yaml.ScalarNode, text.strip(), (True, False))
+    return tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
 class _Strict(BaseModel):
@@ -72,8 +83,14 @@ class _Strict(BaseModel):
     def _no_number_written_as_a_string(cls, value: object, info: ValidationInfo) -> object:
         # pydantic's lax mode reads "1.0" as 1.0; a spec that quotes a number is a typo to show
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and _holds_a_string(value) and _takes_a_number_only(field.annotation):
-            raise ValueError(f"a number, not a string: write 1.0, not '1.0' (got {value!r})")
+        text = _first_string(value)
+        if field is not None and text is not None and _takes_a_number_only(field.annotation):
+            if _reads_as_a_number(text):
+                written = text.strip()
+                raise ValueError(
+                    f"a number, not the quoted string {text!r}: write {written} without quotes"
+                )
+            raise ValueError(f"a number, not the string {text!r}")
         return value
 
 
@@ -885,44 +902,113 @@ def _union_member(part: str) -> bool:
     return "[" in part or part in _section_names()
 
 
-def _furthest_member(
-    errors: list[tuple[tuple[str, ...], str]],
-) -> list[tuple[tuple[str, ...], str]]:
+#: An error: its location (dotted path parts), message and pydantic error type.
+_Error = tuple[tuple[str, ...], str, str]
+
+
+def _furthest_member(errors: list[_Error]) -> list[_Error]:
     """Of a union's errors, only those of the member that matched furthest (an error deeper
     than every other member's), without its tag: ``query.cross-covariance.cols.box: ...``, not
-    one error per member of ``query`` and of ``cols``. Where no member matched further than
-    the others (a ``query`` of an unknown form), every member's errors stay, with their tags."""
-    kept: list[tuple[tuple[str, ...], str]] = []
-    unions: dict[tuple[str, ...], list[tuple[str, tuple[str, ...], str]]] = {}
-    for loc, msg in errors:
+    one error per member of ``query`` and of ``cols``. A word given where a union takes a
+    word or a mapping (``query: covarience``) keeps the word's error alone. Where no member
+    matched further than the others (a ``query`` of an unknown form), every member's errors
+    stay, with their tags."""
+    kept: list[_Error] = []
+    unions: dict[tuple[str, ...], list[tuple[str, tuple[str, ...], str, str]]] = {}
+    for loc, msg, kind in errors:
         at = next((i for i, part in enumerate(loc) if _union_member(part)), None)
         if at is None:
-            kept.append((loc, msg))
+            kept.append((loc, msg, kind))
         else:
-            unions.setdefault(loc[:at], []).append((loc[at], loc[at + 1 :], msg))
+            unions.setdefault(loc[:at], []).append((loc[at], loc[at + 1 :], msg, kind))
     for field, members in unions.items():
         depth: dict[str, int] = {}
-        for tag, rest, _ in members:
+        for tag, rest, _, _ in members:
             depth[tag] = max(depth.get(tag, 0), len(rest))
         deepest = max(depth.values())
         best = [tag for tag, d in depth.items() if d == deepest]
+        if deepest == 0 and any(kind == "literal_error" for *_, kind in members):
+            if all(kind in ("literal_error", "model_type") for *_, kind in members):
+                kept.extend((field, msg, kind) for *_, msg, kind in members if kind != "model_type")
+                continue
         if deepest == 0 or len(best) > 1:
-            kept.extend(((*field, tag, *rest), msg) for tag, rest, msg in members)
+            kept.extend(((*field, tag, *rest), msg, kind) for tag, rest, msg, kind in members)
             continue
-        inner = [(rest, msg) for tag, rest, msg in members if tag == best[0]]
-        kept.extend((field + rest, msg) for rest, msg in _furthest_member(inner))
+        inner = [(rest, msg, kind) for tag, rest, msg, kind in members if tag == best[0]]
+        kept.extend((field + loc, msg, kind) for loc, msg, kind in _furthest_member(inner))
     return kept
 
 
-def _format_error(exc: ValidationError) -> str:
-    errors = []
+def _annotations(annotation: object) -> list[object]:
+    """``annotation`` and every type inside it (union members, ``Annotated`` and list items)."""
+    found = [annotation]
+    if typing.get_origin(annotation) is not Literal:
+        for arg in typing.get_args(annotation):
+            found.extend(_annotations(arg))
+    return found
+
+
+def _choices(root: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    """The words an enumerated (``Literal``) field at ``loc`` of ``root`` takes, in the order
+    the code declares them (empty when ``loc`` is not such a field)."""
+    annotations: list[object] = [root]
+    for part in loc:
+        if _union_member(part):
+            continue
+        inside: list[object] = []
+        for a in annotations:
+            for model in _annotations(a):
+                if isinstance(model, type) and issubclass(model, BaseModel):
+                    inside.extend(
+                        f.annotation
+                        for name, f in model.model_fields.items()
+                        if part in (name, f.alias)
+                    )
+        if not inside and part.isdigit():
+            continue  # an item of a list
+        annotations = inside
+    return [
+        str(word)
+        for a in annotations
+        for t in _annotations(a)
+        if typing.get_origin(t) is Literal
+        for word in typing.get_args(t)
+    ]
+
+
+#: How an enumerated field's error names its values: ``field: (a value, the values)``.
+_NOUNS = {
+    "query": ("query", "queries"),
+    "strategy": ("strategy", "strategies"),
+    "neighbours": ("neighbour relation", "neighbour relations"),
+    "on_violation": ("value", "values"),
+    "noise": ("noise kind", "noise kinds"),
+}
+
+
+def _unknown_word(loc: tuple[str, ...], value: object, choices: list[str]) -> str:
+    """``unknown query 'covarience'; did you mean 'covariance'? The queries are: ...``."""
+    name = next((p for p in reversed(loc) if not _union_member(p) and not p.isdigit()), "value")
+    one, many = _NOUNS.get(name, (name, f"{name}s"))
+    close = difflib.get_close_matches(str(value), choices, n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else "."
+    return f"unknown {one} {value!r}{guess} The {many} are: {', '.join(choices)}"
+
+
+def _format_error(exc: ValidationError, root: type[BaseModel]) -> str:
+    errors: list[_Error] = []
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tag:")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling)"
-        errors.append((loc, msg))
-    parts = [f"{'.'.join(loc)}: {msg}" if loc else msg for loc, msg in _furthest_member(errors)]
+        if err["type"] == "literal_error":
+            choices = _choices(root, loc)
+            if choices:
+                msg = _unknown_word(loc, err["input"], choices)
+        errors.append((loc, msg, err["type"]))
+    kept = _furthest_member(errors)
+    parts = [f"{'.'.join(loc)}: {msg}" if loc else msg for loc, msg, _ in kept]
     return "; ".join(parts)
 
 
@@ -951,7 +1037,7 @@ def parse_spec(data: object, *, source: str = "spec") -> ReleaseSpec:
     try:
         return ReleaseSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(f"{source}: {_format_error(exc)}") from None
+        raise SpecError(f"{source}: {_format_error(exc, ReleaseSpec)}") from None
 
 
 def with_output_store(spec: ReleaseSpec, store: str) -> ReleaseSpec:
@@ -979,13 +1065,20 @@ def with_output_store(spec: ReleaseSpec, store: str) -> ReleaseSpec:
             {**spec.output.model_dump(exclude_unset=True), "store": store}
         )
     except ValidationError as exc:
-        raise SpecError(f"output.{_format_error(exc)}") from None
+        raise SpecError(f"output.{_format_error(exc, OutputSpec)}") from None
     return spec.model_copy(update={"output": output})
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader refusing a mapping that repeats a key (YAML 1.2 forbids it; PyYAML
-    would keep the last value silently)."""
+class SpecLoader(yaml.SafeLoader):
+    """The YAML loader of specs and configuration files: PyYAML's safe loader, with two
+    YAML 1.2 rules.
+
+    A mapping that repeats a key is refused (YAML 1.2 forbids it; PyYAML would keep the last
+    value silently). A number in scientific notation without a dot or an exponent sign
+    (``1e-6``, ``1e6``, ``1E+3``, ``2.5e3``, ``.5e3``, ``-.5``) is the float YAML 1.2 reads, not
+    the string YAML 1.1 reads. Every other resolution (integers, booleans, dates, ``.inf``,
+    ``.nan``) is PyYAML's.
+    """
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, yaml.Mark] = {}
@@ -1001,6 +1094,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
+
+
+#: YAML 1.2's float with a dot or an exponent (an exponent's sign optional); digits alone stay
+#: YAML 1.1's integers (``010`` is 8), and ``.inf``/``.nan`` keep PyYAML's resolver.
+_YAML12_FLOAT = re.compile(
+    r"^(?=.*[.eE])[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"
+)
+SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789."))
 
 
 def parse_yaml(text: str, source: str) -> object:
@@ -1024,7 +1125,7 @@ def parse_yaml(text: str, source: str) -> object:
         ``source:line:column: ...`` for invalid YAML or a repeated key.
     """
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        return yaml.load(text, Loader=SpecLoader)  # a SafeLoader: no arbitrary objects
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source

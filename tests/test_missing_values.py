@@ -197,7 +197,7 @@ def test_the_default_changes_no_spec_hash_or_plan_byte() -> None:
     [
         ({"fill": float("nan")}, r"domain\.missing\.fill: fill values must be finite"),
         ({"fill": [0.5, float("inf"), 0.5]}, r"domain\.missing\.fill: fill values must be finite"),
-        ({"fill": "0.5"}, r"domain\.missing\.fill: a number, not a string"),
+        ({"fill": "0.5"}, r"domain\.missing\.fill: a number, not the quoted string '0\.5'"),
         ({"fill": []}, r"domain\.missing\.fill: give one number, or one per feature"),
         ("fill", r"domain\.missing: error or \{fill: "),
         ({"fil": 0.5}, r"domain\.missing\.fill: Field required"),

@@ -59,12 +59,13 @@ def test_invalid_yaml_names_line_and_column(tmp_path: Path) -> None:
 
 
 def test_a_number_given_as_a_string_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match=r"privacy\.epsilon: a number, not a string"):
+    quoted = r"privacy\.epsilon: a number, not the quoted string '1\.0'"
+    with pytest.raises(SpecError, match=quoted):
         load_spec(_write(tmp_path, epsilon='"1.0"'))
     with pytest.raises(SpecError, match=r"privacy\.epsilon"):
         api.dry_run({**_dict(tmp_path), "privacy": {"epsilon": "1.0", "delta": 1e-6}})
     box = {"box": {"lower": [0.0, "0", 0.0], "upper": 1.0}}
-    with pytest.raises(SpecError, match=r"domain\.box\.lower: a number, not a string"):
+    with pytest.raises(SpecError, match=r"domain\.box\.lower: a number, not the quoted string '0'"):
         api.dry_run({**_dict(tmp_path), "domain": box})
     # numpy scalars are numbers (a notebook's values)
     ok = {**_dict(tmp_path), "privacy": {"epsilon": np.float64(1.0), "delta": 1e-6}}

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mvg_dask._version import __version__
 from mvg_dask.errors import MvgDaskError
+from mvg_dask.spec import SpecLoader
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -118,7 +119,7 @@ def load_cluster_options(path: str | Path | None) -> ClusterOptions:
         return ClusterOptions()
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(p.read_text(), Loader=SpecLoader) or {}  # a SafeLoader, as specs'
     except (OSError, yaml.YAMLError) as exc:
         raise KubernetesError(f"--cluster-spec {p}: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
