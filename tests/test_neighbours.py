@@ -572,9 +572,9 @@ def _cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _cli_release(
-    case: Case, root: Path, X: np.ndarray, scheduler: str, tag: str
+    case: Case, root: Path, X: np.ndarray, scheduler: str, tag: str, chunk: int = CHUNK
 ) -> tuple[str, str, list[str]]:
-    put_input(root, X)
+    put_input(root, X, chunk=chunk)
     spec = root / "spec.yaml"
     spec.write_text(yaml.safe_dump(spec_for(case, root)))
     dry = _cli(["release", str(spec), "--dry-run", "--json"], root)
@@ -604,19 +604,21 @@ def _mask_created(store: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cli_output_is_identical(tmp_path: Path, client) -> None:
+@pytest.mark.parametrize("chunk", [CHUNK, 100_000], ids=["chunks", "one-chunk"])
+def test_cli_output_is_identical(tmp_path: Path, client, chunk: int) -> None:
     """``python -m mvg_dask release SPEC --seed S`` (release id in the spec: the CLI has no
     release-id option): same stdout, same log lines but the timestamps, same
     dry-run JSON but the plan time, same published bytes but the noisy chunks and the plan time.
 
     One configuration (four CLI processes): add-remove covariance with a noisy count and DP-PCA
-    directions, whose B clips its added record and has one more input chunk than A."""
+    directions, whose B clips its added record and has one more input chunk than A (in
+    ``CHUNK``-record chunks), or whose one chunk is one record longer (a one-chunk store)."""
     case = Case("covariance", "equi-modal", "exact", "add-remove", None, "box", "dp-pca")
     write_directions(tmp_path)
     A, B = neighbouring_pair(case)
     scheduler = client.scheduler.address
-    dry_a, out_a, logs_a = _cli_release(case, tmp_path, A, scheduler, "a")
-    dry_b, out_b, logs_b = _cli_release(case, tmp_path, B, scheduler, "b")
+    dry_a, out_a, logs_a = _cli_release(case, tmp_path, A, scheduler, "a", chunk)
+    dry_b, out_b, logs_b = _cli_release(case, tmp_path, B, scheduler, "b", chunk)
     assert "complete" in out_a
     assert out_a == out_b
     assert dry_a == dry_b
