@@ -213,7 +213,7 @@ def resolved_ledger(spec: dict[str, Any], root: Path) -> dict[str, Any]:
     [
         ({"bogus": 1}, "bogus: unknown key"),
         ({"input": {"store": "missing.zarr", "variable": "X"}}, "missing.zarr does not exist"),
-        ({"domain": {"box": {"lower": [0, 0], "upper": 1}}}, "domain: domain lower has 2"),
+        ({"domain": {"box": {"lower": [0, 0], "upper": 1}}}, "domain.box: domain lower has 2"),
     ],
 )
 def test_bad_spec_or_input_is_one_line_exit_2(

@@ -24,10 +24,10 @@ from distributed import Client, as_completed
 from mvg_dask.engine.blocks import Outcome, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.cluster import Progress, stop_tasks
 from mvg_dask.engine.metadata import check_chunks_present
-from mvg_dask.errors import DataError, MvgDaskError
+from mvg_dask.errors import MvgDaskError
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain
-from mvg_dask.plan.release_plan import InputMetadata
-from mvg_dask.spec import ColumnsSpec, CrossCovarianceQuerySpec, ReleaseSpec
+from mvg_dask.plan.release_plan import InputMetadata, declared_domains
+from mvg_dask.spec import ReleaseSpec
 
 __all__ = ["NOTICE", "CheckReport", "CheckSetup", "VariableCounts", "run_check", "setup_check"]
 
@@ -431,24 +431,16 @@ def setup_check(spec: ReleaseSpec, metadata: InputMetadata) -> CheckSetup:
     DataError
         A domain that does not fit the data (naming its field), or missing chunks.
     """
-    inp = metadata
-    x_domain = _declared(spec, inp.features)
+    inp, second = metadata, metadata.cols_input
+    x_domain, y_domain = declared_domains(spec, metadata)  # the release's own rule
     variables = [_checked(inp, x_domain)]
     domains: list[tuple[str, BoxDomain | L2BallDomain]] = [
         ("domain.box" if isinstance(x_domain, BoxDomain) else "domain.l2_norm", x_domain)
     ]
-    second = inp.cols_input
     if second is not None:
-        assert isinstance(spec.query, CrossCovarianceQuerySpec)
-        cols = spec.query.cross_covariance.cols
-        assert isinstance(cols, ColumnsSpec)
-        field = "query.cross-covariance.cols.box"
-        try:
-            y_domain = BoxDomain.create(cols.box.lower, cols.box.upper, second.features)
-        except ValueError as exc:
-            raise DataError(f"{field}: {exc}") from None
+        assert y_domain is not None
         variables.append(_checked(second, y_domain))
-        domains.append((field, y_domain))
+        domains.append(("query.cross-covariance.cols.box", y_domain))
     for meta in (inp, second):
         if meta is not None:  # Zarr would read a missing chunk as fill values
             check_chunks_present(
@@ -462,18 +454,6 @@ def setup_check(spec: ReleaseSpec, metadata: InputMetadata) -> CheckSetup:
         g = spec.group_by
         labels = ZarrLabels(inp.store, g.variable, tuple(g.groups), inp.storage_options)
     return CheckSetup(spec, metadata, tuple(variables), tuple(domains), labels)
-
-
-def _declared(spec: ReleaseSpec, m: int) -> BoxDomain | L2BallDomain:
-    """The input variable's declared domain (as a release plans it)."""
-    d = spec.domain
-    try:
-        if d.box is None:
-            assert d.l2_norm is not None
-            return L2BallDomain(d.l2_norm, m)
-        return BoxDomain.create(d.box.lower, d.box.upper, m)
-    except ValueError as exc:
-        raise DataError(f"domain: {exc}") from None
 
 
 def _checked(inp: InputMetadata, domain: BoxDomain | L2BallDomain) -> CheckedVariable:

@@ -770,24 +770,46 @@ def new_release_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(3)}"
 
 
-def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
-    """The declared record domain; with a second variable ``Y``, the box of the stacked
-    record ``[x; y]``: the input's box, then ``Y``'s (``query.cross-covariance.cols.box``)."""
+def declared_domains(
+    spec: ReleaseSpec, metadata: InputMetadata
+) -> tuple[BoxDomain | L2BallDomain, BoxDomain | None]:
+    """The declared record domains, validated as a release plans them (docs/guide/specs.md,
+    "The record domain"): the input's (``domain``), and a second variable's box
+    (``query.cross-covariance.cols.box``; ``None`` with one variable).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec
+        The validated spec.
+    metadata : InputMetadata
+        The input's metadata (its feature counts).
+
+    Returns
+    -------
+    tuple
+        ``(domain of X, box of Y or None)``.
+
+    Raises
+    ------
+    DataError
+        A domain the plan cannot take, in one line naming its field.
+    """
     m = metadata.features
     if spec.domain.box is None:
         assert spec.domain.l2_norm is not None
         try:
-            return L2BallDomain.declared(spec.domain.l2_norm, m)
+            x: BoxDomain | L2BallDomain = L2BallDomain.declared(spec.domain.l2_norm, m)
         except DomainRangeError as exc:
             raise DataError(f"domain.{exc}") from None
-    try:
-        x = BoxDomain.declared(spec.domain.box.lower, spec.domain.box.upper, m)
-    except DomainRangeError as exc:  # names the bound: domain.box.upper: ...
-        raise DataError(f"domain.box.{exc}") from None
-    except ValueError as exc:
-        raise DataError(f"domain.box: {exc}") from None
+    else:
+        try:
+            x = BoxDomain.declared(spec.domain.box.lower, spec.domain.box.upper, m)
+        except DomainRangeError as exc:  # names the bound: domain.box.upper: ...
+            raise DataError(f"domain.box.{exc}") from None
+        except ValueError as exc:
+            raise DataError(f"domain.box: {exc}") from None
     if metadata.cols_input is None:
-        return x
+        return x, None
     cols = spec.query.cross_covariance.cols  # type: ignore[union-attr]
     assert isinstance(cols, ColumnsSpec)
     try:
@@ -796,6 +818,16 @@ def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
         raise DataError(f"query.cross-covariance.cols.box.{exc}") from None
     except ValueError as exc:
         raise DataError(f"query.cross-covariance.cols.box: {exc}") from None
+    return x, y
+
+
+def _domain(spec: ReleaseSpec, metadata: InputMetadata) -> RecordDomain:
+    """The declared record domain; with a second variable ``Y``, the box of the stacked
+    record ``[x; y]``: the input's box, then ``Y``'s (``query.cross-covariance.cols.box``)."""
+    x, y = declared_domains(spec, metadata)
+    if y is None:
+        return x
+    assert isinstance(x, BoxDomain)
     return BoxDomain(np.concatenate([x.lower, y.lower]), np.concatenate([x.upper, y.upper]))
 
 
