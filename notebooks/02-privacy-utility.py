@@ -14,7 +14,7 @@
 # %% [markdown]
 # # Privacy and utility: ε sweeps of every calibration and the baselines
 #
-# Two experiments of the MVG paper, with `mvg_dask.experiments` (the code behind
+# Two experiments of the MVG paper, with `mvg_dask_lab.experiments` (the code behind
 # `mvg-dask experiments`):
 #
 # * **covariance** (Exp. III): the CTG data released by input perturbation (identity query,
@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from mvg_dask.experiments import EXPERIMENTS, run_experiment
+from mvg_dask_lab.experiments import EXPERIMENTS, run_experiment
 
 TRIALS = 6
 SEED = 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from mvg_dask.baselines import (
+from mvg_dask_lab.baselines import (
     BASELINES,
     BLRMechanism,
     IidMechanism,

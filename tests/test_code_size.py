@@ -1,4 +1,5 @@
-"""Code size: no function over 80 lines of code and no class over 300 lines in ``mvg_dask``.
+"""Code size: no function over 80 lines of code and no class over 300 lines in ``mvg_dask``
+and its lab, ``mvg_dask_lab``.
 
 A function's lines of code exclude its docstring, blank lines and comment-only lines; a class
 counts every line, docstrings included. Long code is split into named steps instead.
@@ -12,8 +13,10 @@ import tokenize
 from pathlib import Path
 
 import mvg_dask
+import mvg_dask_lab
 
 PACKAGE = Path(mvg_dask.__file__).parent
+LAB = Path(mvg_dask_lab.__file__).parent
 MAX_FUNCTION_CODE_LINES = 80
 MAX_CLASS_LINES = 300
 
@@ -63,8 +66,9 @@ def measure(path: Path) -> list[tuple[str, int, int]]:
 
 def test_no_long_functions_or_classes() -> None:
     offenders = [
-        f"{path.relative_to(PACKAGE.parent)}: {what} has {n} lines (limit {limit})"
-        for path in sorted(PACKAGE.rglob("*.py"))
+        f"{path.relative_to(package.parent)}: {what} has {n} lines (limit {limit})"
+        for package in (PACKAGE, LAB)
+        for path in sorted(package.rglob("*.py"))
         for what, n, limit in measure(path)
     ]
     assert not offenders, "\n".join(offenders)

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from mvg_dask.baselines.covariance import (
+from mvg_dask_lab.baselines.covariance import (
     InMemoryRecords,
     adaptive_cov,
     advanced_composition_epsilon,
@@ -144,10 +144,10 @@ def test_identity_shrinkage_noise_term_matches_the_published_noise() -> None:
     """Seed 5, 2,000 releases of the product's default covariance plan (m = 8): the mean of
     ||W - (tr W / m) I||_F^2 over the published noise W is within 4 standard errors of
     nu = sum s_ij^2 - sum s_ii^2 / m from the plan's released_entry_std (alpha ~ 6e-5)."""
-    from mvg_dask.experiments.mechanisms import symmetric_plan
     from mvg_dask.noise import NoiseKey
     from mvg_dask.plan.domain import L2BallDomain
     from mvg_dask.plan.queries import CovarianceQuery
+    from mvg_dask_lab.experiments.mechanisms import symmetric_plan
 
     m, n = 8, 1000
     plan = symmetric_plan(CovarianceQuery(m, n), L2BallDomain(1.0, m), epsilon=1, delta=1e-6)
@@ -211,7 +211,7 @@ def test_spiked_shrinkage_bulk_mean_keeps_the_floor() -> None:
 def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A small grid runs every method (Amin et al. and CoinPress included at d = 6), is
     reproducible from its seed, and writes the CSV, the Markdown table and the figure."""
-    from mvg_dask.experiments.covariance_bench import (
+    from mvg_dask_lab.experiments.covariance_bench import (
         BASELINES,
         METHODS,
         run_covariance_bench,

@@ -20,9 +20,9 @@ import pytest
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.data import write_matrix
-from mvg_dask.experiments.regression import METHODS, REGRESSION_RELEASE, RegressionExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask_lab.experiments.regression import METHODS, REGRESSION_RELEASE, RegressionExperiment
 
 SEED = 20261126
 TAU = 0.75

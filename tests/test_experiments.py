@@ -1,4 +1,5 @@
-"""Tests of the paper-experiment reproduction (``mvg_dask.experiments``, ``mvg-dask experiments``).
+"""Tests of the paper-experiment reproduction (``mvg_dask_lab.experiments``, the command
+``mvg-dask experiments``).
 
 A few trials only: the tests check that every table, plot and document is produced, that every
 row the issue asks for is present, that the non-private error is exactly 0 where the metric
@@ -22,18 +23,8 @@ from scipy import stats
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import Ridge
 
-from mvg_dask.baselines import iid_baseline
 from mvg_dask.datasets import load_ctg, load_liver, load_movement
 from mvg_dask.engine.lattice import RecordLattice, square_release
-from mvg_dask.experiments import EPSILONS, EXPERIMENTS, run_experiment
-from mvg_dask.experiments.cli import experiments
-from mvg_dask.experiments.compare import compare_results
-from mvg_dask.experiments.covariance import CovarianceExperiment, residual_sum_of_squares
-from mvg_dask.experiments.first_pc import FirstPCExperiment, captured_variance_gap
-from mvg_dask.experiments.mechanisms import plan_noise, plan_release, traceless_noise
-from mvg_dask.experiments.paper_values import PAPER_TABLES
-from mvg_dask.experiments.regression import RegressionExperiment, krr_rmse, moments_ridge_rmse
-from mvg_dask.experiments.targets import check_targets
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import tile_records_for
 from mvg_dask.plan import Allocation, BoxDomain, Directions, MatrixQuery, build_noise_plan
@@ -41,6 +32,16 @@ from mvg_dask.plan.lattice import LatticeContext, gram_depth
 from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
+from mvg_dask_lab.baselines import iid_baseline
+from mvg_dask_lab.experiments import EPSILONS, EXPERIMENTS, run_experiment
+from mvg_dask_lab.experiments.cli import experiments
+from mvg_dask_lab.experiments.compare import compare_results
+from mvg_dask_lab.experiments.covariance import CovarianceExperiment, residual_sum_of_squares
+from mvg_dask_lab.experiments.first_pc import FirstPCExperiment, captured_variance_gap
+from mvg_dask_lab.experiments.mechanisms import plan_noise, plan_release, traceless_noise
+from mvg_dask_lab.experiments.paper_values import PAPER_TABLES
+from mvg_dask_lab.experiments.regression import RegressionExperiment, krr_rmse, moments_ridge_rmse
+from mvg_dask_lab.experiments.targets import check_targets
 
 TRIALS = 3
 SEED = 7
@@ -535,7 +536,7 @@ def test_report_templates_hold_no_measured_numbers() -> None:
     """
     from importlib import resources
 
-    folder = resources.files("mvg_dask.experiments").joinpath("templates")
+    folder = resources.files("mvg_dask_lab.experiments").joinpath("templates")
     names = [p.name for p in folder.iterdir() if p.name.endswith(".md")]
     assert len(names) >= 8
     for name in names:

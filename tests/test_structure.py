@@ -120,11 +120,11 @@ def test_diagonal_noise_is_the_dense_noise(algorithm):
 
 
 def _import_cycles() -> list[list[str]]:
-    """Every import cycle between two modules of mvg_dask, as ``[a, ..., a]`` chains: for each
-    direct import ``a -> b``, the shortest chain back from ``b`` to ``a`` (grimp's graph holds
-    imports inside functions and under ``TYPE_CHECKING`` too)."""
+    """Every import cycle between two modules of mvg_dask and its lab, as ``[a, ..., a]`` chains:
+    for each direct import ``a -> b``, the shortest chain back from ``b`` to ``a`` (grimp's graph
+    holds imports inside functions and under ``TYPE_CHECKING`` too)."""
     grimp = pytest.importorskip("grimp", reason="extra [dev]")
-    graph = grimp.build_graph("mvg_dask")
+    graph = grimp.build_graph("mvg_dask", "mvg_dask_lab")
     cycles = []
     for module in sorted(graph.modules):
         for imported in sorted(graph.find_modules_directly_imported_by(module)):

@@ -14,10 +14,10 @@ Exponential, data      :mod:`.blr` (Blum-Ligett-Roth over    ``epsilon``
 =====================  ====================================  ===============================
 """
 
-from mvg_dask.baselines.bingham import PPCA, acg_parameter, ppca, sample_bingham
-from mvg_dask.baselines.blr import BLRMechanism, blr_candidates, blr_mechanism, moment_answers
-from mvg_dask.baselines.iid import BASELINES, Baseline, IidMechanism, iid_baseline
-from mvg_dask.baselines.jl import JLTransform, bbds_projections, bbds_w, jl_transform
+from mvg_dask_lab.baselines.bingham import PPCA, acg_parameter, ppca, sample_bingham
+from mvg_dask_lab.baselines.blr import BLRMechanism, blr_candidates, blr_mechanism, moment_answers
+from mvg_dask_lab.baselines.iid import BASELINES, Baseline, IidMechanism, iid_baseline
+from mvg_dask_lab.baselines.jl import JLTransform, bbds_projections, bbds_w, jl_transform
 
 __all__ = [
     "BASELINES",

@@ -56,7 +56,7 @@ from typing import Protocol
 import numpy as np
 from scipy import linalg
 
-from mvg_dask.baselines.bingham import sample_bingham
+from mvg_dask_lab.baselines.bingham import sample_bingham
 
 __all__ = [
     "InMemoryRecords",
@@ -450,7 +450,7 @@ def em_cov(
     Half the budget releases the eigenvalues of ``C = X^T X`` with Laplace noise of scale
     ``2 / (epsilon / 2)``; the other half draws ``d`` eigenvectors one by one, the ``i``-th from
     the density ``exp((epsilon_0 / 4) u^T C_i u)`` on the unit sphere of the complement of the
-    ones drawn (a Bingham law, :func:`mvg_dask.baselines.bingham.sample_bingham`), with
+    ones drawn (a Bingham law, :func:`mvg_dask_lab.baselines.bingham.sample_bingham`), with
     ``epsilon_0`` from :func:`advanced_composition_epsilon`.
 
     Parameters

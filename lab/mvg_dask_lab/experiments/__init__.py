@@ -17,7 +17,7 @@ the CSV files, Markdown tables and plots, :mod:`.document` the results document 
 
 Examples
 --------
->>> from mvg_dask.experiments import EXPERIMENTS, run_experiment
+>>> from mvg_dask_lab.experiments import EXPERIMENTS, run_experiment
 >>> result = run_experiment(EXPERIMENTS["first-pc"](), trials=2, seed=0, epsilons=(1.0,))
 >>> result.row("non-private").mean
 0.0
@@ -29,11 +29,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Protocol
 
-from mvg_dask.experiments.covariance import CovarianceExperiment
-from mvg_dask.experiments.first_pc import FirstPCExperiment
-from mvg_dask.experiments.methods import Evaluation, Method
-from mvg_dask.experiments.regression import RegressionExperiment
-from mvg_dask.experiments.runner import (
+from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask_lab.experiments.covariance import CovarianceExperiment
+from mvg_dask_lab.experiments.first_pc import FirstPCExperiment
+from mvg_dask_lab.experiments.methods import Evaluation, Method
+from mvg_dask_lab.experiments.regression import RegressionExperiment
+from mvg_dask_lab.experiments.runner import (
     EPSILONS,
     TAUS,
     Experiment,
@@ -41,7 +42,6 @@ from mvg_dask.experiments.runner import (
     Row,
     run_experiment,
 )
-from mvg_dask.plan.lattice import NoiseKind
 
 __all__ = [
     "EPSILONS",

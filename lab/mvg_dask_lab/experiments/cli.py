@@ -83,9 +83,9 @@ def experiments(
         _covariance_bench(trials or 5, out_dir, seed, results_doc)
         return
     trials = trials or 100
-    from mvg_dask.experiments import EXPERIMENTS, run_experiment
-    from mvg_dask.experiments.document import write_results_document
-    from mvg_dask.experiments.report import write_experiment_files
+    from mvg_dask_lab.experiments import EXPERIMENTS, run_experiment
+    from mvg_dask_lab.experiments.document import write_results_document
+    from mvg_dask_lab.experiments.report import write_experiment_files
 
     if results_doc is not None and which != "all":
         raise click.UsageError("--results-doc needs all three experiments: use 'all'")
@@ -144,7 +144,7 @@ def experiments(
 
 
 def _covariance_bench(trials: int, out_dir: Path, seed: int, results_doc: Path | None) -> None:
-    from mvg_dask.experiments.covariance_bench import run_covariance_bench, write_bench_files
+    from mvg_dask_lab.experiments.covariance_bench import run_covariance_bench, write_bench_files
 
     if results_doc is not None:
         raise click.UsageError("--results-doc goes with the paper's experiments ('all')")

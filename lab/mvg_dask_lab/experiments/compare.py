@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mvg_dask.experiments.runner import CONFIDENCE, ExperimentResult, confidence_half_width
+from mvg_dask_lab.experiments.runner import CONFIDENCE, ExperimentResult, confidence_half_width
 
 __all__ = ["RowComparison", "compare_results"]
 

@@ -25,25 +25,25 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_ctg
-from mvg_dask.experiments.literature import blr_method, jl_method
-from mvg_dask.experiments.mechanisms import (
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan import BoxDomain, NoisePlan, covariance_from_identity
+from mvg_dask.plan.lattice import NoiseKind
+from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
+from mvg_dask_lab.experiments.literature import blr_method, jl_method
+from mvg_dask_lab.experiments.mechanisms import (
     plan_implied_epsilon,
     plan_release,
     plan_std_range,
     symmetric_plan,
 )
-from mvg_dask.experiments.methods import (
+from mvg_dask_lab.experiments.methods import (
     Evaluation,
     Method,
     baseline_methods,
     binary_method,
     reference_methods,
 )
-from mvg_dask.experiments.runner import PaperExperiment
-from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, NoisePlan, covariance_from_identity
-from mvg_dask.plan.lattice import NoiseKind
-from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
+from mvg_dask_lab.experiments.runner import PaperExperiment
 
 __all__ = ["METHODS", "CovarianceExperiment", "principal_axes", "residual_sum_of_squares"]
 
@@ -128,7 +128,7 @@ class CovarianceExperiment(PaperExperiment):
     dataset : PaperDataset, optional
         The CTG data (default :func:`mvg_dask.datasets.load_ctg`).
     noise : {"float", "lattice"}, default "float"
-        The noise of the MVG rows (:class:`~mvg_dask.experiments.runner.PaperExperiment`).
+        The noise of the MVG rows (:class:`~mvg_dask_lab.experiments.runner.PaperExperiment`).
     """
 
     name = "covariance"

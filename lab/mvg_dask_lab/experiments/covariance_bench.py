@@ -12,7 +12,7 @@ unit ``l2`` ball (``d`` features, ``N`` records, rows here) and measures the rel
   (:func:`~mvg_dask.plan.estimators.psd_projection`,
   :func:`~mvg_dask.plan.estimators.spiked_shrinkage`,
   :func:`~mvg_dask.plan.estimators.identity_shrinkage`, using the plan's public noise level);
-* the baselines of :mod:`mvg_dask.baselines.covariance`: Analyze Gauss, SeparateCov and
+* the baselines of :mod:`mvg_dask_lab.baselines.covariance`: Analyze Gauss, SeparateCov and
   AdaptiveCov (Dong et al. 2022), CoinPress (Biswas et al. 2020) and, up to 100 features, Amin et
   al. (2019).
 
@@ -42,7 +42,12 @@ from typing import Final, Literal
 
 import numpy as np
 
-from mvg_dask.baselines.covariance import (
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.domain import L2BallDomain
+from mvg_dask.plan.estimators import identity_shrinkage, psd_projection, spiked_shrinkage
+from mvg_dask.plan.queries import CovarianceQuery
+from mvg_dask.privacy import analytic_gaussian_mu
+from mvg_dask_lab.baselines.covariance import (
     adaptive_cov,
     clipped_gram,
     coinpress_cov,
@@ -50,11 +55,6 @@ from mvg_dask.baselines.covariance import (
     gauss_cov,
     separate_cov,
 )
-from mvg_dask.noise import NoiseKey
-from mvg_dask.plan.domain import L2BallDomain
-from mvg_dask.plan.estimators import identity_shrinkage, psd_projection, spiked_shrinkage
-from mvg_dask.plan.queries import CovarianceQuery
-from mvg_dask.privacy import analytic_gaussian_mu
 
 __all__ = [
     "BENCHMARKS",
@@ -152,7 +152,7 @@ class SyntheticRecords:
         return self._norms
 
     def gram(self, transform: np.ndarray | None = None, clip: float | None = None) -> np.ndarray:
-        """``sum_i w_i w_i^T`` (:class:`mvg_dask.baselines.covariance.Records`)."""
+        """``sum_i w_i w_i^T`` (:class:`mvg_dask_lab.baselines.covariance.Records`)."""
         cacheable = transform is None
         if cacheable and clip in self._grams:
             return self._grams[clip]
@@ -234,7 +234,7 @@ def _product_estimators(
     S: np.ndarray, n: int, epsilon: float, delta: float
 ) -> Callable[[NoiseKey], dict[str, np.ndarray]]:
     """The product's release and its two post-processed estimates, for one setting."""
-    from mvg_dask.experiments.mechanisms import symmetric_plan
+    from mvg_dask_lab.experiments.mechanisms import symmetric_plan
 
     d = S.shape[0]
     plan = symmetric_plan(CovarianceQuery(d, n), L2BallDomain(1.0, d), epsilon=epsilon, delta=delta)

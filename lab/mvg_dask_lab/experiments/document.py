@@ -2,7 +2,7 @@
 
 The prose lives in ``templates/*.md`` (``string.Template``); every ``$name`` in it is filled with a
 number or label computed from the run, except the paper's reported values, which come from
-:mod:`mvg_dask.experiments.paper_values` and are always labelled as the paper's.
+:mod:`mvg_dask_lab.experiments.paper_values` and are always labelled as the paper's.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mvg_dask.experiments.literature import BLR_CANDIDATES, BLR_GRID, BLR_SIZE
-from mvg_dask.experiments.paper_values import PAPER_TABLES
-from mvg_dask.experiments.report import (
+from mvg_dask.privacy.allocation import max_pnr
+from mvg_dask_lab.experiments.literature import BLR_CANDIDATES, BLR_GRID, BLR_SIZE
+from mvg_dask_lab.experiments.paper_values import PAPER_TABLES
+from mvg_dask_lab.experiments.report import (
     ExperimentFiles,
     _eps_cell,
     _mean_ci,
@@ -30,15 +31,14 @@ from mvg_dask.experiments.report import (
     _unit,
     experiment_markdown,
 )
-from mvg_dask.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
-from mvg_dask.experiments.targets import (
+from mvg_dask_lab.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
+from mvg_dask_lab.experiments.targets import (
     PAPER_RATIO_TARGET,
     best_exact,
     check_targets,
     fmt,
     position,
 )
-from mvg_dask.privacy.allocation import max_pnr
 
 __all__ = ["results_document", "write_results_document"]
 

@@ -22,28 +22,28 @@ from typing import Final
 import numpy as np
 
 from mvg_dask.datasets import MovementSample, PaperDataset, load_movement
-from mvg_dask.experiments.literature import jl_method, ppca_method
-from mvg_dask.experiments.mechanisms import (
-    plan_implied_epsilon,
-    plan_release,
-    plan_std_range,
-    symmetric_plan,
-    traceless_noise,
-)
-from mvg_dask.experiments.methods import (
-    Evaluation,
-    Method,
-    baseline_methods,
-    binary_method,
-    reference_methods,
-)
-from mvg_dask.experiments.runner import PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, MatrixQuery, dp_pca, gram_sensitivity
 from mvg_dask.plan.lattice import NoiseKind
 from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm
+from mvg_dask_lab.experiments.literature import jl_method, ppca_method
+from mvg_dask_lab.experiments.mechanisms import (
+    plan_implied_epsilon,
+    plan_release,
+    plan_std_range,
+    symmetric_plan,
+    traceless_noise,
+)
+from mvg_dask_lab.experiments.methods import (
+    Evaluation,
+    Method,
+    baseline_methods,
+    binary_method,
+    reference_methods,
+)
+from mvg_dask_lab.experiments.runner import PaperExperiment
 
 __all__ = [
     "METHODS",

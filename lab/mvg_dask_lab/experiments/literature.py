@@ -2,7 +2,7 @@
 
 Each experiment exposes its raw records (``(N, d)``, one record per row) and how its metric sees a
 batch of synthetic record sets (:meth:`RecordsExperiment._synthetic_errors`); this module turns the
-three mechanisms of :mod:`mvg_dask.baselines` into rows:
+three mechanisms of :mod:`mvg_dask_lab.baselines` into rows:
 
 * ``jl``: BBDS's JL transform; its free parameter ``r`` is swept over :data:`JL_PROJECTIONS` and
   the best mean error is reported, as the paper does ("vary the free variable before reporting the
@@ -22,14 +22,14 @@ from typing import Final
 
 import numpy as np
 
-from mvg_dask.baselines import blr_candidates, blr_mechanism, jl_transform, ppca
-from mvg_dask.experiments.methods import (
+from mvg_dask.noise import NoiseKey
+from mvg_dask_lab.baselines import blr_candidates, blr_mechanism, jl_transform, ppca
+from mvg_dask_lab.experiments.methods import (
     Evaluation,
     LiteratureEvaluator,
     Method,
     RecordsExperiment,
 )
-from mvg_dask.noise import NoiseKey
 
 __all__ = [
     "BLR_CANDIDATES",

@@ -1,6 +1,6 @@
 """Noise for the experiments: MVG plans, the iid baselines, and how private each really is.
 
-Thin helpers over :mod:`mvg_dask.plan`, :mod:`mvg_dask.noise` and :mod:`mvg_dask.baselines`
+Thin helpers over :mod:`mvg_dask.plan`, :mod:`mvg_dask.noise` and :mod:`mvg_dask_lab.baselines`
 that draw the noise of many trials at once (vectorised over a leading trial axis) from one keyed
 generator.
 
@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from mvg_dask.baselines import IidMechanism
 from mvg_dask.engine.lattice import RecordLattice, square_release
 from mvg_dask.noise import NoiseKey
 from mvg_dask.noise.tiles import symmetric_normals, tile_records_for
@@ -33,6 +32,7 @@ from mvg_dask.plan.queries import MatrixQuery
 from mvg_dask.privacy import analytic_gaussian_epsilon, analytic_gaussian_mu
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.sensitivity import traceless_box_sup
+from mvg_dask_lab.baselines import IidMechanism
 
 __all__ = [
     "binary_plan",

@@ -1,8 +1,8 @@
 """The rows of a results table and what evaluating one gives: :class:`Method`, :class:`Evaluation`.
 
 A :class:`Method` names one row family (a calibration, a baseline, a reference);
-:func:`mvg_dask.experiments.runner.run_experiment` evaluates it at every ``epsilon`` into an
-:class:`Evaluation`. The literature's mechanisms (:mod:`mvg_dask.experiments.literature`) see an
+:func:`mvg_dask_lab.experiments.runner.run_experiment` evaluates it at every ``epsilon`` into an
+:class:`Evaluation`. The literature's mechanisms (:mod:`mvg_dask_lab.experiments.literature`) see an
 experiment only through :class:`RecordsExperiment`, so they depend on this module and not on the
 runner.
 """
@@ -205,7 +205,7 @@ class Evaluation:
 class RecordsExperiment(Protocol):
     """What a literature mechanism needs of an experiment: its data set and how its metric sees
     synthetic records and released vectors
-    (:class:`~mvg_dask.experiments.runner.PaperExperiment` provides it)."""
+    (:class:`~mvg_dask_lab.experiments.runner.PaperExperiment` provides it)."""
 
     name: str
     dataset: PaperDataset

@@ -48,22 +48,6 @@ import numpy as np
 
 from mvg_dask.datasets import PaperDataset, load_liver
 from mvg_dask.engine.lattice import gram_step
-from mvg_dask.experiments.literature import blr_method, jl_method
-from mvg_dask.experiments.mechanisms import (
-    lattice_context,
-    noise_options,
-    plan_implied_epsilon,
-    plan_std_range,
-    release_value,
-)
-from mvg_dask.experiments.methods import (
-    Evaluation,
-    Method,
-    baseline_methods,
-    binary_method,
-    reference_methods,
-)
-from mvg_dask.experiments.runner import TAUS, PaperExperiment
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import (
     Allocation,
@@ -88,6 +72,22 @@ from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery, RegressionQuer
 from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, plan_release
 from mvg_dask.privacy.calibration import Algorithm
 from mvg_dask.spec import ReleaseSpec, parse_spec
+from mvg_dask_lab.experiments.literature import blr_method, jl_method
+from mvg_dask_lab.experiments.mechanisms import (
+    lattice_context,
+    noise_options,
+    plan_implied_epsilon,
+    plan_std_range,
+    release_value,
+)
+from mvg_dask_lab.experiments.methods import (
+    Evaluation,
+    Method,
+    baseline_methods,
+    binary_method,
+    reference_methods,
+)
+from mvg_dask_lab.experiments.runner import TAUS, PaperExperiment
 
 __all__ = [
     "KRR_ALPHA",
@@ -298,7 +298,7 @@ class RegressionExperiment(PaperExperiment):
     dataset : PaperDataset, optional
         The Liver data (default :func:`mvg_dask.datasets.load_liver` with split seed 0).
     noise : {"float", "lattice"}, default "float"
-        The noise of the MVG rows (:class:`~mvg_dask.experiments.runner.PaperExperiment`).
+        The noise of the MVG rows (:class:`~mvg_dask_lab.experiments.runner.PaperExperiment`).
     """
 
     name = "regression"
@@ -523,7 +523,7 @@ class RegressionExperiment(PaperExperiment):
         on the lattice (:func:`mvg_dask.engine.lattice.gram_step`, its lattice from
         :func:`mvg_dask.plan.gram_step_lattice` with the Gram's summation context), and the
         release of the identity query with the resulting dense directions is
-        :func:`~mvg_dask.experiments.mechanisms.release_value`.
+        :func:`~mvg_dask_lab.experiments.mechanisms.release_value`.
         """
         calibration = method.calibration
         if calibration is None:

@@ -1,9 +1,9 @@
 """Outputs of one experiment: CSV files, Markdown tables and plots (:mod:`.document`: the results
 document).
 
-Every number written here comes from an :class:`~mvg_dask.experiments.runner.ExperimentResult`
+Every number written here comes from an :class:`~mvg_dask_lab.experiments.runner.ExperimentResult`
 of the current run, except the paper's reported values, which come from
-:mod:`mvg_dask.experiments.paper_values` and are always labelled as the paper's. The prose lives
+:mod:`mvg_dask_lab.experiments.paper_values` and are always labelled as the paper's. The prose lives
 in ``templates/*.md`` (``string.Template``); every ``$name`` in it is filled with a number or label
 computed from the run.
 
@@ -26,15 +26,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from mvg_dask.experiments.paper_values import PAPER_TABLES, PaperRow, PaperTable
-from mvg_dask.experiments.runner import (
+from mvg_dask_lab.experiments.paper_values import PAPER_TABLES, PaperRow, PaperTable
+from mvg_dask_lab.experiments.runner import (
     CONFIDENCE,
     REFERENCE_EPSILON,
     TAUS,
     ExperimentResult,
     Row,
 )
-from mvg_dask.experiments.targets import (
+from mvg_dask_lab.experiments.targets import (
     PAPER_RATIO_TARGET,
     TargetCheck,
     check_targets,
@@ -184,7 +184,7 @@ def _label(row: Row) -> str:
 
 def _template(name: str, **values: object) -> str:
     """Fill ``templates/<name>.md`` with computed values (``string.Template``, ``$name``)."""
-    text = resources.files("mvg_dask.experiments").joinpath(f"templates/{name}.md")
+    text = resources.files("mvg_dask_lab.experiments").joinpath(f"templates/{name}.md")
     raw = text.read_text(encoding="utf-8").rstrip("\n")
     return Template(raw).substitute({k: str(v) for k, v in values.items()})
 

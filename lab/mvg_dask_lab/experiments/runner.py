@@ -9,7 +9,7 @@ mean and the half-width of its 95 % confidence interval.
 Noise: ``noise="float"`` (the default, the papers' path) adds float noise matrices to the query
 values; ``noise="lattice"`` makes every MVG row built on a :class:`~mvg_dask.plan.NoisePlan`
 publish exactly what a lattice release publishes (docs/lattice.md;
-:func:`mvg_dask.experiments.mechanisms.plan_release`). The rows that are not MVG releases of a
+:func:`mvg_dask_lab.experiments.mechanisms.plan_release`). The rows that are not MVG releases of a
 plan (the references, the iid baselines, the literature's mechanisms, Analyze Gauss and the
 traceless symmetric row of Exp. II) are the same under both.
 
@@ -31,10 +31,14 @@ from typing import Final, Protocol
 import numpy as np
 from scipy import stats
 
-from mvg_dask.baselines import BASELINES, iid_baseline
 from mvg_dask.datasets import PaperDataset
-from mvg_dask.experiments.literature import LITERATURE
-from mvg_dask.experiments.mechanisms import (
+from mvg_dask.noise import NoiseKey
+from mvg_dask.plan import BoxDomain, MatrixQuery, NoisePlan
+from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
+from mvg_dask.privacy.calibration import Algorithm
+from mvg_dask_lab.baselines import BASELINES, iid_baseline
+from mvg_dask_lab.experiments.literature import LITERATURE
+from mvg_dask_lab.experiments.mechanisms import (
     binary_plan,
     iid_implied_epsilon,
     iid_noise,
@@ -42,11 +46,7 @@ from mvg_dask.experiments.mechanisms import (
     plan_release,
     plan_std_range,
 )
-from mvg_dask.experiments.methods import Evaluation, Method
-from mvg_dask.noise import NoiseKey
-from mvg_dask.plan import BoxDomain, MatrixQuery, NoisePlan
-from mvg_dask.plan.lattice import NOISE_KINDS, NoiseKind
-from mvg_dask.privacy.calibration import Algorithm
+from mvg_dask_lab.experiments.methods import Evaluation, Method
 
 __all__ = [
     "CONFIDENCE",
@@ -331,7 +331,7 @@ class PaperExperiment(ABC):
 
     def _binary_plan(self, method: Method, epsilon: float, delta: float, tau: float) -> NoisePlan:
         """The noise plan of a binary row at ``(epsilon, delta)`` and share ``tau``: by default
-        :func:`~mvg_dask.experiments.mechanisms.binary_plan` on :meth:`_binary_query` and
+        :func:`~mvg_dask_lab.experiments.mechanisms.binary_plan` on :meth:`_binary_query` and
         :meth:`_binary_domain` (a row planned as a product release plans it overrides this)."""
         assert method.calibration is not None
         query, algorithm = self._binary_query(method)

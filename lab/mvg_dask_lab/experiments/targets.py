@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from mvg_dask.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
+from mvg_dask_lab.experiments.runner import REFERENCE_EPSILON, TAUS, ExperimentResult, Row
 
 __all__ = [
     "PAPER_RATIO_TARGET",
