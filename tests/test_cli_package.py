@@ -154,6 +154,73 @@ def test_packages_listed_in_pyproject_match_the_tree():
     found = set(find_namespace_packages(where=str(ROOT), include=["mvg_dask*"]))
     assert set(config["packages"]) == found | {"mvg_dask.cli.demo_specs"}
     assert config["package-dir"] == {"mvg_dask.cli.demo_specs": "pipelines/demo"}
+    lab = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set(find_namespace_packages(where=str(ROOT / "lab"), include=["mvg_dask_lab*"]))
+    assert set(lab["packages"]) == found and "package-dir" not in lab
+
+
+def test_the_core_distribution_carries_no_lab():
+    """The core's wheel (what a scheduled job installs) holds neither the experiments nor the
+    baselines: they are the lab's, a distribution of its own in lab/."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    lab_words = ("experiments", "baselines", "mvg_dask_lab")
+    assert not [p for p in config["packages"] if any(w in p for w in lab_words)]
+    data = [g for globs in config["package-data"].values() for g in globs]
+    assert not [g for g in data if any(w in g for w in lab_words)]
+    assert not (ROOT / "mvg_dask" / "experiments").exists()
+    assert not (ROOT / "mvg_dask" / "baselines").exists()
+    lab = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {"mvg_dask_lab.experiments", "mvg_dask_lab.baselines"} <= set(lab["packages"])
+
+
+def test_the_experiments_extra_is_the_lab_at_the_core_version():
+    from packaging.requirements import Requirement
+
+    from mvg_dask import __version__
+
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lab = tomllib.loads((ROOT / "lab" / "pyproject.toml").read_text())["project"]
+    assert core["version"] == lab["version"] == __version__
+    (extra,) = map(Requirement, core["optional-dependencies"]["experiments"])
+    assert (extra.name, str(extra.specifier)) == (lab["name"], f"=={__version__}")
+    needs = {Requirement(r).name: Requirement(r) for r in lab["dependencies"]}
+    assert str(needs[core["name"]].specifier) == f"=={__version__}"
+    # what only the lab uses is the lab's dependency, not the core's
+    assert "matplotlib" in needs and "matplotlib" not in {
+        Requirement(r).name for r in core["dependencies"]
+    }
+
+
+def test_experiments_imports_the_lab_only_when_it_runs():
+    code = (
+        "import sys\n"
+        "import mvg_dask.cli.experiments\n"
+        "from mvg_dask.cli import main\n"
+        "assert 'mvg_dask_lab' not in sys.modules\n"
+        "assert main(['--help']) == 0 and 'mvg_dask_lab' not in sys.modules\n"
+        "assert main(['experiments', '--help']) == 0 and 'mvg_dask_lab' in sys.modules\n"
+    )
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert "covariance-bench" in out.stdout and "--trials" in out.stdout
+
+
+@pytest.mark.parametrize("args", [["all", "--trials", "2"], ["--help"], []])
+def test_experiments_without_the_lab_is_one_line_naming_the_extra(args):
+    # an environment without the lab: importing it fails as an uninstalled package does
+    code = (
+        "import sys\n"
+        "sys.modules['mvg_dask_lab'] = None\n"
+        "from mvg_dask.cli import main\n"
+        f"sys.exit(main({['experiments', *args]!r}))\n"
+    )
+    out = _python(code)
+    assert out.returncode == 2 and out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("mvg-dask: error: ") and "pip install 'mvg-dask[experiments]'" in line
+    listed = _python("import sys; sys.modules['mvg_dask_lab'] = None\n"
+                     "from mvg_dask.cli import main; sys.exit(main(['--help']))")  # fmt: skip
+    assert listed.returncode == 0 and "experiments" in listed.stdout
 
 
 @pytest.mark.parametrize("name", DEMO_SPECS)
