@@ -4,12 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint typecheck docs kernel bench clean
+.PHONY: demo test test-fast lint typecheck docs kernel bench experiments covariance-bench clean
 
-$(STAMP): pyproject.toml
+# The core and its lab (lab/: the distribution mvg_dask_lab, the extra [experiments]), both
+# editable: pip takes the extra's mvg_dask_lab from ./lab, never from an index.
+$(STAMP): pyproject.toml lab/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,docs,s3]'
+	$(BIN)/python -m pip install --quiet -e ./lab -e '.[dev,notebook,docs,s3,experiments]'
 	touch $(STAMP)
 
 ## Set up and run the main job on the embedded default (LocalCluster + local Zarr store).
@@ -40,8 +42,17 @@ test: $(STAMP) lint typecheck docs
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
+## The release benchmarks (docs/guide/performance.md).
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_release
 
+## The paper's experiments (docs/guide/paper.md) and the covariance benchmark, from the lab.
+experiments: $(STAMP)
+	$(BIN)/mvg-dask experiments all --out out/experiments
+
+covariance-bench: $(STAMP)
+	$(BIN)/mvg-dask experiments covariance-bench --out out/covbench
+
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build docs/notebooks
+	rm -rf *.egg-info lab/*.egg-info
