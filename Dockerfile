@@ -22,6 +22,8 @@ COPY pyproject.toml README.md ./
 COPY mvg_dask ./mvg_dask
 # the demo's spec templates ship in the package (mvg_dask.cli.demo_specs)
 COPY pipelines/demo ./pipelines/demo
+# the core only: the lab (lab/, the extra [experiments]: the paper's experiments and the
+# baselines) is not part of the image
 RUN pip install --no-cache-dir \
         "dask[array]==${DASK_VERSION}" "distributed==${DASK_VERSION}" \
         "/opt/mvg-dask[kubernetes,s3]"

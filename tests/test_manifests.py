@@ -517,6 +517,8 @@ def test_the_dockerfile_pins_dask_runs_as_non_root_under_tini_and_installs_the_e
     for copied in re.findall(r"^COPY (.+) \S+$", text, re.M):
         for src in copied.split():
             assert src.rstrip("/") in kept, src
+    # the image is the core only: the lab (experiments, baselines) is neither copied nor installed
+    assert "mvg_dask_lab" not in _image_requirements() and not {"lab", "lab/mvg_dask_lab"} & kept
 
 
 def _image_requirements(text: str | None = None) -> set[str]:
