@@ -5,7 +5,8 @@ One module per command family (:mod:`.calibrate`, :mod:`.release`, :mod:`.check`
 in one place, by name: a command's module is imported only when that command runs (or shows its
 own help), so ``mvg-dask --help`` imports click alone. Heavy libraries (dask, distributed,
 xarray, zarr) are imported inside the commands that need them, so ``mvg-dask calibrate`` imports
-none of them.
+none of them. ``mvg-dask experiments`` is the lab's command (the extra ``[experiments]``):
+:mod:`.experiments` finds it by name, or names the extra when it is missing.
 
 Every mistake in the arguments ends with a one-line ``mvg-dask: error: ...`` on stderr and exit
 code 2, never a traceback. The exit codes of a release are in ``mvg-dask release --help``.
