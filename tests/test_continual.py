@@ -400,3 +400,24 @@ def test_rounding_and_band_claims_of_the_docs() -> None:
     assert round(math.log2(increment_headroom(ToeplitzFactorization(365))), 1) == 46.6
     assert round(math.log2(increment_headroom(ToeplitzFactorization(1024))), 1) == 45.8
     assert round(math.log2(increment_headroom(TreeFactorization(365))), 1) == 55.0
+
+
+def test_bad_integer_inputs_are_refused() -> None:
+    with pytest.raises(TypeError, match="integers"):
+        combine_exact([1.5], np.zeros((1, 2), dtype=np.int64))
+    with pytest.raises(StreamOverflowError, match="coefficient"):
+        combine_exact([2**63], np.zeros((1, 2), dtype=np.int64))
+    tree = TreeFactorization(4)
+    _, state = tree_advance(tree, TreeState(), np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="does not match"):
+        tree_advance(tree, state, np.zeros((2, 3), dtype=np.int64))
+
+
+def test_output_keys_name_each_output_once() -> None:
+    tree = TreeFactorization(8)
+    assert tree.output_keys(8) == ("node-0", "node-1", "node-2", "node-3")
+    assert ToeplitzFactorization(8).output_keys(3) == ("y0",)
+    f = TreeFactorization(np.int64(9))
+    assert type(f.horizon) is int and json.dumps(f.to_dict())
+    assert TreeFactorization.from_dict(f.to_dict()) == f
+    assert ToeplitzFactorization(365).state_elements(64) == 364 * 64 * 64

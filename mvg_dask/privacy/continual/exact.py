@@ -92,7 +92,12 @@ def combine_exact(
     StreamOverflowError
         If ``Σ |coefficients[i]| · max|history[i]|`` exceeds ``2**63 - 1``.
     """
-    coefs = [int(c) for c in np.asarray(coefficients, dtype=object).ravel()]
+    coefs = list(np.asarray(coefficients, dtype=object).ravel())
+    if not all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in coefs):
+        raise TypeError("coefficients must be integers (a row of the integer encoder)")
+    coefs = [int(c) for c in coefs]
+    if any(abs(c) > INT64_MAX for c in coefs):
+        raise StreamOverflowError("a coefficient exceeds the int64 range")
     hist = _integer_array("history", history)
     if hist.ndim < 1 or hist.shape[0] != len(coefs):
         raise ValueError(
@@ -210,6 +215,8 @@ def tree_advance(
             raise StreamOverflowError(
                 f"bound {bound} exceeds the tree's int64 headroom {increment_headroom(tree)}"
             )
+    if any(p.shape != inc.shape for _, p in state.open):
+        raise ValueError(f"increment of shape {inc.shape} does not match the stream's open nodes")
     add = np.add if bound is not None else _checked_add
     partial = dict(state.open)
     released, still_open = [], []

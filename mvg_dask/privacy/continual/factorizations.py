@@ -82,7 +82,7 @@ class Factorization:
     name: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        _check_int("horizon", self.horizon, 1, MAX_HORIZON)
+        object.__setattr__(self, "horizon", _check_int("horizon", self.horizon, 1, MAX_HORIZON))
 
     # -- to be provided -------------------------------------------------------------------------
     def outputs_at(self, t: int) -> int:
@@ -114,8 +114,21 @@ class Factorization:
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able description; :func:`factorization_from_dict` inverts it."""
+        """A JSON-able description; :meth:`from_dict` inverts it."""
         raise NotImplementedError
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Factorization:
+        """The factorization :meth:`to_dict` described (:func:`factorization_from_dict`)."""
+        return factorization_from_dict(data)
+
+    def output_keys(self, t: int) -> tuple[str, ...]:
+        """Stable names of period ``t``'s outputs, one per row of ``encoder_rows(t)``.
+
+        A period's noise is keyed by ``(stream key, period, output key)``, so a retried period
+        re-derives the same noise.
+        """
+        return tuple(f"y{i}" for i in range(self.outputs_at(t)))
 
     # -- derived --------------------------------------------------------------------------------
     @property
@@ -155,9 +168,13 @@ class Factorization:
         """
         return self.sensitivity() * self.worst_std_factor()
 
+    def state_elements(self, m: int) -> int:
+        """Curator-side state between periods, in entries, for ``m x m`` increments."""
+        return self.state_matrices() * m * m
+
     def state_bytes(self, m: int, itemsize: int = 8) -> int:
         """Curator-side state between periods for ``m x m`` increments of ``itemsize`` bytes."""
-        return self.state_matrices() * m * m * itemsize
+        return self.state_elements(m) * itemsize
 
     @property
     def C(self) -> np.ndarray:
@@ -232,6 +249,9 @@ class TreeFactorization(Factorization):
 
     def outputs_at(self, t: int) -> int:
         return _v2(self._period(t)) + 1
+
+    def output_keys(self, t: int) -> tuple[str, ...]:
+        return tuple(f"node-{j}" for j in range(self.outputs_at(t)))
 
     def n_outputs(self, t: int | None = None) -> int:
         t = self.horizon if t is None else self._period(t)
@@ -370,9 +390,9 @@ class ToeplitzFactorization(Factorization):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int("bits", self.bits, 1, MAX_BITS)
+        object.__setattr__(self, "bits", _check_int("bits", self.bits, 1, MAX_BITS))
         if self.band is not None:
-            _check_int("band", self.band, 1, MAX_HORIZON)
+            object.__setattr__(self, "band", _check_int("band", self.band, 1, MAX_HORIZON))
 
     @property
     def kind(self) -> str:
@@ -392,6 +412,10 @@ class ToeplitzFactorization(Factorization):
     def coefficients(self) -> tuple[int, ...]:
         """``n_k = c̃_k 2**bits`` for ``k < width`` (the encoder's integers)."""
         return sqrt_coefficients(self.width, self.bits)
+
+    @functools.cached_property
+    def _std_factors(self) -> np.ndarray:
+        return np.sqrt(np.cumsum(self.decoder_coefficients**2))
 
     @functools.cached_property
     def decoder_coefficients(self) -> np.ndarray:
@@ -419,10 +443,10 @@ class ToeplitzFactorization(Factorization):
         return np.asarray(self.decoder_coefficients[:t][::-1].copy())
 
     def period_std_factors(self) -> np.ndarray:
-        return np.sqrt(np.cumsum(self.decoder_coefficients**2))
+        return self._std_factors.copy()
 
     def period_std_factor(self, t: int) -> float:
-        return float(self.period_std_factors()[self._period(t) - 1])
+        return float(self._std_factors[self._period(t) - 1])
 
     def sensitivity_squared_int(self) -> int:
         # column 1 holds every coefficient; later columns hold a prefix of them
