@@ -421,3 +421,39 @@ def test_output_keys_name_each_output_once() -> None:
     assert type(f.horizon) is int and json.dumps(f.to_dict())
     assert TreeFactorization.from_dict(f.to_dict()) == f
     assert ToeplitzFactorization(365).state_elements(64) == 364 * 64 * 64
+
+
+def _released_stream(f, g: np.ndarray) -> np.ndarray:
+    """Every output of the stream over increments ``g``, by the exact integer encoders (the tree
+    through its open-node state, the Toeplitz ones from the kept history, the naive one from the
+    whole history: its state is a running total, not a history)."""
+    out, state = [], TreeState()
+    keep = f.state_matrices() + 1 if isinstance(f, ToeplitzFactorization) else f.horizon
+    for t in range(1, f.horizon + 1):
+        if isinstance(f, TreeFactorization):
+            released, state = tree_advance(f, state, g[t - 1])
+        else:
+            released = encode_period(f, t, g[max(0, t - keep) : t])
+        out.extend(released)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("T", [1, 6, 13])
+def test_a_record_in_period_s_moves_the_integer_stream_by_column_s(T: int) -> None:
+    """End to end through the integer encoders: adding Δ to g_s moves the released integers by
+    exactly C_int[:, s] ⊗ Δ; the largest move over s, scaled back, is ``sensitivity() ‖Δ‖``."""
+    rng = np.random.default_rng(T)
+    g = rng.integers(-(2**20), 2**20, size=(T, 2, 2))
+    delta = rng.integers(-9, 10, size=(2, 2))
+    for f in all_factorizations(T):
+        base = _released_stream(f, g)
+        c_int = np.rint(np.ldexp(f.C, f.scale_bits)).astype(np.int64)
+        worst = 0.0
+        for s in range(T):
+            g2 = g.copy()
+            g2[s] += delta
+            move = _released_stream(f, g2) - base
+            np.testing.assert_array_equal(move, c_int[:, s, None, None] * delta)
+            worst = max(worst, float(np.linalg.norm(np.ldexp(move.astype(float), -f.scale_bits))))
+        assert worst == pytest.approx(f.sensitivity() * np.linalg.norm(delta), rel=1e-12)
+        assert worst <= f.sensitivity() * np.linalg.norm(delta) * (1 + 1e-15)
