@@ -178,13 +178,17 @@ class Factorization:
 
     @property
     def C(self) -> np.ndarray:
-        """The encoder ``C`` as floats, shape ``(n_outputs(), T)``, rows in release order."""
+        """The encoder ``C`` as floats, shape ``(n_outputs(), T)``, rows in release order.
+
+        Dense (``O(T²)`` memory): for checks and small horizons; the stream itself uses
+        :meth:`encoder_rows` and the closed-form norms.
+        """
         return _dense_c(self)
 
     @property
     def B(self) -> np.ndarray:
         """The decoder ``B``, shape ``(T, n_outputs())``; causal: row ``t`` ends at output
-        ``n_outputs(t)``."""
+        ``n_outputs(t)``. Dense (``O(T²)`` memory), like :attr:`C`."""
         return _dense_b(self)
 
 
