@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from mvg_dask import api
-from mvg_dask.engine.blocks import Clipper, Outcome, canonical_blocks, combine_grams, gram_task
+from mvg_dask.engine.clipping import Clipper
+from mvg_dask.engine.records import canonical_blocks
+from mvg_dask.engine.tasks.gram import combine_grams, gram_task
+from mvg_dask.engine.tasks.outcome import Outcome
 from mvg_dask.plan import release_plan
 from mvg_dask.plan.lattice import (
     LatticeContext,
@@ -96,8 +99,8 @@ def test_canonical_partition_depends_on_the_counts_only() -> None:
 
 def _actual_panel_depth(records: int, group: int, inner: int) -> int:
     """The most additions a term passes through in a lattice panel task as the engine sums it
-    (:func:`mvg_dask.engine.blocks._gram_panel`): a group's inner product, its addition into the
-    inner accumulator and the inner accumulator's folds into the panel."""
+    (:func:`mvg_dask.engine.tasks.panels._gram_panel`): a group's inner product, its addition into
+    the inner accumulator and the inner accumulator's folds into the panel."""
     groups = -(-records // group)
     return min(group, records) + min(inner, groups) + -(-groups // inner)
 

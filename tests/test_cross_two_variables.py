@@ -128,7 +128,7 @@ def test_same_bytes_in_process_and_on_the_cluster(tmp_path, client, monkeypatch)
 def test_the_gram_reads_both_variables_and_the_one_variable_path_is_unchanged(tmp_path):
     """The stacked Gram's ``rows x cols`` block is what the query finalizes; a one-variable
     spec plans without ``cols_input`` and reads the input alone."""
-    from mvg_dask.engine.blocks import StackedMatrix, ZarrMatrix
+    from mvg_dask.engine.records import StackedMatrix, ZarrMatrix
     from mvg_dask.engine.stages.context import clipper_for, gram_source_of
 
     store = _store(tmp_path)

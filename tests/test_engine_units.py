@@ -9,19 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from mvg_dask.engine.blocks import (
-    Clipper,
-    Outcome,
-    ZarrMatrix,
-    abort_marker,
-    add_grams,
-    combine_grams,
-    gram_task,
-    identity_task,
-    progress_marker,
-)
+from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.metadata import read_input_metadata
 from mvg_dask.engine.output import ATTRS, PREFIX, OutputTarget, provenance
+from mvg_dask.engine.records import ZarrMatrix
+from mvg_dask.engine.tasks.gram import add_grams, combine_grams, gram_task
+from mvg_dask.engine.tasks.identity import identity_task
+from mvg_dask.engine.tasks.outcome import Outcome, abort_marker, progress_marker
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey, record_noise, tile_normals
 from mvg_dask.plan.release_plan import plan_release

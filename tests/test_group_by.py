@@ -23,8 +23,9 @@ import pytest
 
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
-from mvg_dask.engine.blocks import group_indices, grouped_gram
+from mvg_dask.engine.records import group_indices
 from mvg_dask.engine.stages.covariance import covariance_noise
+from mvg_dask.engine.tasks.gram import grouped_gram
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, L2BallDomain

@@ -2,7 +2,7 @@
 
 One pass over the records of a release spec's input, by the tasks' record ranges
 (:meth:`~mvg_dask.plan.release_plan.InputMetadata.task_ranges`), each task reading stored chunks
-with the engine's :class:`~mvg_dask.engine.blocks.ZarrMatrix` and counting, per feature, the NaN
+with the engine's :class:`~mvg_dask.engine.records.ZarrMatrix` and counting, per feature, the NaN
 and infinite values and the values outside the declared box (or the records outside the declared
 L2 ball); with a second variable (a two-variable cross-covariance) the same against its own box,
 and with ``group_by`` the records whose label is not declared. The partial counts are summed on
@@ -21,9 +21,10 @@ from typing import Any, ClassVar
 import numpy as np
 from distributed import Client, as_completed
 
-from mvg_dask.engine.blocks import Outcome, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.cluster import Progress, stop_tasks
 from mvg_dask.engine.metadata import check_chunks_present
+from mvg_dask.engine.records import ZarrLabels, ZarrMatrix
+from mvg_dask.engine.tasks.outcome import Outcome
 from mvg_dask.errors import MvgDaskError
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain
 from mvg_dask.plan.release_plan import InputMetadata, declared_domains

@@ -232,7 +232,7 @@ def floors(
     of ``repeats`` passes over the input, each started with no write-back pending)."""
     import zarr
 
-    from mvg_dask.engine.blocks import ZarrMatrix
+    from mvg_dask.engine.records import ZarrMatrix
     from mvg_dask.plan.release_plan import TASK_ELEMENTS, chunk_runs
 
     # the release's task grid: runs of whole chunks, one kernel call per chunk, so the floor and
