@@ -109,9 +109,9 @@ def test_same_bytes_in_process_and_on_the_cluster(tmp_path, client, monkeypatch)
     workers: the same bytes of every published variable (canonical blocks of 64 records: 47
     blocks in 10 tasks)."""
     from mvg_dask.engine.stages import gram
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     store = _store(tmp_path, chunk=100, y_chunk=70)
 
     def release(tag: str, **kwargs: Any) -> bytes:

@@ -497,9 +497,9 @@ def test_the_accessor_releases_groups_and_refuses_bad_labels(tmp_path, client):
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
     """In process and on the LocalCluster, the partials summed on the client or folded on the
     workers (canonical blocks of 128 records, one task per block: 25 leaves): the same bytes."""
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     n = 3100
     store = make_input(tmp_path / "in.zarr", data(3, n, seed=9), chunk=100)
     add_group_variable(store, np.random.default_rng(4).integers(0, 5, n))

@@ -41,9 +41,10 @@ from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.covariance import Diagonal, LowRank
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.plan_json import missing_entry
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, resolve_about_mean
+from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
     CENTRE,

@@ -11,7 +11,7 @@ import numpy as np
 
 from mvg_dask.engine.zarr_io.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import ReleaseError
-from mvg_dask.plan.release_plan import PANEL_RECORDS
+from mvg_dask.plan.input_metadata import PANEL_RECORDS
 
 if TYPE_CHECKING:
     from mvg_dask.engine.clipping import Clipper

@@ -16,8 +16,9 @@ from mvg_dask.engine.tasks.panels import PanelNoise, noisy_gram_panel_task, pane
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
+from mvg_dask.plan.input_metadata import PANEL_RECORDS
 from mvg_dask.plan.lattice import panel_inner_groups
-from mvg_dask.plan.release_plan import PANEL_RECORDS, ReleasePlan
+from mvg_dask.plan.release_plan import ReleasePlan
 
 #: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
 DP_PCA_SCRATCH = "dp-pca"

@@ -18,7 +18,8 @@ from mvg_dask.engine.stages.context import (
     labels_of,
 )
 from mvg_dask.engine.tasks.gram import add_grams, combine_grams, gram_task
-from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
+from mvg_dask.plan.input_metadata import TREE_FAN_IN
+from mvg_dask.plan.release_plan import ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
 CLIENT_REDUCE_BYTES = 64 * 2**20
@@ -59,7 +60,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
 
     Every query sums canonical record blocks
-    (:meth:`~mvg_dask.plan.release_plan.InputMetadata.canonical_ranges`), so the bytes of the
+    (:meth:`~mvg_dask.plan.input_metadata.InputMetadata.canonical_ranges`), so the bytes of the
     sum, and the float-error depth the plan bounds, never depend on the input's chunk grid or
     layout (docs/bounds.md Sec. 11).
 

@@ -30,8 +30,9 @@ from mvg_dask.engine.tasks.panels import PanelNoise, covariance_panel_task
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import NoisePlan
 from mvg_dask.plan.covariance import Dense, LowRank
+from mvg_dask.plan.input_metadata import PANEL_RECORDS
 from mvg_dask.plan.lattice import panel_inner_groups
-from mvg_dask.plan.release_plan import PANEL_RECORDS, ReleasePlan
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import COVARIANCE, GRAM, RECORD_COUNT
 
 #: the lattice values of a wide low-rank lattice release, between its passes
