@@ -324,7 +324,7 @@ def test_the_lattice_charges_both_changed_groups(tmp_path):
     assert lg is not None and lp is not None
     assert lg.coordinates == 2 * lp.coordinates
     # E is linear in the whitening: compare at the same variances
-    from mvg_dask.plan.noise_plan import release_float_error
+    from mvg_dask.plan.noise_calibration import release_float_error
 
     q = grouped.query
     args = (

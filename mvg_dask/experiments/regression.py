@@ -84,7 +84,7 @@ from mvg_dask.plan.estimators import (
 )
 from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.lattice import NoiseKind
-from mvg_dask.plan.noise_plan import gram_step_lattice
+from mvg_dask.plan.noise_calibration import gram_step_lattice
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery, RegressionQuery
 from mvg_dask.plan.release_plan import ReleasePlan

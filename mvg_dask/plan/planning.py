@@ -29,7 +29,8 @@ from mvg_dask.plan.input_metadata import (
 )
 from mvg_dask.plan.lattice import LatticeContext, canonical_gram_depth, panel_depth
 from mvg_dask.plan.mean_first import MeanStep, choose_route, plan_mean_step, step_mus
-from mvg_dask.plan.noise_plan import NoisePlan, build_noise_plan, gram_step_lattice
+from mvg_dask.plan.noise_calibration import gram_step_lattice
+from mvg_dask.plan.noise_plan import NoisePlan, build_noise_plan
 from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
