@@ -35,9 +35,22 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
 
 
+#: the URL schemes of the local filesystem (a plain path has the first): a release is written to
+#: a staging directory renamed into place; every other scheme is written in place under a claim.
+#: The one list of them: the engine's store registry (:mod:`mvg_dask.engine.store`) gives each
+#: its local entry and every other scheme an entry of its own (see docs/howto/object-storage.md)
+LOCAL_SCHEMES = ("file",)
+
+
+def url_scheme(store: str) -> str:
+    """The scheme of a store's URL as written (``file`` for a plain path; ``simplecache::s3``
+    for a chained URL), parsed without fsspec."""
+    return store.split("://", 1)[0] if "://" in store else LOCAL_SCHEMES[0]
+
+
 def is_local(store: str) -> bool:
-    """True for a plain path or a ``file://`` URL."""
-    return "://" not in store or store.startswith("file://")
+    """True for a plain path or a ``file://`` URL (a scheme of :data:`LOCAL_SCHEMES`)."""
+    return url_scheme(store) in LOCAL_SCHEMES
 
 
 class SpecError(ValueError):

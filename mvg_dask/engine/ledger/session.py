@@ -31,7 +31,6 @@ from mvg_dask.errors import (
 )
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
-from mvg_dask.spec import is_local
 
 log = logging.getLogger("mvg_dask")
 
@@ -200,9 +199,9 @@ def ledger_session(
         fault = classify(
             exc,
             release_id=rplan.release_id,
-            store=rplan.output_store,
+            store=target.output,
             charged=reserved,
-            remote=not (is_local(rplan.output_store) and is_local(rplan.input.store)),
+            inputs=(rplan.input.store,),
             scheduler_lost=scheduler_lost(client),
         )
         if fault is None:
