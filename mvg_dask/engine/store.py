@@ -190,8 +190,8 @@ def _azure_code(exc: BaseException) -> str | None:
     """The Azure Storage error code of an ``azure.core`` ``HttpResponseError`` (``error_code``,
     from the ``x-ms-error-code`` header), else its HTTP status."""
     code = getattr(exc, "error_code", None)
-    if code:
-        return str(code)
+    if code:  # azure-storage sets its StorageErrorCode (a str enum) or the header's text
+        return str(getattr(code, "value", code))
     status = getattr(exc, "status_code", None)
     return str(status) if isinstance(status, int) else None
 
