@@ -43,9 +43,14 @@ LOCAL_SCHEMES = ("file",)
 
 
 def url_scheme(store: str) -> str:
-    """The scheme of a store's URL as written (``file`` for a plain path; ``simplecache::s3``
-    for a chained URL), parsed without fsspec."""
-    return store.split("://", 1)[0] if "://" in store else LOCAL_SCHEMES[0]
+    """The scheme of a store's URL as written, parsed without fsspec: ``file`` for a plain path;
+    for a chained URL its chain (``simplecache::s3``, ``simplecache::file`` for a chain ending in
+    a plain path)."""
+    if "://" in store:
+        return store.split("://", 1)[0]
+    if "::" in store:
+        return f"{store.rsplit('::', 1)[0]}::{LOCAL_SCHEMES[0]}"
+    return LOCAL_SCHEMES[0]
 
 
 def is_local(store: str) -> bool:

@@ -47,6 +47,8 @@ def _needs(module: str) -> None:
         ("az://c/x.zarr", "Azure Blob Storage", False),
         ("memory://x.zarr", "in-memory filesystem", False),
         ("simplecache::s3://b/x.zarr", "S3", False),
+        ("simplecache::file:///data/x.zarr", "fsspec filesystem", False),
+        ("simplecache::/data/x.zarr", "fsspec filesystem", False),
         ("webdav://host/x.zarr", "fsspec filesystem", False),
     ],
 )

@@ -269,13 +269,15 @@ SCHEMES: dict[str, SchemeEntry] = {
 
 
 def scheme_entry(url: str) -> SchemeEntry:
-    """The entry of ``url``'s scheme (of the last filesystem of a chained URL such as
-    ``simplecache::s3://...``): :data:`LOCAL` for a plain path, :data:`OTHER` for a scheme
-    without an entry."""
+    """The entry of ``url``'s scheme: :data:`LOCAL` for a plain path or a scheme of
+    :data:`~mvg_dask.spec.LOCAL_SCHEMES`, :data:`OTHER` for a scheme without an entry. A chained
+    URL (``simplecache::s3://...``) has the entry of its last filesystem, but is never staged
+    (its files are not plain local files): a local last filesystem makes it :data:`OTHER`."""
     scheme = url_scheme(url)
     if scheme in LOCAL_SCHEMES:
         return LOCAL
-    return SCHEMES.get(scheme.rsplit("::", 1)[-1].lower(), OTHER)
+    entry = SCHEMES.get(scheme.rsplit("::", 1)[-1].lower(), OTHER)
+    return OTHER if entry.staged else entry
 
 
 class Store:
