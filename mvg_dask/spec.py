@@ -345,7 +345,7 @@ class OutputSpec(_Strict):
     @classmethod
     def _no_pattern_in_url(cls, value: str) -> str:
         if not is_local(value):
-            magic = sorted(set(value.split("://", 1)[1]) & set(_GLOB_CHARACTERS))
+            magic = sorted(set(value.split("://", 1)[-1]) & set(_GLOB_CHARACTERS))
             if magic:
                 raise ValueError(
                     f"{value!r} holds {' '.join(magic)}: fsspec deletes paths as glob patterns, "
