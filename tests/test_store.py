@@ -215,3 +215,21 @@ def test_a_scheme_without_a_table_still_knows_the_network(tmp_path) -> None:
     assert isinstance(_classify(PermissionError("denied"), out), faults.CredentialsRefused)
     gone = _classify(ConnectionResetError(errno.ECONNRESET, "reset"), "webdav://h/out.zarr")
     assert isinstance(gone, faults.ObjectStoreUnreachable) and "ECONNRESET" in str(gone)
+
+
+def test_storage_is_decided_by_the_store_alone() -> None:
+    """No ``url_to_fs`` or ``is_local`` decision outside the Store (and the spec's string check
+    of a URL, which the Store's registry extends)."""
+    from pathlib import Path
+
+    import mvg_dask
+
+    root = Path(mvg_dask.__file__).parent
+    hits = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        if path.relative_to(root).as_posix() not in ("engine/store.py", "spec.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "url_to_fs" in line or "is_local" in line
+    ]
+    assert hits == []
