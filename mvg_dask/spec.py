@@ -391,7 +391,7 @@ class LedgerSpec(_Strict):
 
     @property
     def location(self) -> str:
-        """The ledger's URL or path (for :func:`mvg_dask.engine.ledger.open_ledger`)."""
+        """The ledger's URL or path (for :func:`mvg_dask.ledger.open_ledger`)."""
         loc = self.url if self.url is not None else self.path
         assert loc is not None
         return loc

@@ -25,7 +25,8 @@ import pytest
 from scipy import stats
 from scipy.optimize import brentq, linprog
 
-from mvg_dask.engine.ledger import (
+from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
+from mvg_dask.ledger import (
     Guarantee,
     convert_neighbours,
     export_ledger,
@@ -35,7 +36,6 @@ from mvg_dask.engine.ledger import (
     spending,
     summary_text,
 )
-from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
 from mvg_dask.privacy import calibration as cal
 
 KEY = "0123456789abcdef0123456789abcdef"
@@ -139,7 +139,7 @@ def test_races_never_overspend(location):
 _CRASHER = textwrap.dedent(
     """
     import sys
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
     location, step = sys.argv[1], sys.argv[2]
     book = open_ledger(location)
     if step == "reserve":
@@ -777,7 +777,7 @@ def test_passwords_never_appear_in_messages(pg_server, pg_location, tmp_path, mo
 
 
 def test_redact():
-    from mvg_dask.engine.ledger import redact
+    from mvg_dask.ledger import redact
 
     assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
     assert redact("postgresql://u@h/db?sslmode=require&password=pw") == (

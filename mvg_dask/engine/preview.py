@@ -2,8 +2,8 @@
 
 :func:`budget_after` reads the ledger without reserving anything (a missing SQLite ledger is
 read as empty and is not created) and composes this release's charge with the dataset's
-existing charges by the ledger's own rule (:func:`~mvg_dask.engine.ledger.spending`,
-:func:`~mvg_dask.engine.ledger.convert_neighbours`). :class:`PlanPreview` is what
+existing charges by the ledger's own rule (:func:`~mvg_dask.ledger.spending`,
+:func:`~mvg_dask.ledger.convert_neighbours`). :class:`PlanPreview` is what
 ``mvg-dask release --dry-run`` prints and ``ds.mvg.dry_run(...)`` shows in a notebook.
 
 Everything here is a function of the spec, public metadata and the ledger's charges, never of
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mvg_dask.engine.ledger import Guarantee, convert_neighbours, open_ledger, spending
-from mvg_dask.engine.ledger.location import parse_location
 from mvg_dask.errors import BudgetError, LedgerError
+from mvg_dask.ledger import Guarantee, convert_neighbours, open_ledger, spending
+from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.presentation import Row, plan_rows, render_html, render_text
 from mvg_dask.plan.release_plan import ReleasePlan
 
@@ -130,7 +130,7 @@ def budget_after(
     rplan : ReleasePlan
         The plan (``None`` is returned when it charges no ledger).
     summary : list of dict, optional
-        The ledger's :meth:`~mvg_dask.engine.ledger.Ledger.summary`, when already read (else
+        The ledger's :meth:`~mvg_dask.ledger.Ledger.summary`, when already read (else
         the ledger is read here).
 
     Returns

@@ -21,19 +21,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from mvg_dask.engine.faults import crash_point
-from mvg_dask.engine.ledger import schema
-from mvg_dask.engine.ledger.composition import (
+from mvg_dask.crash import crash_point
+from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
+from mvg_dask.ledger import schema
+from mvg_dask.ledger.composition import (
     NEIGHBOURS,
     Guarantee,
     Neighbours,
     Spending,
     spending,
 )
-from mvg_dask.engine.ledger.composition import (
+from mvg_dask.ledger.composition import (
     convert_neighbours as _convert,
 )
-from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
 from mvg_dask.privacy import calibration as cal
 
 T = TypeVar("T")
@@ -328,7 +328,7 @@ def _create_or_upgrade(
 class Ledger(ABC):
     """A privacy ledger: per-dataset budgets, reservations, commits and aborts.
 
-    Open one with :func:`mvg_dask.engine.ledger.open_ledger`. Every method is one transaction;
+    Open one with :func:`mvg_dask.ledger.open_ledger`. Every method is one transaction;
     reservations of one dataset are serialised, so two releases can never both pass a budget
     check that only one of them fits. A ledger is a context manager (closes on exit).
     """
@@ -471,7 +471,7 @@ class Ledger(ABC):
             The relation of the release's guarantee.
         convert_neighbours : bool
             Charge an add-remove release to a replace-one budget by group privacy
-            (:func:`~mvg_dask.engine.ledger.composition.convert_neighbours`).
+            (:func:`~mvg_dask.ledger.composition.convert_neighbours`).
 
         Returns
         -------
