@@ -20,6 +20,7 @@ from mvg_dask.ledger import Guarantee, convert_neighbours, open_ledger, spending
 from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.presentation import Row, plan_rows, render_html, render_text
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.privacy.accounting import PrivacyLoss, loss_from_json
 
 __all__ = ["BudgetPreview", "PlanPreview", "budget_after", "preview"]
 
@@ -151,27 +152,19 @@ def budget_after(
     mine = next((d for d in summary if d["dataset"] == charge.dataset), None)
     if mine is None:  # reserve() creates it with the spec's budget
         b_eps, b_delta, b_nb = charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours
-        existing: list[tuple[float, float, str, float | None]] = []
+        existing: list[PrivacyLoss] = []
     else:
         b = mine["budget"]
         b_eps, b_delta, b_nb = float(b["epsilon"]), float(b["delta"]), b["neighbours"]
-        existing = [
-            (
-                float(r["charged"]["epsilon"]),
-                float(r["charged"]["delta"]),
-                str(r["calibration"]),
-                r["charged"]["mu"],
-            )
-            for r in mine["releases"]
-        ]
+        existing = [loss_from_json(r["charged"]["loss"]) for r in mine["releases"]]
     before = spending(existing, b_delta) if existing else None
-    own = Guarantee(charge.epsilon, charge.delta, charge.mu, charge.neighbours)
+    own = Guarantee(charge.loss, charge.neighbours)
     refused = None
     try:
         g = convert_neighbours(own, b_nb, allow=charge.convert_neighbours)
     except BudgetError as exc:
         refused, g = str(exc), own
-    after = spending([*existing, (g.epsilon, g.delta, charge.calibration, g.mu)], b_delta)
+    after = spending([*existing, g.loss], b_delta)
     return BudgetPreview(
         dataset=charge.dataset,
         budget_epsilon=b_eps,

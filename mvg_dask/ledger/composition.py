@@ -1,11 +1,13 @@
-"""Composition of releases against a budget, and the neighbour-relation conversion.
+"""The ledger's composition of releases against a budget, and the neighbour-relation conversion.
 
-Three rules, the tightest that applies:
+Each release's charge is a typed privacy loss (:mod:`mvg_dask.privacy.accounting`: its
+calibration produces it, :meth:`~mvg_dask.privacy.registry.CalibrationRule.loss`), and the
+ledger composes the charges of a dataset with
+:class:`~mvg_dask.privacy.accounting.LedgerAccountant`, the tightest rule that applies:
 
 * ``gaussian-dp``: every release is a Gaussian mechanism after whitening (the ``exact``
   calibration); they compose exactly, ``mu^2 = sum mu_i^2``, and the budget admits them while
-  ``delta_AG(eps_total, mu) <= delta_total``. Which releases may compose as Gaussian DP is
-  decided in one place, :func:`gaussian_dp_composable`.
+  ``delta_AG(eps_total, mu) <= delta_total``.
 * ``pld``: a mix (or several releases with a paper calibration, whose guarantee is a bare
   ``(epsilon_i, delta_i)``). The Gaussian releases merge into one ``mu``; each other release
   contributes the worst-case privacy-loss distribution of an ``(epsilon_i, delta_i)``-DP
@@ -19,18 +21,39 @@ Three rules, the tightest that applies:
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mvg_dask.errors import BudgetError
-from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import (
+    PLD_DISCRETISATION,
+    PLD_REPORT_GAIN,
+    ApproxDP,
+    GaussianDP,
+    GaussianDPAccountant,
+    LedgerAccountant,
+    PrivacyLoss,
+    compose_plds,
+)
+from mvg_dask.privacy.accounting import Spent as Spending
+from mvg_dask.privacy.registry import CALIBRATIONS, get_calibration
 
 Neighbours = Literal["replace-one", "add-remove"]
 NEIGHBOURS: tuple[Neighbours, ...] = ("replace-one", "add-remove")
-_TOL = 1e-12
+__all__ = [
+    "NEIGHBOURS",
+    "PLD_DISCRETISATION",
+    "PLD_REPORT_GAIN",
+    "Guarantee",
+    "Neighbours",
+    "Spending",
+    "charge_loss",
+    "convert_neighbours",
+    "gaussian_dp_composable",
+    "mixed_pld",
+    "spending",
+]
 
 
 @dataclass(frozen=True)
@@ -39,18 +62,29 @@ class Guarantee:
 
     Attributes
     ----------
-    epsilon, delta : float
-        The (epsilon, delta)-DP guarantee.
-    mu : float or None
-        The mu-GDP guarantee of a Gaussian mechanism (``exact`` calibration), else None.
+    loss : PrivacyLoss
+        The release's privacy loss (its calibration's).
     neighbours : {"replace-one", "add-remove"}
         The neighbour relation the guarantee holds for.
     """
 
-    epsilon: float
-    delta: float
-    mu: float | None
+    loss: PrivacyLoss
     neighbours: Neighbours
+
+    @property
+    def epsilon(self) -> float:
+        """epsilon of the loss's ``(epsilon, delta)`` statement."""
+        return self.loss.approx_dp().epsilon
+
+    @property
+    def delta(self) -> float:
+        """delta of the loss's ``(epsilon, delta)`` statement."""
+        return self.loss.approx_dp().delta
+
+    @property
+    def mu(self) -> float | None:
+        """mu of a Gaussian-DP loss, else None."""
+        return self.loss.mu if isinstance(self.loss, GaussianDP) else None
 
 
 def convert_neighbours(g: Guarantee, budget: Neighbours, *, allow: bool) -> Guarantee:
@@ -105,166 +139,74 @@ def convert_neighbours(g: Guarantee, budget: Neighbours, *, allow: bool) -> Guar
             "budget: replace-one gives no guarantee between datasets of different sizes (it may "
             "publish the record count exactly); release with privacy.neighbours: add-remove"
         )
+    converted = Guarantee(g.loss.group2(), budget)
     if not allow:
-        e2, d2 = 2 * g.epsilon, (1 + math.exp(g.epsilon)) * g.delta
+        e2, d2 = converted.epsilon, converted.delta
         raise BudgetError(
             "privacy.neighbours: this add-remove release does not match the dataset's "
             "replace-one budget; set ledger.convert_neighbours: true to charge it by group "
             f"privacy as epsilon={e2:g}, delta={d2:.3g} (replace-one = remove + add), or use "
             "privacy.neighbours: replace-one"
         )
-    return Guarantee(
-        epsilon=2 * g.epsilon,
-        delta=(1 + math.exp(g.epsilon)) * g.delta,
-        mu=None if g.mu is None else 2 * g.mu,
-        neighbours=budget,
-    )
-
-
-#: Grid of the privacy-loss distributions (dp-accounting's default).
-PLD_DISCRETISATION = 1e-4
-#: The privacy-loss-distribution total is reported when it is below the basic sum by more than
-#: this fraction (otherwise the basic sum, which a person can check; admission uses both).
-PLD_REPORT_GAIN = 1e-3
-
-
-@dataclass(frozen=True)
-class Spending:
-    """What a set of releases spends under the dataset's composition rule.
-
-    Attributes
-    ----------
-    composition : {"basic", "gaussian-dp", "pld"}
-        The rule whose numbers are reported.
-    epsilon, delta : float
-        The spent guarantee (for ``gaussian-dp`` and ``pld``: epsilon at the budget's delta).
-    mu : float or None
-        The Gaussian-DP total (``gaussian-dp`` only).
-    basic : tuple of float or None
-        ``(sum eps, sum delta)`` where basic composition also applies (not ``gaussian-dp``).
-    """
-
-    composition: str
-    epsilon: float
-    delta: float
-    mu: float | None
-    basic: tuple[float, float] | None = None
-    pld: Any = field(default=None, repr=False, compare=False)
-
-    def fits(self, budget_epsilon: float, budget_delta: float) -> bool:
-        """True when the spending is within the budget."""
-        if self.composition == "gaussian-dp":
-            assert self.mu is not None
-            return cal.analytic_gaussian_delta(budget_epsilon, self.mu) <= budget_delta
-        if self.basic is not None and _basic_fits(self.basic, budget_epsilon, budget_delta):
-            return True
-        if self.pld is not None:
-            return float(self.pld.get_delta_for_epsilon(budget_epsilon)) <= budget_delta
-        return False
-
-
-def _basic_fits(basic: tuple[float, float], budget_epsilon: float, budget_delta: float) -> bool:
-    eps, delta = basic
-    return eps <= budget_epsilon * (1 + _TOL) and delta <= budget_delta * (1 + _TOL)
+    return converted
 
 
 Charge = tuple[float, float, str, float | None]
 
 
-def gaussian_dp_composable(entries: Sequence[Charge]) -> bool:
-    """Whether every charge is a Gaussian mechanism with a mu (they compose as Gaussian DP).
+def charge_loss(epsilon: float, delta: float, calibration: str, mu: float | None) -> PrivacyLoss:
+    """The loss of a charge recorded as ``(epsilon, delta, calibration, mu)`` (the ledger's
+    schema before version 3, and the plan's ``LedgerCharge``).
 
-    The one place that decides it: today a release is Gaussian when its calibration is
-    ``exact``.
+    Gaussian DP when the calibration produces it (:meth:`CalibrationRule.loss`) and ``mu`` was
+    recorded; otherwise approximate DP (also for a calibration this mvg_dask does not know).
     """
-    return bool(entries) and all(_is_gaussian(c) for c in entries)
+    if calibration in CALIBRATIONS and mu is not None:
+        return get_calibration(calibration).loss(epsilon, delta, mu)
+    return ApproxDP(epsilon, delta)
 
 
-def _is_gaussian(charge: Charge) -> bool:
-    _, _, calibration, mu = charge
-    return calibration == "exact" and mu is not None
+def _losses(entries: Sequence[PrivacyLoss | Charge]) -> list[PrivacyLoss]:
+    return [c if isinstance(c, PrivacyLoss) else charge_loss(*c) for c in entries]
 
 
-@functools.lru_cache(maxsize=256)
-def _gaussian_pld(mu: float) -> Any:
-    from dp_accounting.pld import privacy_loss_distribution as pld
-
-    return pld.from_gaussian_mechanism(
-        1.0 / mu, sensitivity=1.0, value_discretization_interval=PLD_DISCRETISATION
-    )
+def gaussian_dp_composable(entries: Sequence[PrivacyLoss | Charge]) -> bool:
+    """Whether every charge is a Gaussian mechanism (they compose as Gaussian DP)."""
+    return GaussianDPAccountant().applies(_losses(entries))
 
 
-@functools.lru_cache(maxsize=256)
-def _approx_dp_pld(epsilon: float, delta: float, count: int) -> Any:
-    from dp_accounting.pld import privacy_loss_distribution as pld
-    from dp_accounting.pld.common import DifferentialPrivacyParameters
-
-    one = pld.from_privacy_parameters(
-        DifferentialPrivacyParameters(epsilon, delta),
-        value_discretization_interval=PLD_DISCRETISATION,
-    )
-    return one if count == 1 else one.self_compose(count)
-
-
-def mixed_pld(entries: Sequence[Charge]) -> Any:
+def mixed_pld(entries: Sequence[PrivacyLoss | Charge]) -> Any:
     """dp-accounting's privacy-loss distribution of a set of releases (see the module text).
 
     Parameters
     ----------
-    entries : sequence of tuple
-        ``(epsilon, delta, calibration, mu)`` charges, at least one.
+    entries : sequence of PrivacyLoss or tuple
+        Losses, or ``(epsilon, delta, calibration, mu)`` charges, at least one.
 
     Returns
     -------
     dp_accounting.pld.privacy_loss_distribution.PrivacyLossDistribution
         The composition: ``get_delta_for_epsilon`` is an upper bound of the true delta.
     """
-    gauss = [float(c[3] or 0.0) for c in entries if _is_gaussian(c)]
-    others: dict[tuple[float, float], int] = {}
-    for c in entries:
-        if not _is_gaussian(c):
-            key = (float(c[0]), float(c[1]))
-            others[key] = others.get(key, 0) + 1
-    parts = [_approx_dp_pld(e, d, k) for (e, d), k in sorted(others.items())]
-    mu = math.sqrt(math.fsum(m * m for m in gauss))
-    if mu > 0:
-        parts.append(_gaussian_pld(mu))
-    if not parts:
-        raise ValueError("mixed_pld needs at least one release")
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.compose(part)
-    return out
+    return compose_plds(_losses(entries))
 
 
-def spending(entries: Sequence[Charge], budget_delta: float) -> Spending:
-    """Compose ``(epsilon, delta, calibration, mu)`` charges of releases.
+def spending(entries: Sequence[PrivacyLoss | Charge], budget_delta: float) -> Spending:
+    """Compose the charges of releases by the ledger's rule (:class:`LedgerAccountant`).
 
     Parameters
     ----------
-    entries : sequence of tuple
-        One charge per release (pending, committed and aborted releases all count).
+    entries : sequence of PrivacyLoss or tuple
+        One charge per release (pending, committed and aborted releases all count), as a loss
+        or as ``(epsilon, delta, calibration, mu)`` (:func:`charge_loss`).
     budget_delta : float
         The dataset's delta (the epsilon of a Gaussian-DP or PLD total is reported at it).
 
     Returns
     -------
     Spending
-        Exact Gaussian-DP composition when :func:`gaussian_dp_composable`; otherwise basic
+        Exact Gaussian-DP composition when every charge is Gaussian; otherwise basic
         composition, and for two or more releases also the privacy-loss-distribution
         composition (:func:`mixed_pld`), whose epsilon is reported when it is the smaller one.
     """
-    if gaussian_dp_composable(entries):
-        mu = math.sqrt(math.fsum(float(m or 0.0) ** 2 for _, _, _, m in entries))
-        return Spending(
-            "gaussian-dp", cal.analytic_gaussian_epsilon(mu, budget_delta), budget_delta, mu
-        )
-    basic = (math.fsum(e for e, _, _, _ in entries), math.fsum(d for _, d, _, _ in entries))
-    if len(entries) < 2:
-        return Spending("basic", basic[0], basic[1], None, basic=basic)
-    composed = mixed_pld(entries)
-    eps = float(composed.get_epsilon_for_delta(budget_delta))
-    if basic[1] <= budget_delta * (1 + _TOL) and eps >= basic[0] * (1 - PLD_REPORT_GAIN):
-        # within PLD_REPORT_GAIN of the basic sum: report the sum a person can check
-        return Spending("basic", basic[0], basic[1], None, basic=basic, pld=composed)
-    return Spending("pld", eps, budget_delta, None, basic=basic, pld=composed)
+    return LedgerAccountant().total(_losses(entries), budget_delta)

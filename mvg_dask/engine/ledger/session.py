@@ -360,10 +360,8 @@ def reserve(
         ledger.reserve(
             dataset=charge.dataset,
             release_id=rplan.release_id,
-            epsilon=charge.epsilon,
-            delta=charge.delta,
             calibration=charge.calibration,
-            mu=charge.mu,
+            loss=charge.loss,
             spec_hash=rplan.spec_hash,
             output=rplan.output_store,
             noise_key=fresh.to_hex(),
