@@ -1,7 +1,10 @@
 """The privacy ledger: per-dataset budgets, reservations, commits and aborts.
 
-Two backends share one protocol (:mod:`.base`): a SQLite file (the embedded default,
-:mod:`.sqlite`) and a PostgreSQL database shared by many jobs (:mod:`.postgres`). Open either with
+Three backends share one protocol (:mod:`.base`): a SQLite file (the embedded default,
+:mod:`.sqlite`), a PostgreSQL database shared by many jobs (:mod:`.postgres`) and an in-memory
+ledger for notebooks and tests (:mod:`.memory`). They store each release's privacy loss as one
+typed value; the accounting (how losses compose against a budget) is
+:mod:`mvg_dask.privacy.accounting`, applied by :mod:`.composition`. Open a ledger with
 :func:`open_ledger`; the CLI's ``ledger show/export/migrate`` use :func:`summary_text`,
 :func:`export_ledger` and :func:`migrate_ledger`.
 """
@@ -57,7 +60,8 @@ def open_ledger(
     Parameters
     ----------
     location : str or Path
-        ``postgresql://user@host/db`` (libpq URI, no password), ``sqlite:///path`` or a file path.
+        ``postgresql://user@host/db`` (libpq URI, no password), ``sqlite:///path``, a file path,
+        or ``memory://name`` (in this process's memory, :mod:`.memory`).
     password_file : str or Path, optional
         PostgreSQL only: a file holding the password (else ``PGPASSWORD`` or a passfile).
     timeout : float
@@ -79,9 +83,13 @@ def open_ledger(
         version this mvg_dask does not use.
     """
     loc = parse_location(location)
+    if loc.backend != "postgresql" and password_file is not None:
+        raise LedgerError("ledger.password_file is for postgresql:// ledgers only")
+    if loc.backend == "memory":
+        from mvg_dask.ledger.memory import MemoryLedger
+
+        return MemoryLedger(loc.target, timeout=timeout, create=create, migrate=migrate)
     if loc.backend == "sqlite":
-        if password_file is not None:
-            raise LedgerError("ledger.password_file is for postgresql:// ledgers only")
         from mvg_dask.ledger.sqlite import SQLiteLedger
 
         return SQLiteLedger(loc.target, timeout=timeout, create=create, migrate=migrate)
