@@ -228,3 +228,23 @@ def test_the_in_memory_ledger_keeps_budgets_for_the_process():
         forget("another")
     with pytest.raises(Exception, match="name the in-memory ledger"):
         parse_location("memory://")
+
+
+@pytest.mark.parametrize("calibration", ["exact", "mgm"])
+@pytest.mark.parametrize(("share", "count_share"), [(0.0, 0.0), (0.3, 0.0), (0.2, 0.1)])
+def test_a_release_split_composes_back_to_its_budget(calibration, share, count_share):
+    """share_budget splits a release's (epsilon, delta) between its steps; the accountant
+    composes the steps' losses back to exactly the total."""
+    from mvg_dask.plan.budget import share_budget
+
+    budgets = share_budget(calibration, 1.0, 1e-6, share, count_share)
+    losses = budgets.losses()
+    assert len(losses) == 1 + (share > 0) + (count_share > 0)
+    total = LedgerAccountant().total(losses, 1e-6)
+    if calibration == "exact":
+        assert total.composition == "gaussian-dp"
+        assert total.mu == pytest.approx(cal.analytic_gaussian_mu(1.0, 1e-6), rel=1e-12)
+        assert total.epsilon == pytest.approx(1.0, rel=1e-6)
+    else:
+        assert total.basic == pytest.approx((1.0, 1e-6), rel=1e-12)
+    assert total.fits(1.0 * (1 + 1e-9), 1e-6 * (1 + 1e-9))
