@@ -580,7 +580,8 @@ def test_group_privacy_of_the_gaussian_matches_dp_accounting(sigma):
         delta = cal.analytic_gaussian_delta(eps, mu)
         if delta < 1e-9:
             continue  # below the PLD accountant's tail resolution
-        g = convert_neighbours(Guarantee(eps, delta, mu, "add-remove"), "replace-one", allow=True)
+        own = Guarantee(GaussianDP(mu, eps, delta), "add-remove")
+        g = convert_neighbours(own, "replace-one", allow=True)
         assert g.mu == pytest.approx(2 * mu)
         acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
         acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma / 2))
@@ -625,7 +626,7 @@ def test_group_privacy_bound_is_tight_by_brute_force(eps, delta):
     res = linprog(c, A_ub=np.array(a_ub), b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(3), bounds=(0, 1))
     assert res.status == 0
     worst = -res.fun
-    g = convert_neighbours(Guarantee(eps, delta, None, "add-remove"), "replace-one", allow=True)
+    g = convert_neighbours(Guarantee(ApproxDP(eps, delta), "add-remove"), "replace-one", allow=True)
     assert g.epsilon == 2 * eps
     assert worst <= g.delta + 1e-9  # the conversion is a valid bound
     assert worst == pytest.approx(g.delta, rel=1e-6)  # and the tightest one

@@ -1,12 +1,12 @@
 """The privacy ledger: per-dataset budgets, reservations, commits and aborts.
 
-Three backends share one protocol (:mod:`.base`): a SQLite file (the embedded default,
-:mod:`.sqlite`), a PostgreSQL database shared by many jobs (:mod:`.postgres`) and an in-memory
-ledger for notebooks and tests (:mod:`.memory`). They store each release's privacy loss as one
-typed value; the accounting (how losses compose against a budget) is
-:mod:`mvg_dask.privacy.accounting`, applied by :mod:`.composition`. Open a ledger with
-:func:`open_ledger`; the CLI's ``ledger show/export/migrate`` use :func:`summary_text`,
-:func:`export_ledger` and :func:`migrate_ledger`.
+Three backends share one protocol (:mod:`mvg_dask.ledger.base`): a SQLite file (the embedded
+default, :mod:`mvg_dask.ledger.sqlite`), a PostgreSQL database shared by many jobs
+(:mod:`mvg_dask.ledger.postgres`) and an in-memory ledger for notebooks and tests
+(:mod:`mvg_dask.ledger.memory`). They store each release's privacy loss as one typed value; the
+accounting (how losses compose against a budget) is :mod:`mvg_dask.privacy.accounting`, applied by
+:mod:`mvg_dask.ledger.composition`. Open a ledger with :func:`open_ledger`; the CLI's ``ledger
+show/export/migrate`` use :func:`summary_text`, :func:`export_ledger` and :func:`migrate_ledger`.
 """
 
 from __future__ import annotations

@@ -158,8 +158,9 @@ def charge_loss(epsilon: float, delta: float, calibration: str, mu: float | None
     """The loss of a charge recorded as ``(epsilon, delta, calibration, mu)`` (the ledger's
     schema before version 3, and the plan's ``LedgerCharge``).
 
-    Gaussian DP when the calibration produces it (:meth:`CalibrationRule.loss`) and ``mu`` was
-    recorded; otherwise approximate DP (also for a calibration this mvg_dask does not know).
+    Gaussian DP when the calibration produces it
+    (:meth:`~mvg_dask.privacy.registry.CalibrationRule.loss`) and ``mu`` was recorded; otherwise
+    approximate DP (also for a calibration this mvg_dask does not know).
     """
     if calibration in CALIBRATIONS and mu is not None:
         return get_calibration(calibration).loss(epsilon, delta, mu)
@@ -192,13 +193,15 @@ def mixed_pld(entries: Sequence[PrivacyLoss | Charge]) -> Any:
 
 
 def spending(entries: Sequence[PrivacyLoss | Charge], budget_delta: float) -> Spending:
-    """Compose the charges of releases by the ledger's rule (:class:`LedgerAccountant`).
+    """Compose the charges of releases by the ledger's rule
+    (:class:`~mvg_dask.privacy.accounting.LedgerAccountant`).
 
     Parameters
     ----------
     entries : sequence of PrivacyLoss or tuple
         One charge per release (pending, committed and aborted releases all count), as a loss
-        or as ``(epsilon, delta, calibration, mu)`` (:func:`charge_loss`).
+        or as ``(epsilon, delta, calibration, mu)``
+        (:func:`~mvg_dask.ledger.composition.charge_loss`).
     budget_delta : float
         The dataset's delta (the epsilon of a Gaussian-DP or PLD total is reported at it).
 

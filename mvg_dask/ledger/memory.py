@@ -1,10 +1,10 @@
 """The ledger in memory: for notebooks and tests (``memory://name``).
 
 A named in-memory SQLite database (shared cache), kept for the life of the process: every
-:func:`~mvg_dask.ledger.open_ledger` of ``memory://name`` in the process sees the same budgets
-and releases, and nothing is written to disk. It runs the same protocol and schema as the SQLite
-file (:mod:`.sqlite`), so a notebook's budget decisions are those a file ledger would make; it is
-not shared between processes and is lost when the process ends, so it is no place for a
+:func:`~mvg_dask.ledger.open_ledger` of ``memory://name`` in the process sees the same budgets and
+releases, and nothing is written to disk. It runs the same protocol and schema as the SQLite file
+(:mod:`mvg_dask.ledger.sqlite`), so a notebook's budget decisions are those a file ledger would
+make; it is not shared between processes and is lost when the process ends, so it is no place for a
 production budget.
 """
 

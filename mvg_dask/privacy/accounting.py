@@ -118,7 +118,7 @@ class ApproxDP(PrivacyLoss):
         return _approx_dp_pld(self.epsilon, self.delta, 1)
 
     def group2(self) -> ApproxDP:
-        """``(2 epsilon, (1 + e^epsilon) delta)`` [DR14]_."""
+        """``(2 epsilon, (1 + e^epsilon) delta)`` (Dwork & Roth 2014, group privacy)."""
         return ApproxDP(2 * self.epsilon, (1 + math.exp(self.epsilon)) * self.delta)
 
 
@@ -154,8 +154,8 @@ class GaussianDP(PrivacyLoss):
         return _gaussian_pld(self.mu)
 
     def group2(self) -> GaussianDP:
-        """``2 mu`` (two unit shifts add to one of ``2 mu``, [DRS22]_ Thm 2.14), and the
-        calibration point converted as :meth:`ApproxDP.group2`."""
+        """``2 mu`` (two unit shifts add to one of ``2 mu``: Dong, Roth & Su 2022, Thm 2.14), and
+        the calibration point converted as :meth:`ApproxDP.group2`."""
         point = self.approx_dp().group2()
         return GaussianDP(2 * self.mu, point.epsilon, point.delta)
 
@@ -175,7 +175,7 @@ class ZCDP(PrivacyLoss):
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
 
     def approx_dp(self) -> ApproxDP:
-        """The Bun-Steinke conversion at :attr:`delta`."""
+        """The Bun-Steinke conversion at ``delta``."""
         return ApproxDP(self.rho + 2 * math.sqrt(self.rho * math.log(1 / self.delta)), self.delta)
 
     def pld(self) -> Any:
@@ -226,7 +226,7 @@ class PLDLoss(PrivacyLoss):
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
 
     def approx_dp(self) -> ApproxDP:
-        """epsilon of the distribution at :attr:`delta`."""
+        """epsilon of the distribution at ``delta``."""
         return ApproxDP(float(self.pld().get_epsilon_for_delta(self.delta)), self.delta)
 
     def pld(self) -> Any:
