@@ -248,3 +248,24 @@ def test_a_release_split_composes_back_to_its_budget(calibration, share, count_s
     else:
         assert total.basic == pytest.approx((1.0, 1e-6), rel=1e-12)
     assert total.fits(1.0 * (1 + 1e-9), 1e-6 * (1 + 1e-9))
+
+
+def test_a_release_charges_an_in_memory_ledger_named_in_its_spec(tmp_path, client):
+    """``ledger.url: memory://name``: a release in this process is charged to it, and the next
+    one that would exceed the budget is refused before anything is read or written."""
+    from mvg_dask.api import release
+    from tests.pipeline_helpers import data, make_input, spec_dict
+
+    store = make_input(tmp_path / "in.zarr", data(3, 128))
+    name = "test-accounting-spec"
+    ledger = {"url": f"memory://{name}", "dataset": "d", "budget": {"epsilon": 1.2, "delta": 1e-5}}
+    try:
+        release(spec_dict(store, str(tmp_path / "a.zarr"), ledger=ledger), client=client)
+        with pytest.raises(BudgetError, match="would be exceeded"):
+            release(spec_dict(store, str(tmp_path / "b.zarr"), ledger=ledger), client=client)
+        assert not (tmp_path / "b.zarr").exists()
+        with open_ledger(f"memory://{name}") as book:
+            (entry,) = book.releases()
+            assert entry.status == "committed" and isinstance(entry.loss, GaussianDP)
+    finally:
+        forget(name)
