@@ -290,6 +290,20 @@ def _insert_release(
     )
 
 
+def _given_loss(
+    loss: PrivacyLoss | None, legacy: tuple[float | None, float | None, str, float | None]
+) -> PrivacyLoss:
+    """The loss given to :meth:`Ledger.reserve`: ``loss``, or ``(epsilon, delta, calibration,
+    mu)`` read by :func:`~mvg_dask.ledger.composition.charge_loss`."""
+    epsilon, delta, calibration, mu = legacy
+    if (loss is None) == (epsilon is None or delta is None):
+        raise ValueError("reserve: give either loss, or epsilon and delta (and mu)")
+    if loss is None:
+        assert epsilon is not None and delta is not None
+        return charge_loss(epsilon, delta, calibration, mu)
+    return loss
+
+
 def _schema_version(ex: Executor, table_exists: Callable[[Executor, str], bool], where: str) -> int:
     """The ledger's schema version (0: no ledger yet)."""
     if table_exists(ex, "schema_version"):
@@ -522,11 +536,7 @@ class Ledger(ABC):
                 f"release {release_id!r} is seeded, so not private: the ledger does not charge "
                 "it; release without a seed, or without a ledger for test or demo data"
             )
-        if (loss is None) == (epsilon is None or delta is None):
-            raise ValueError("reserve: give either loss, or epsilon and delta (and mu)")
-        if loss is None:
-            assert epsilon is not None and delta is not None
-            loss = charge_loss(epsilon, delta, calibration, mu)
+        loss = _given_loss(loss, (epsilon, delta, calibration, mu))
         own = Guarantee(loss, neighbours)
         row = (release_id, dataset, calibration, loss, neighbours)
         recorded = (spec_hash, output, noise_key)
