@@ -269,3 +269,80 @@ def test_a_release_charges_an_in_memory_ledger_named_in_its_spec(tmp_path, clien
             assert entry.status == "committed" and isinstance(entry.loss, GaussianDP)
     finally:
         forget(name)
+
+
+# -- today's decisions unchanged ----------------------------------------------------------------
+def _old_spending(entries, budget_delta):
+    """The ledger's composition before losses were typed (schema version 2), verbatim in
+    substance: ``(epsilon, delta, calibration, mu)`` charges, Gaussian when ``exact`` with a mu.
+    Returns ``(composition, epsilon, delta, mu, fits)``."""
+    gaussian = [c for c in entries if c[2] == "exact" and c[3] is not None]
+    if entries and len(gaussian) == len(entries):
+        mu = math.sqrt(math.fsum(c[3] ** 2 for c in entries))
+        return (
+            "gaussian-dp",
+            cal.analytic_gaussian_epsilon(mu, budget_delta),
+            budget_delta,
+            mu,
+            lambda e, d: cal.analytic_gaussian_delta(e, mu) <= d,
+        )
+    basic = (math.fsum(c[0] for c in entries), math.fsum(c[1] for c in entries))
+
+    def basic_fits(e, d):
+        return basic[0] <= e * (1 + 1e-12) and basic[1] <= d * (1 + 1e-12)
+
+    if len(entries) < 2:
+        return ("basic", *basic, None, basic_fits)
+    others: dict[tuple[float, float], int] = {}
+    for c in entries:
+        if c not in gaussian:
+            others[(c[0], c[1])] = others.get((c[0], c[1]), 0) + 1
+    parts = []
+    for (e, d), k in sorted(others.items()):
+        one = pld_lib.from_privacy_parameters(
+            dp_accounting.pld.common.DifferentialPrivacyParameters(e, d),
+            value_discretization_interval=1e-4,
+        )
+        parts.append(one if k == 1 else one.self_compose(k))
+    mu = math.sqrt(math.fsum(c[3] ** 2 for c in gaussian))
+    if mu > 0:
+        parts.append(
+            pld_lib.from_gaussian_mechanism(
+                1.0 / mu, sensitivity=1.0, value_discretization_interval=1e-4
+            )
+        )
+    composed = parts[0]
+    for p in parts[1:]:
+        composed = composed.compose(p)
+    eps = float(composed.get_epsilon_for_delta(budget_delta))
+
+    def fits(e, d):
+        return basic_fits(e, d) or float(composed.get_delta_for_epsilon(e)) <= d
+
+    if basic[1] <= budget_delta * (1 + 1e-12) and eps >= basic[0] * (1 - 1e-3):
+        return ("basic", *basic, None, fits)
+    return ("pld", eps, budget_delta, None, fits)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_ledger_decides_as_before_on_random_charges(seed):
+    """Random sets of exact and paper releases (seeded): the accountant's composition, spent
+    epsilon and admission at several budgets are those of the rule before typed losses."""
+    import random
+
+    rng = random.Random(seed)
+    entries = []
+    for _ in range(rng.randint(1, 4)):
+        eps, delta = rng.choice([0.25, 0.5, 1.0]), rng.choice([1e-7, 1e-6])
+        # seeds 0 and 3: every release exact (Gaussian DP); the others mix
+        calibration = rng.choice(["exact", "exact", "mgm", "mvg-thm2"]) if seed % 3 else "exact"
+        mu = cal.analytic_gaussian_mu(eps, delta) if calibration == "exact" else None
+        entries.append((eps, delta, calibration, mu))
+    losses = [get_calibration(c).loss(e, d, m) for e, d, c, m in entries]
+    new = LedgerAccountant().total(losses, 1e-5)
+    composition, eps, delta, mu, fits = _old_spending(entries, 1e-5)
+    assert composition == {0: "gaussian-dp", 3: "gaussian-dp", 2: "basic"}.get(seed, composition)
+    assert (new.composition, new.epsilon, new.delta, new.mu) == (composition, eps, delta, mu)
+    for budget_eps in (0.5 * eps, 0.999 * eps, eps, 1.001 * eps, 2 * eps):
+        for budget_delta in (1e-6, 1e-5):
+            assert new.fits(budget_eps, budget_delta) == fits(budget_eps, budget_delta)
