@@ -370,6 +370,9 @@ def _url_has_password(url: str) -> bool:
     return ":" in userinfo or any(k.lower() == "password" for k, _ in query)
 
 
+_LEDGER_SCHEMES = ("sqlite:///", "memory://")
+
+
 class LedgerSpec(_Strict):
     """The privacy ledger this release is charged to.
 
@@ -395,8 +398,8 @@ class LedgerSpec(_Strict):
                 "ledger.path (a SQLite file)"
             )
         postgres = self.url is not None and self.url.startswith(("postgresql://", "postgres://"))
-        if self.url is not None and not postgres and not self.url.startswith("sqlite:///"):
-            raise ValueError("ledger.url: use postgresql://... or sqlite:///path")
+        if self.url is not None and not postgres and not self.url.startswith(_LEDGER_SCHEMES):
+            raise ValueError("ledger.url: use postgresql://..., sqlite:///path or memory://name")
         if postgres and _url_has_password(self.url or ""):
             # the URL is not repeated here: it holds a secret
             raise ValueError(
@@ -409,7 +412,7 @@ class LedgerSpec(_Strict):
 
     @property
     def location(self) -> str:
-        """The ledger's URL or path (for :func:`mvg_dask.engine.ledger.open_ledger`)."""
+        """The ledger's URL or path (for :func:`mvg_dask.ledger.open_ledger`)."""
         loc = self.url if self.url is not None else self.path
         assert loc is not None
         return loc

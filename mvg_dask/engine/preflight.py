@@ -22,12 +22,12 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from mvg_dask.engine.ledger import LedgerEntry, open_ledger
-from mvg_dask.engine.ledger.base import NoSchemaError, check_registered_budget
-from mvg_dask.engine.ledger.location import parse_location
 from mvg_dask.engine.preview import budget_after, empty_or_missing
 from mvg_dask.engine.store import Store
 from mvg_dask.errors import BudgetError, ReleaseError
+from mvg_dask.ledger import LedgerEntry, open_ledger
+from mvg_dask.ledger.base import NoSchemaError, check_registered_budget
+from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.release_plan import LedgerCharge, ReleasePlan
 from mvg_dask.release_format import RELEASE_ID_ATTR, describe, is_complete
 
