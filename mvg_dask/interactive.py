@@ -58,14 +58,12 @@ from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import (
     CENTRE,
     COVARIANCE,
-    CROSS_COVARIANCE_QUERY,
     GRAM,
     GROUP_DIM,
     MEAN,
     MEAN_STEP_ATTR,
     MOMENT,
     PLAN_ATTR,
-    QUERY_ATTR,
     RECORD_COUNT,
     RELEASE_ID_ATTR,
     ROUTE_ATTR,
@@ -73,6 +71,7 @@ from mvg_dask.release_format import (
     SYMMETRIC_RATIO,
     check_complete,
     feature_dim,
+    released_query_type,
     released_variable,
     stored_directions,
 )
@@ -578,11 +577,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if (
-        ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY)
-        or name == MOMENT
-        or mean_first
-    ):
+    if not released_query_type(ds.attrs).per_record_columns:  # one std per entry
         std = np.broadcast_to(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
@@ -834,7 +829,7 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
             "this release has a noisy record count (add-remove): `gram` is unbiased for X X^T, "
             "and covariance = gram / record_count is a ratio estimate (consistent, not unbiased)"
         )
-    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
+    if released_query_type(ds.attrs).second_moment:  # the released X X^T / N itself
         return ds[COVARIANCE]
     plan = release_noise_plan(ds)
     var = ds[released_variable(ds.attrs)]
@@ -854,7 +849,7 @@ def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, floa
     count), its noise std and the divisor that turns it into the covariance (1, or the noisy
     record count clipped at 1)."""
     _check_complete(ds)
-    if ds.attrs.get(QUERY_ATTR) != COVARIANCE:
+    if not released_query_type(ds.attrs).second_moment:
         raise ValueError(
             "this needs a covariance release; from an identity release use covariance() (its "
             "estimate's noise is not the Gaussian noise these estimators assume)"

@@ -58,7 +58,6 @@ from mvg_dask.release_format import (
     COMPONENT_DIM,
     CONSTANT_TERM,
     COVARIANCE,
-    CROSS_COVARIANCE_QUERY,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
@@ -173,7 +172,7 @@ def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
 def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
     """The dimensions of the noise matrices: :func:`matrix_dims`, or a cross-covariance's
     (:func:`~mvg_dask.release_format.cross_noise_dims`)."""
-    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+    if rplan.query.feature_sides is not None:  # rows and cols are two sets of features
         return cross_noise_dims(rplan.input.feature_dim)
     return matrix_dims(rplan)
 
@@ -185,8 +184,10 @@ def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
     second = rplan.input.cols_input
     if second is not None:  # the stacked record [x; y]: Y's labels after X's
         labels += _second_labels(labels, second)
-    rows = _label_array([labels[i] for i in rplan.query.rows])  # type: ignore[attr-defined]
-    cols = _label_array([labels[i] for i in rplan.query.cols])  # type: ignore[attr-defined]
+    sides = rplan.query.feature_sides
+    assert sides is not None
+    rows = _label_array([labels[i] for i in sides[0]])
+    cols = _label_array([labels[i] for i in sides[1]])
     row_dim, col_dim = dims_for(rplan.input.feature_dim)
     coords = {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
     if rplan.query.column_noise_variances is not None:  # col_cov's second dimension
@@ -215,7 +216,7 @@ def _label_array(labels: list[Any]) -> np.ndarray:
 
 
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
-    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+    if rplan.query.feature_sides is not None:
         return _cross_coords(rplan)
     names = rplan.input.feature_names
     if names is None:

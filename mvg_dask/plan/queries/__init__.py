@@ -33,6 +33,7 @@ __all__ = [
     "RegressionQuery",
     "make_query",
     "query_from_dict",
+    "query_type",
 ]
 
 #: The query types by the name a spec gives.

@@ -6,7 +6,8 @@ the fixed-tree combine the engine sums, the finalize step, its sensitivity bound
 whitened, for a box or an L2 ball, under replace-one or add-remove neighbours), the shape of
 its noise (a symmetric ``m x m`` matrix or a rectangular ``m x n`` one with ``Sigma (x) Psi``)
 and its output. :class:`MatrixQuery` holds what every query shares (declared bounds, checked
-against the proved ones); a new query subclasses it and registers its name in
+against the proved ones) and the hooks of its release (:class:`ReleasedQuery`: stages, output
+layout, dry-run line); a new query subclasses it and registers its name in
 :data:`mvg_dask.plan.queries.QUERY_TYPES`.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
 from mvg_dask.plan.queries.bounds import DECLARED_RTOL, DeclaredBoundError, DeclaredBounds
+from mvg_dask.plan.queries.release import ReleasedQuery
 from mvg_dask.plan.queries.whitened import WhitenedBounds
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -90,7 +92,7 @@ class Query(Protocol):
 
 
 @dataclass(frozen=True)
-class MatrixQuery(DeclaredBounds, WhitenedBounds):
+class MatrixQuery(DeclaredBounds, WhitenedBounds, ReleasedQuery):
     """What every query shares: its data's size and the bounds one may declare.
 
     Parameters
