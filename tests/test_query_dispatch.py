@@ -4,13 +4,15 @@ and an unknown or unreleasable query is an error wherever a name test used to fa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mvg_dask
-from mvg_dask.plan.queries import QUERY_TYPES, CustomQuery, query_type
+from mvg_dask.plan.queries import QUERY_TYPES, CovarianceQuery, CustomQuery, query_type
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.release_format import (
     INPUT_VARIABLE_ATTR,
@@ -94,3 +96,40 @@ def test_every_released_query_answers_its_hooks() -> None:
             continue
         attrs = {QUERY_ATTR: kind, INPUT_VARIABLE_ATTR: "X"}
         assert released_variable(attrs) == (cls.output_variable or "X")
+
+
+@dataclasses.dataclass(frozen=True)
+class DoubledCovariance(CovarianceQuery):
+    """A test-only covariance whose partial is twice the Gram (pickled to the workers by
+    reference: ``tests`` is importable there)."""
+
+    def partial(self, block: np.ndarray) -> np.ndarray:
+        return np.asarray(2.0 * (block @ block.T))
+
+
+def test_the_engine_runs_the_querys_own_partial(tmp_path: Path, client: object) -> None:
+    """The Gram tasks call the plan's query's ``partial`` and ``combine`` (its ``finalize``
+    divides by ``N``): a plan whose query doubles its partial releases twice the covariance,
+    the same plan with the registered type releases the covariance (epsilon 1e7, seeded)."""
+    from mvg_dask import api
+    from mvg_dask.engine.metadata import read_input_metadata
+    from mvg_dask.engine.release import execute_release
+    from mvg_dask.plan.planning import plan_release
+    from mvg_dask.spec import parse_spec
+    from tests.pipeline_helpers import data, make_input, spec_dict
+
+    X = data(3, 500, seed=5)  # values outside [0, 1]: clipped first
+    store = make_input(tmp_path / "in.zarr", X, chunk=128)
+    Xc = np.clip(X, 0.0, 1.0)
+    truth = Xc @ Xc.T / 500
+    for name, doubled in (("plain", False), ("doubled", True)):
+        raw = spec_dict(store, str(tmp_path / f"{name}.zarr"), query="covariance")
+        raw["privacy"] = {"epsilon": 1e7, "delta": 1e-5}
+        spec = parse_spec(raw)
+        rplan = plan_release(spec, read_input_metadata(spec.input))
+        if doubled:
+            query = DoubledCovariance(rplan.query.features, rplan.query.records)
+            rplan = dataclasses.replace(rplan, query=query)
+        execute_release(rplan, client, seed=3, progress=False)  # type: ignore[arg-type]
+        released = api.open_release(str(tmp_path / f"{name}.zarr"))["covariance"].values
+        np.testing.assert_allclose(released, (2.0 if doubled else 1.0) * truth, rtol=1e-4)

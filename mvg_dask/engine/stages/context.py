@@ -11,7 +11,7 @@ from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.engine.records import PanelReads, StackedMatrix, ZarrLabels, ZarrMatrix
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.plan import BoxDomain
+from mvg_dask.plan import BoxDomain, MatrixQuery
 from mvg_dask.plan.release_plan import ReleasePlan
 
 
@@ -26,10 +26,14 @@ class GramPass:
         One partial ``X X^T`` per task.
     root : Future or None
         The sum, when the workers reduce.
+    query : MatrixQuery
+        The query whose ``partial`` the tasks apply and whose ``combine`` sums them
+        (:meth:`~mvg_dask.plan.MatrixQuery.gram_pass`).
     """
 
     leaves: list[Future]
     root: Future | None
+    query: MatrixQuery
 
 
 @dataclass

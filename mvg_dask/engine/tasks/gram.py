@@ -9,7 +9,7 @@ from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.records import StackedMatrix, ZarrLabels, ZarrMatrix, canonical_blocks
 from mvg_dask.engine.tasks.outcome import Outcome
 from mvg_dask.errors import MvgDaskError
-from mvg_dask.plan.queries.moment import augmented_gram
+from mvg_dask.plan.queries import MatrixQuery
 
 
 def grouped_gram(
@@ -72,8 +72,11 @@ def gram_task(
     block: int,
     step: int | None = None,
     labels: ZarrLabels | None = None,
+    query: MatrixQuery,
 ) -> Outcome:
-    """Partial Gram matrix ``X_i X_i^T`` of the clipped records ``[start, stop)``.
+    """The partial of the clipped records ``[start, stop)``: ``query.partial`` of each canonical
+    block, added by ``query.combine`` in record order (the Gram ``X_i X_i^T`` of a covariance;
+    ``query`` is the plan's :meth:`~mvg_dask.plan.MatrixQuery.gram_pass`).
 
     The range is read ``step`` records (one stored chunk; the whole range by default) at a time,
     and the products of its canonical record blocks of ``block`` records
@@ -105,18 +108,15 @@ def gram_task(
                 total = grouped_gram(x, index, len(labels.groups), into=total)
                 clipped += c + int(np.count_nonzero(index < 0))
                 continue
-            part = augmented_gram(x) if clipper.augment else x @ x.T
-            if total is None:
-                total = part
-            else:
-                total += part
+            part = query.partial(x)
+            total = part if total is None else query.combine(total, part)
             clipped += c
         if total is None:  # no record (an empty input): the sum over no record, zeros
             x = np.asarray(source.read(start, start), dtype=np.float64)  # m x 0
             if labels is not None:
                 total = grouped_gram(x, np.empty(0, dtype=np.int64), len(labels.groups))
             else:
-                total = augmented_gram(x) if clipper.augment else x @ x.T
+                total = query.partial(x)
     except MvgDaskError as exc:
         return Outcome.failure(exc)
     return Outcome((total, clipped))
@@ -133,9 +133,9 @@ def _shifted(x: np.ndarray, centre: np.ndarray) -> np.ndarray:
     return x - c
 
 
-def combine_grams(parts: list[Outcome]) -> Outcome:
-    """Combine partial Gram matrices in the order given (the tree reduction's combine step);
-    the first failure, in record order, wins."""
+def combine_grams(parts: list[Outcome], query: MatrixQuery) -> Outcome:
+    """Combine partials in the order given by ``query.combine`` (the tree reduction's combine
+    step); the first failure, in record order, wins."""
     for p in parts:
         if p.error is not None:
             return p
@@ -143,13 +143,13 @@ def combine_grams(parts: list[Outcome]) -> Outcome:
     count = parts[0].value[1]
     for p in parts[1:]:
         g, c = p.value
-        total += g
+        total = query.combine(total, g)
         count += c
     return Outcome((total, count))
 
 
-def add_grams(acc: Outcome, part: Outcome) -> Outcome:
-    """One step of a left fold of partial Gram matrices: ``acc + part``.
+def add_grams(acc: Outcome, part: Outcome, query: MatrixQuery) -> Outcome:
+    """One step of a left fold of partials: ``query.combine(acc, part)``.
 
     A fold over a group adds exactly what :func:`combine_grams` adds, in the same order, so the
     sum has the same bytes (``a + b`` and ``b + a`` are the same IEEE sum). ``acc`` covers the
@@ -163,6 +163,4 @@ def add_grams(acc: Outcome, part: Outcome) -> Outcome:
     for p in (acc, part):
         if p.error is not None:
             return p
-    a, b = acc.value[0], part.value[0]
-    out = a if a.flags.writeable else b if b.flags.writeable else None
-    return Outcome((np.add(a, b, out=out), acc.value[1] + part.value[1]))
+    return Outcome((query.combine(acc.value[0], part.value[0]), acc.value[1] + part.value[1]))

@@ -33,11 +33,33 @@ __all__ = [
     "MatrixQuery",
     "NoiseShape",
     "Query",
+    "summed",
 ]
 
 #: ``symmetric``: an ``m x m`` symmetric output (noise ``A S A^T`` or symmetrised);
 #: ``rectangular``: an ``m x n`` output with noise ``Sigma (x) Psi``.
 NoiseShape = Literal["symmetric", "rectangular"]
+
+
+def summed(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``left + right``, formed in whichever operand is writeable: the combine of a query that
+    sums its partials. The engine passes partials it owns and never reads again (a transferred
+    one may be a read-only view of a network frame), and a fresh ``M x M`` array per step
+    costs its page faults, several times the addition's own cost at thousands of features;
+    ``a + b`` and ``b + a`` are the same IEEE sum, so the bytes do not depend on which.
+
+    Parameters
+    ----------
+    left, right : ndarray
+        Two partials of one shape.
+
+    Returns
+    -------
+    ndarray
+        Their sum (possibly ``left`` or ``right`` itself).
+    """
+    out = left if left.flags.writeable else right if right.flags.writeable else None
+    return np.add(left, right, out=out)
 
 
 @runtime_checkable
@@ -262,7 +284,8 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds, ReleasedQuery):
         raise NotImplementedError(f"the {self.kind} query is not computed by the engine")
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """Two partials combined (one node of the fixed tree)."""
+        """Two partials combined (one node of the fixed tree; it may reuse an operand's
+        memory: the engine never reads a combined partial again)."""
         raise NotImplementedError(f"the {self.kind} query is not computed by the engine")
 
     def finalize(self, total: np.ndarray) -> np.ndarray:

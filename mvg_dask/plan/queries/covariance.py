@@ -17,7 +17,7 @@ import numpy as np
 
 from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import L2BallDomain, Neighbours, RecordDomain
-from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.base import MatrixQuery, summed
 from mvg_dask.plan.queries.whitened import Whitened, symmetric_bounds
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy import sensitivity as sens
@@ -55,8 +55,8 @@ class CovarianceQuery(MatrixQuery):
         return np.asarray(block @ block.T)
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """The sum (the same IEEE sum whichever operand comes first)."""
-        return np.asarray(left + right)
+        """The sum (:func:`~mvg_dask.plan.queries.base.summed`: in a writeable operand)."""
+        return summed(left, right)
 
     def release_stages(
         self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool

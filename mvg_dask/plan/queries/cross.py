@@ -27,7 +27,7 @@ import numpy as np
 from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain, Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
-from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.base import MatrixQuery, summed
 from mvg_dask.plan.queries.whitened import Whitened
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -183,8 +183,8 @@ class CrossCovarianceQuery(MatrixQuery):
         return np.asarray(block @ block.T)
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """The sum."""
-        return np.asarray(left + right)
+        """The sum (:func:`~mvg_dask.plan.queries.base.summed`: in a writeable operand)."""
+        return summed(left, right)
 
     def finalize(self, total: np.ndarray) -> np.ndarray:
         """The ``rows x cols`` block of the Gram, divided by ``N``."""

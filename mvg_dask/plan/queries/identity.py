@@ -17,6 +17,7 @@ import numpy as np
 from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.plan.queries.whitened import Whitened
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -55,6 +56,10 @@ class IdentityQuery(MatrixQuery):
         if dp_pca:
             return self.gram_stages(st.IDENTITY, noisy_count=noisy_count, dp_pca=True)
         return (*((st.NOISY_COUNT,) if noisy_count else ()), st.IDENTITY)
+
+    def gram_pass(self) -> MatrixQuery:
+        """DP-PCA's Gram pass sums ``x x^T``: the covariance's partial and combine."""
+        return CovarianceQuery(self.features, self.records, records_known=self.records_known)
 
     def dry_run_text(self, rplan: Any) -> str:
         """The data matrix itself."""

@@ -27,13 +27,14 @@ back and the covariance depends on neither.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain, RecordDomain, augmented_domain
+from mvg_dask.plan.queries.base import MatrixQuery
 from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.privacy.sensitivity import augmented_scale
 
@@ -260,6 +261,13 @@ class CenteredCovarianceQuery(CovarianceQuery):
         """``Z_b Z_b^T`` of the augmented block (:func:`augmented_gram`, as the engine forms
         it)."""
         return augmented_gram(np.asarray(block, dtype=np.float64), self.centre_vector, self.scale)
+
+    def gram_pass(self) -> MatrixQuery:
+        """The Gram pass sums ``[x - c; 1]``: the engine's clipper forms ``fl(x - c)`` in the
+        block's own buffer, so the pass's partial is this query's without its centre, and its
+        scale ``s`` (a power of two: exactly the same values) is applied once to the total by
+        the ``moment`` stage."""
+        return replace(self, centre=None, scale=1.0)
 
     def release_stages(
         self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool

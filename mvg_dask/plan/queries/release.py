@@ -64,6 +64,12 @@ class ReleasedQuery:
         count = (st.NOISY_COUNT,) if noisy_count else ()
         return (*count, st.GRAM, *((st.DP_PCA,) if dp_pca else ()), last)
 
+    def gram_pass(self) -> Any:
+        """The query whose ``partial`` and ``combine`` the engine's Gram pass applies to the
+        clipped records, block by canonical block, and along its fixed tree: this query, or
+        another where the pass sums something else (DP-PCA's Gram of an identity release)."""
+        return self
+
     @property
     def feature_sides(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The positions of the output's row features and column features when they are two
