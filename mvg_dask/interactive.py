@@ -562,8 +562,9 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """
     _check_complete(ds)
     name = variable or gaussian_variable(ds)
-    if name == COVARIANCE and gaussian_variable(ds) == GRAM:
-        return _ratio_std(ds)
+    sums = released_query_type(ds.attrs).sum_variable
+    if name == released_variable(ds.attrs) and gaussian_variable(ds) == sums:
+        return _ratio_std(ds)  # a ratio of two noisy values, output = sum / count
     if gaussian_variable(ds) == MOMENT and name in (MEAN, COVARIANCE):
         return _centered_std(ds, name)
     mean_first = ds.attrs.get(ROUTE_ATTR) == "mean-first"
@@ -578,7 +579,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
     if not released_query_type(ds.attrs).per_record_columns:  # one std per entry
-        std = np.broadcast_to(std, var.shape)
+        std = _entrywise(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
     fd = feature_dim(ds[ROW_COV].dims)
@@ -586,6 +587,13 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     if fd in var.coords:
         out = out.assign_coords({fd: var.coords[fd].values})
     return out.broadcast_like(var)
+
+
+def _entrywise(std: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The plan's entry stds on a released variable of ``shape``: the same entries (the ``m x 1``
+    query of a vector output), or broadcast (a grouped release's groups)."""
+    std = np.asarray(std)
+    return np.broadcast_to(std.reshape(shape) if std.size == math.prod(shape) else std, shape)
 
 
 def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
@@ -601,9 +609,9 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     count_mu = plan.budgets.count_mu
     if count_mu is None:
         raise ValueError("this release has no noisy record count to take a ratio with")
-    cov = ds[COVARIANCE]
+    cov = ds[released_variable(ds.attrs)]
     count = max(float(ds[RECORD_COUNT].values), 1.0)
-    s = np.broadcast_to(plan.released_entry_std(), cov.shape)
+    s = _entrywise(plan.released_entry_std(), cov.shape)
     c = cov.values
     std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
     out = xr.DataArray(np.array(std), dims=cov.dims, coords=cov.coords, name="noise_std")

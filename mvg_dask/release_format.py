@@ -338,8 +338,9 @@ def released_variable(attrs: Mapping[str, Any]) -> str:
 
 
 def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable]) -> str:
-    """The released variable whose noise is the plan's Gaussian noise: :data:`GRAM` when the
-    release has a noisy record count (``covariance`` is then a ratio of two noisy values),
+    """The released variable whose noise is the plan's Gaussian noise: the query type's
+    ``sum_variable`` (:data:`GRAM` of a covariance) when the release has a noisy record count
+    (the output is then a ratio of two noisy values),
     the query type's ``noisy_variable`` (:data:`MOMENT` for a moment query: ``mean`` and
     ``covariance`` are derived from it), else :func:`released_variable`.
 
@@ -350,9 +351,10 @@ def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable])
     variables : collection
         The names of its variables.
     """
-    if GRAM in variables and RECORD_COUNT in variables:
-        return GRAM
-    noisy = released_query_type(attrs).noisy_variable
+    qtype = released_query_type(attrs)
+    if qtype.sum_variable in variables and RECORD_COUNT in variables:
+        return qtype.sum_variable
+    noisy = qtype.noisy_variable
     if noisy is not None and noisy in variables:
         return noisy
     return released_variable(attrs)

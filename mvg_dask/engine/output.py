@@ -61,7 +61,6 @@ from mvg_dask.release_format import (
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
-    GRAM,
     GROUP_DIM,
     INCOMPLETE,
     MEAN,
@@ -224,6 +223,8 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     # strings as objects: xarray stores them as Zarr v3 variable-length strings
     values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
     coords = dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    if rplan.query.output_vector:
+        coords[rplan.input.feature_dim] = values
     if rplan.query.augmented:
         coords[rplan.input.feature_dim] = values
         if isinstance(names[0], str):  # the constant term's label beside the feature names
@@ -269,12 +270,14 @@ def _matrix_dataset(
     write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
     if rplan.mean_first is not None:
         return _mean_first_dataset(rplan)
-    m = rplan.input.features
-    # (m, m), or a cross-covariance's (m_a, m_b)
-    shape = (m, m) if rplan.query.augmented else rplan.query.shape
-    square = dims_for(rplan.input.feature_dim)
-    names = [name] if count is None else [name, GRAM]
-    variables = {k: xr.DataArray(placeholder(shape), dims=square) for k in names}
+    m, q = rplan.input.features, rplan.query
+    # (m, m), a cross-covariance's (m_a, m_b), or a vector over the features (the mean)
+    shape: tuple[int, ...] = (m, m) if q.augmented else q.shape
+    dims: tuple[str, ...] = dims_for(rplan.input.feature_dim)
+    if q.output_vector:
+        shape, dims = (q.shape[0],), (rplan.input.feature_dim,)
+    names = [name] if count is None else [name, q.sum_variable]
+    variables = {k: xr.DataArray(placeholder(shape), dims=dims) for k in names}
     coords = _feature_coords(rplan)
     if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
         names = [MOMENT, MEAN, COVARIANCE]

@@ -29,6 +29,10 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
     clamped into the box, plus noise, written with the mean.
 ``cross-covariance``
     Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
+``query``
+    Add the plan's (rectangular) noise to the query's own finalize of the Gram pass's total and
+    write it as the query's output variable (with a noisy count: the noisy sum and the ratio);
+    the stage of a query that needs no engine code of its own (the mean).
 ``covariance-panels``
     A wide covariance, one row panel of ``X X^T`` plus noise per task.
 ``low-rank-lattice-panels``
@@ -51,6 +55,7 @@ CROSS_COVARIANCE: Final = "cross-covariance"
 MEAN: Final = "mean"
 COVARIANCE_ABOUT_MEAN: Final = "covariance-about-mean"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
+QUERY: Final = "query"
 
 #: every stage name, in the order they can run
 STAGES: Final = (
@@ -64,6 +69,7 @@ STAGES: Final = (
     MEAN,
     COVARIANCE_ABOUT_MEAN,
     CROSS_COVARIANCE,
+    QUERY,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
 )

@@ -33,6 +33,13 @@ class ReleasedQuery:
     #: ``output_variable`` (the moment queries' ``moment``; a noisy count's ``gram`` is
     #: the release's, not the query's).
     noisy_variable: ClassVar[str | None] = None
+    #: The released variable holding the noisy sum when the release has a noisy record count
+    #: (add-remove without a declared ``N0``; the output is then ``sum / count``).
+    sum_variable: ClassVar[str] = "gram"
+    #: Whether the output is one value per feature, a vector over the feature dimension
+    #: (its value the ``m x 1`` query); otherwise a matrix over the feature dimension's row and
+    #: column dimensions.
+    output_vector: ClassVar[bool] = False
 
     def release_stages(
         self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
