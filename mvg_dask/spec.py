@@ -610,7 +610,7 @@ class GroupBySpec(_Strict):
 
 
 #: The queries a spec names by a word alone.
-SimpleQuery = Literal["identity", "covariance", "centered-covariance"]
+SimpleQuery = Literal["identity", "covariance", "centered-covariance", "mean"]
 
 
 class ReleaseSpec(_Strict):
