@@ -100,9 +100,9 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     -------
     Clipper
         Box or L2-ball clipping, with the plan's ``on_violation`` and ``missing`` fill (and,
-        for a moment query, the Gram pass summing the augmented records).
+        for a moment query, the shift by its centre).
     """
-    d, aug = rplan.domain, rplan.query.augmented
+    d = rplan.domain
     centre = getattr(rplan.query, "centre_vector", None)
     fill = fill_column(rplan)
     if isinstance(d, BoxDomain):
@@ -110,8 +110,8 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
         field = "domain.box"
         if rplan.input.cols_input is not None:  # the stacked record [x; y]
             field = "domain.box or query.cross-covariance.cols.box"
-        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre, field, fill)
-    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre, fill=fill)
+        return Clipper("box", lo, hi, None, rplan.on_violation, centre, field, fill)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation, centre, fill=fill)
 
 
 def fill_column(rplan: ReleasePlan) -> np.ndarray | None:

@@ -108,7 +108,6 @@ def run_covariance_about_mean(ctx: RunContext, rplan: ReleasePlan) -> ReleasePla
         d.upper[:, None],
         None,
         rplan.on_violation,
-        False,
         centre,
         fill=fill_column(rplan),
     )
