@@ -12,57 +12,6 @@ from mvg_dask.errors import MvgDaskError
 from mvg_dask.plan.queries import MatrixQuery
 
 
-def grouped_gram(
-    x: np.ndarray, index: np.ndarray, groups: int, into: np.ndarray | None = None
-) -> np.ndarray:
-    """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
-    ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
-    :func:`~mvg_dask.plan.queries.moment.augmented_gram`, each entry a sum of exact products).
-
-    The block's kept records are gathered once, group after group in record order (a stable
-    sort of the indices), so each group's records are one contiguous run of columns; its Gram
-    product and its row sums (a sequential sum) read that run only, so a group's bytes are
-    fixed by its own records.
-
-    Parameters
-    ----------
-    x : ndarray
-        ``m x b`` clipped records.
-    index : ndarray
-        Each record's group index (``-1``: dropped).
-    groups : int
-        ``G``.
-    into : ndarray, optional
-        A running ``(G, m + 1, m + 1)`` sum to add the block's matrices to, in place (each
-        non-empty group's entries, the same additions as ``into + grouped_gram(x, ...)``).
-
-    Returns
-    -------
-    ndarray
-        ``(G, m + 1, m + 1)`` (``into``, when given).
-    """
-    m = x.shape[0]
-    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64) if into is None else into
-    # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
-    small = index.astype(np.int16 if groups < 2**15 else np.int64)
-    order = np.argsort(small, kind="stable")
-    starts = np.searchsorted(small[order], np.arange(groups + 1))
-    kept = np.take(x, order[starts[0] :], axis=1)  # group after group, in record order
-    starts -= starts[0]
-    counts = np.diff(starts)
-    filled = np.flatnonzero(counts)
-    if filled.size == 0:
-        return out
-    sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
-    for g in filled:
-        run = kept[:, starts[g] : starts[g + 1]]
-        out[g, :m, :m] += run @ run.T
-    out[filled, :m, m] += sums.T
-    out[filled, m, :m] += sums.T
-    out[filled, m, m] += counts[filled]
-    return out
-
-
 def gram_task(
     start: int,
     stop: int,
@@ -83,8 +32,8 @@ def gram_task(
     (:func:`~mvg_dask.engine.records.canonical_blocks`) are added in record order, so a task
     over many chunks holds one chunk, one block and one ``M x M`` accumulator, never the whole
     range, and the products are the same whatever the chunk grid. With ``labels`` (a grouped
-    release) the partial is the stack of the groups' augmented Gram matrices
-    (:func:`grouped_gram`), and the records whose label is not declared are dropped and counted
+    release) the partial is the stack of the groups' augmented Gram matrices (the query's
+    ``grouped_partial``), and the records whose label is not declared are dropped and counted
     with the clipped values (curator side). With a :class:`StackedMatrix` source (a two-variable
     cross-covariance) each chunk is the stacked ``[X_b; Y_b]``, checked and clipped against the
     stacked box.
@@ -103,9 +52,8 @@ def gram_task(
             if clipper.centre is not None:  # fl(x - c), in the block's own fresh buffer
                 x = _shifted(x, clipper.centre)
             if indices is not None:  # added into the task's running sum, group by group
-                assert labels is not None
                 index = indices[a - start : b - start]
-                total = grouped_gram(x, index, len(labels.groups), into=total)
+                total = query.grouped_partial(x, index, into=total)
                 clipped += c + int(np.count_nonzero(index < 0))
                 continue
             part = query.partial(x)
@@ -114,7 +62,7 @@ def gram_task(
         if total is None:  # no record (an empty input): the sum over no record, zeros
             x = np.asarray(source.read(start, start), dtype=np.float64)  # m x 0
             if labels is not None:
-                total = grouped_gram(x, np.empty(0, dtype=np.int64), len(labels.groups))
+                total = query.grouped_partial(x, np.empty(0, dtype=np.int64))
             else:
                 total = query.partial(x)
     except MvgDaskError as exc:

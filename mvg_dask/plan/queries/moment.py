@@ -44,6 +44,7 @@ __all__ = [
     "augmented_gram",
     "centered_from_moment",
     "grouped_centered_from_moment",
+    "grouped_gram",
     "moment_scale",
     "scale_constant",
 ]
@@ -105,6 +106,57 @@ def moment_scale(domain: RecordDomain) -> float:
         return augmented_scale(float(half @ half), domain.m)
     assert isinstance(domain, L2BallDomain)
     return augmented_scale(domain.radius**2, domain.m)
+
+
+def grouped_gram(
+    x: np.ndarray, index: np.ndarray, groups: int, into: np.ndarray | None = None
+) -> np.ndarray:
+    """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
+    ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
+    :func:`augmented_gram`, each entry a sum of exact products).
+
+    The block's kept records are gathered once, group after group in record order (a stable
+    sort of the indices), so each group's records are one contiguous run of columns; its Gram
+    product and its row sums (a sequential sum) read that run only, so a group's bytes are
+    fixed by its own records.
+
+    Parameters
+    ----------
+    x : ndarray
+        ``m x b`` clipped records.
+    index : ndarray
+        Each record's group index (``-1``: dropped).
+    groups : int
+        ``G``.
+    into : ndarray, optional
+        A running ``(G, m + 1, m + 1)`` sum to add the block's matrices to, in place (each
+        non-empty group's entries, the same additions as ``into + grouped_gram(x, ...)``).
+
+    Returns
+    -------
+    ndarray
+        ``(G, m + 1, m + 1)`` (``into``, when given).
+    """
+    m = x.shape[0]
+    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64) if into is None else into
+    # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
+    small = index.astype(np.int16 if groups < 2**15 else np.int64)
+    order = np.argsort(small, kind="stable")
+    starts = np.searchsorted(small[order], np.arange(groups + 1))
+    kept = np.take(x, order[starts[0] :], axis=1)  # group after group, in record order
+    starts -= starts[0]
+    counts = np.diff(starts)
+    filled = np.flatnonzero(counts)
+    if filled.size == 0:
+        return out
+    sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
+    for g in filled:
+        run = kept[:, starts[g] : starts[g + 1]]
+        out[g, :m, :m] += run @ run.T
+    out[filled, :m, m] += sums.T
+    out[filled, m, :m] += sums.T
+    out[filled, m, m] += counts[filled]
+    return out
 
 
 def scale_constant(moment: np.ndarray, factor: float) -> np.ndarray:
@@ -268,6 +320,14 @@ class CenteredCovarianceQuery(CovarianceQuery):
         scale ``s`` (a power of two: exactly the same values) is applied once to the total by
         the ``moment`` stage."""
         return replace(self, centre=None, scale=1.0)
+
+    def grouped_partial(
+        self, block: np.ndarray, index: np.ndarray, into: np.ndarray | None = None
+    ) -> np.ndarray:
+        """A grouped release's partial: every group's augmented Gram matrix of the block
+        (:func:`grouped_gram`; ``index`` each record's group, ``-1`` dropped), added into the
+        running sum ``into`` when given."""
+        return grouped_gram(block, index, self.group_count, into=into)
 
     def release_stages(
         self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool

@@ -77,6 +77,12 @@ class ReleasedQuery:
         another where the pass sums something else (DP-PCA's Gram of an identity release)."""
         return self
 
+    def grouped_partial(self, block: Any, index: Any, into: Any = None) -> Any:
+        """A grouped release's partial of a block of records, ``index`` each record's group
+        (``-1``: dropped), added into the running sum ``into`` when given (a hook: a query
+        that cannot be grouped refuses)."""
+        raise ValueError(f"a {self.kind} query cannot be grouped")
+
     @property
     def feature_sides(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The positions of the output's row features and column features when they are two
