@@ -597,7 +597,8 @@ def _entrywise(std: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
-    """The delta method's std of ``covariance = gram / record_count`` (add-remove releases).
+    """The delta method's std of ``covariance = gram / record_count`` (add-remove releases; a
+    mean's ``mean = sum / record_count`` alike).
 
     With ``gram = G + W`` (std ``s_ij``) and ``record_count = N + e`` (std ``s_N = 1 /
     count_mu``, independent of ``W``), to first order ``C - G / N ~ W / N - (G / N^2) e``, so
@@ -615,7 +616,8 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     c = cov.values
     std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
     out = xr.DataArray(np.array(std), dims=cov.dims, coords=cov.coords, name="noise_std")
-    out.attrs["approximate"] = "delta method: covariance = gram / record_count"
+    sums = released_query_type(ds.attrs).sum_variable  # a covariance's gram, a mean's sum
+    out.attrs["approximate"] = f"delta method: {cov.name} = {sums} / record_count"
     return out
 
 

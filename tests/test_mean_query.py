@@ -106,6 +106,9 @@ def test_at_a_huge_budget_the_release_is_numpys_mean(
         np.testing.assert_array_equal(
             ds["mean"].values, ds["sum"].values / max(float(ds["record_count"]), 1.0)
         )
+        assert ds.mvg.noise_std("mean").attrs["approximate"] == (
+            "delta method: mean = sum / record_count"
+        )
     else:
         assert "sum" not in ds and "record_count" not in ds
 
