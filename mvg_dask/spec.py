@@ -632,7 +632,7 @@ class GroupBySpec(_Strict):
 
 
 #: The queries a spec names by a word alone.
-SimpleQuery = Literal["identity", "covariance", "centered-covariance"]
+SimpleQuery = Literal["identity", "covariance", "centered-covariance", "mean"]
 
 
 class ReleaseSpec(_Strict):
@@ -699,7 +699,7 @@ class ReleaseSpec(_Strict):
         centered-covariance``; ``None`` for the other queries)."""
         if isinstance(self.query, CenteredCovarianceSpec):
             return self.query.centered_covariance.route
-        return "moment" if self.query == "centered-covariance" else None
+        return WORD_ROUTES.get(self.query_kind)
 
     @property
     def mean_share(self) -> float | None:
@@ -847,6 +847,9 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"{where} is not offered with group_by; use route: moment")
 
 
+#: The route of a query named by a word whose mapping form has routes (``centered-covariance``
+#: is ``{centered-covariance: {route: moment}}``).
+WORD_ROUTES = {"centered-covariance": "moment"}
 #: The queries with a square, symmetric PSD output (the second moment of the records, or of the
 #: records with a constant term).
 SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
