@@ -23,9 +23,9 @@ from mvg_dask.release_format import (
 
 #: A test of a query's name against a value: ``query.kind ==``, ``query_kind in``, ``query !=``...
 DISPATCH = re.compile(r"(query\.kind|query_kind|\bquery\b|\bq\.kind)\s*(==|!=|not in|in)\s")
-#: Where a query's name may be tested: the query types themselves, and the experiments and
-#: baselines (research code that names the methods it compares).
-ALLOWED = ("plan/queries/", "experiments/", "baselines/")
+#: Where a query's name may be tested: the query types themselves (the experiments and baselines
+#: that name the methods they compare are the lab's, mvg_dask_lab, outside the package).
+ALLOWED = ("plan/queries/",)
 
 
 def dispatch_hits() -> list[str]:
