@@ -106,7 +106,13 @@ _COVER = 7.0
 _SIDE_WORDS = 1 << 64
 _MASK63 = (1 << 63) - 1
 _MASK32 = (1 << 32) - 1
-_GUIDE_BITS = 8
+#: The guide table has ``2^_GUIDE_BITS`` buckets of the 32-bit block index (16 KiB of int32): a
+#: bucket holds a block boundary for a few per cent of the trials only, so the search after the
+#: guide rarely loops (a mispredicted branch costs more than the rest of a trial).
+_GUIDE_BITS = 12
+#: Words are generated and consumed a chunk at a time (256 KiB), so that they are still in the
+#: core's cache when the kernel reads them; the words read, in order, do not depend on it.
+_CHUNK_WORDS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -122,10 +128,14 @@ class _Table:
     big_c: float
     counts: tuple[int, ...]  # c_0 .. c_{J-1}, c_T
     cum: npt.NDArray[np.int64]  # inclusive cumulative counts, length J + 1
-    guide: npt.NDArray[np.int64]
+    guide: npt.NDArray[np.int32]
     beta: npt.NDArray[np.float64]  # w / (C c_j)
     lam32: npt.NDArray[np.float64]  # 2^32 x certain lower bound of the acceptance on block j
     mu32: npt.NDArray[np.float64]  # 2^32 x certain upper bound of the acceptance on block j
+    # the same bounds for the 32-bit integer W: accept when wq < accept[j], reject when
+    # wq >= reject[j] (floor(lam32), ceil(mu32); the tail, j = J, is never decided: 0 and 2^33)
+    accept: npt.NDArray[np.int64]
+    reject: npt.NDArray[np.int64]
     inv2s2: float
     margin: float
     acceptance: float  # probability that a trial accepts
@@ -195,11 +205,9 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
     if total > 1 << 32:  # cannot happen: each count is rounded up by at most 2 in 2^32 Z
         raise AssertionError("envelope counts overflow the 32-bit index")
     cum = np.cumsum(np.asarray(counts, dtype=np.int64))
-    guide = np.full(1 << _GUIDE_BITS, nblocks, dtype=np.int64)
-    for gi in range(1 << _GUIDE_BITS):
-        start = gi << (32 - _GUIDE_BITS)
-        if start < total:
-            guide[gi] = int(np.searchsorted(cum, start, side="right"))
+    # guide[g]: the first block whose cumulative count exceeds the bucket's first index
+    starts = np.arange(1 << _GUIDE_BITS, dtype=np.int64) << (32 - _GUIDE_BITS)
+    guide = np.minimum(np.searchsorted(cum, starts, side="right"), nblocks).astype(np.int32)
     beta = np.array([w / (big_c * c) for c in counts[:nblocks]])
     inv2s2 = 1.0 / (2 * s * s)
     lam32 = np.array(
@@ -214,6 +222,8 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
             for j in range(nblocks)
         ]
     )
+    accept = np.append(np.floor(lam32), 0).astype(np.int64)
+    reject = np.append(np.ceil(mu32), 2.0**33).astype(np.int64)
     return _Table(
         scale=s,
         k=k,
@@ -228,6 +238,8 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
         beta=beta,
         lam32=lam32,
         mu32=mu32,
+        accept=accept,
+        reject=reject,
         inv2s2=inv2s2,
         margin=margin,
         acceptance=s * math.sqrt(math.pi / 2) / (big_c * 2.0**32),
@@ -269,11 +281,11 @@ def _kernel_py(
     out: npt.NDArray[np.int64],
     opos: int,
     amb: npt.NDArray[np.int64],
-    guide: npt.NDArray[np.int64],
+    guide: npt.NDArray[np.int32],
     cum: npt.NDArray[np.int64],
     beta: npt.NDArray[np.float64],
-    lam32: npt.NDArray[np.float64],
-    mu32: npt.NDArray[np.float64],
+    accept: npt.NDArray[np.int64],
+    reject: npt.NDArray[np.int64],
     nblocks: int,
     b: int,
     e: int,
@@ -285,14 +297,18 @@ def _kernel_py(
 
     Returns ``(wpos, opos, namb)``; stops when ``out`` is full, fewer than two words are left or
     ``amb`` is full. A row of ``amb`` is ``(element, kind, block, low63, w32, negative)``, kind
-    0 for an undecided block trial and 1 for the tail.
+    0 for an undecided block trial and 1 for the tail. The common trial (a block and an
+    acceptance certain from the integer bounds ``accept``) takes no unpredictable branch: the
+    guide rarely needs the search, and the sign is applied without a branch.
     """
     n = out.shape[0]
     nw = words.shape[0]
     cap = amb.shape[0]
-    nu = 63 - b
-    ulp = math.ldexp(1.0, -(nu + e))
+    nu = np.int64(63 - b)
+    ulp = math.ldexp(1.0, -(63 - b + e))
     half = np.int64(1) << np.int64(e - 1)
+    eb = np.int64(e)
+    bb = np.int64(b)
     total = cum[nblocks]
     shift_g = np.uint64(64 - _GUIDE_BITS)
     lo_f = 1.0 - margin
@@ -307,40 +323,37 @@ def _kernel_py(
         if r >= total:
             continue
         wq = np.int64(w1 & np.uint64(_MASK32))
-        j = guide[np.int64(w1 >> shift_g)]
+        j = np.int64(guide[np.int64(w1 >> shift_g)])
         while cum[j] <= r:
             j += 1
         neg = np.int64(w2 >> np.uint64(63))
         low = np.int64(w2 & np.uint64(_MASK63))
-        decided = False
-        if j < nblocks:
-            if wq + 1 <= lam32[j]:
-                decided = True
-            elif wq >= mu32[j]:
+        if wq >= accept[j]:  # not certainly accepted (always so for the tail)
+            if wq >= reject[j]:
                 continue
-            else:
+            undecided = j == nblocks
+            if not undecided:
                 ylo = j * w + low * ulp
                 yhi = ylo + ulp
                 plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
-                if (wq + 1) * inv32 <= plo:
-                    decided = True
-                else:
+                if not (wq + 1) * inv32 <= plo:
                     phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
                     if wq * inv32 >= phi:
                         continue
-        if decided:
-            a = (j << np.int64(b)) + (low >> np.int64(nu))
-            mag = (a + half) >> np.int64(e)
-            out[opos] = -mag if neg else mag
-        else:
-            out[opos] = 0
-            amb[namb, 0] = opos
-            amb[namb, 1] = 0 if j < nblocks else 1
-            amb[namb, 2] = j
-            amb[namb, 3] = low
-            amb[namb, 4] = wq
-            amb[namb, 5] = neg
-            namb += 1
+                    undecided = True
+            if undecided:
+                out[opos] = 0
+                amb[namb, 0] = opos
+                amb[namb, 1] = 0 if j < nblocks else 1
+                amb[namb, 2] = j
+                amb[namb, 3] = low
+                amb[namb, 4] = wq
+                amb[namb, 5] = neg
+                namb += 1
+                opos += 1
+                continue
+        mag = (((j << bb) + (low >> nu)) + half) >> eb
+        out[opos] = (mag ^ -neg) + neg  # -mag when neg (two's complement), without a branch
         opos += 1
     return wpos, opos, namb
 
@@ -509,8 +522,8 @@ def _draw(
         kernel = _kernel()
     per = 2.0 / tab.acceptance
 
-    def batch(m: int) -> int:
-        return 2 * math.ceil(per / 2 * m + 4 * math.sqrt(m) + 16)
+    def batch(m: int) -> int:  # words for m more elements (rarely too few), at most a chunk
+        return min(2 * math.ceil(per / 2 * m + 4 * math.sqrt(m) + 16), _CHUNK_WORDS)
 
     words = bitgen.random_raw(batch(n))
     consumed = 0
@@ -527,8 +540,8 @@ def _draw(
             tab.guide,
             tab.cum,
             tab.beta,
-            tab.lam32,
-            tab.mu32,
+            tab.accept,
+            tab.reject,
             tab.nblocks,
             tab.b,
             tab.e,
