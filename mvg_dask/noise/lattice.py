@@ -72,6 +72,7 @@ C. F. F. Karney, "Sampling exactly from the normal distribution", ACM Trans. Mat
 from __future__ import annotations
 
 import math
+import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -368,15 +369,28 @@ UNCOMPILED_ELEMENTS = 16_384
 _uncompiled_left = [UNCOMPILED_ELEMENTS]
 
 
+_compile_lock = threading.Lock()
+
+
 def _kernel() -> Callable[..., tuple[int, int, int]]:
-    """The numba-compiled kernel (numba is imported on first use only)."""
+    """The numba-compiled kernel (numba is imported on first use only; one thread makes it)."""
     global _exp_neg
     if not _compiled:
-        import numba
+        with _compile_lock:
+            if not _compiled:
+                import numba
 
-        _exp_neg = numba.njit(cache=True, nogil=True)(_exp_neg_py)
-        _compiled.append(numba.njit(cache=True, nogil=True)(_kernel_py))
+                _exp_neg = numba.njit(cache=True, nogil=True)(_exp_neg_py)
+                _compiled.append(numba.njit(cache=True, nogil=True)(_kernel_py))
     return _compiled[0]
+
+
+def load_kernel(key: TileKey) -> None:
+    """Import numba and load the compiled kernel now (from numba's on-disk cache, or compile
+    it), by drawing one element with it: a worker can do this while a release is prepared
+    (:mod:`mvg_dask.engine.warmup`) instead of at its first large tile."""
+    _kernel()
+    _draw(key, 0, (1,), 1.0)
 
 
 # --------------------------------------------------------------------------------------------
