@@ -42,6 +42,7 @@ from mvg_dask.plan.estimators import (
     psd_projection,
     spiked_shrinkage,
 )
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.mean_first import second_step_noise
 from mvg_dask.plan.noise_plan import (
     Allocation,
@@ -50,9 +51,10 @@ from mvg_dask.plan.noise_plan import (
     lattice_context_from_dict,
     noise_plan_from_dict,
 )
+from mvg_dask.plan.planning import new_release_id, plan_release
 from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.queries.moment import scale_constant
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import (
     CENTRE,
     COVARIANCE,
@@ -1013,7 +1015,7 @@ def budget_table(ledger: str | Path, dataset: str | None = None) -> pd.DataFrame
     """
     import pandas as pd
 
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
 
     with open_ledger(ledger, create=False) as book:
         summary = book.summary()

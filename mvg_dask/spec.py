@@ -35,9 +35,27 @@ _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
 
 
+#: the URL schemes of the local filesystem (a plain path has the first): a release is written to
+#: a staging directory renamed into place; every other scheme is written in place under a claim.
+#: The one list of them: the engine's store registry (:mod:`mvg_dask.engine.store`) gives each
+#: its local entry and every other scheme an entry of its own (see docs/howto/object-storage.md)
+LOCAL_SCHEMES = ("file",)
+
+
+def url_scheme(store: str) -> str:
+    """The scheme of a store's URL as written, parsed without fsspec: ``file`` for a plain path;
+    for a chained URL its chain (``simplecache::s3``, ``simplecache::file`` for a chain ending in
+    a plain path)."""
+    if "://" in store:
+        return store.split("://", 1)[0]
+    if "::" in store:
+        return f"{store.rsplit('::', 1)[0]}::{LOCAL_SCHEMES[0]}"
+    return LOCAL_SCHEMES[0]
+
+
 def is_local(store: str) -> bool:
-    """True for a plain path or a ``file://`` URL."""
-    return "://" not in store or store.startswith("file://")
+    """True for a plain path or a ``file://`` URL (a scheme of :data:`LOCAL_SCHEMES`)."""
+    return url_scheme(store) in LOCAL_SCHEMES
 
 
 class SpecError(ValueError):
@@ -327,7 +345,7 @@ class OutputSpec(_Strict):
     @classmethod
     def _no_pattern_in_url(cls, value: str) -> str:
         if not is_local(value):
-            magic = sorted(set(value.split("://", 1)[1]) & set(_GLOB_CHARACTERS))
+            magic = sorted(set(value.split("://", 1)[-1]) & set(_GLOB_CHARACTERS))
             if magic:
                 raise ValueError(
                     f"{value!r} holds {' '.join(magic)}: fsspec deletes paths as glob patterns, "
@@ -350,6 +368,9 @@ def _url_has_password(url: str) -> bool:
     userinfo = parts.netloc.rpartition("@")[0]
     query = parse_qsl(parts.query, keep_blank_values=True)
     return ":" in userinfo or any(k.lower() == "password" for k, _ in query)
+
+
+_LEDGER_SCHEMES = ("sqlite:///", "memory://")
 
 
 class LedgerSpec(_Strict):
@@ -377,8 +398,8 @@ class LedgerSpec(_Strict):
                 "ledger.path (a SQLite file)"
             )
         postgres = self.url is not None and self.url.startswith(("postgresql://", "postgres://"))
-        if self.url is not None and not postgres and not self.url.startswith("sqlite:///"):
-            raise ValueError("ledger.url: use postgresql://... or sqlite:///path")
+        if self.url is not None and not postgres and not self.url.startswith(_LEDGER_SCHEMES):
+            raise ValueError("ledger.url: use postgresql://..., sqlite:///path or memory://name")
         if postgres and _url_has_password(self.url or ""):
             # the URL is not repeated here: it holds a secret
             raise ValueError(
@@ -391,7 +412,7 @@ class LedgerSpec(_Strict):
 
     @property
     def location(self) -> str:
-        """The ledger's URL or path (for :func:`mvg_dask.engine.ledger.open_ledger`)."""
+        """The ledger's URL or path (for :func:`mvg_dask.ledger.open_ledger`)."""
         loc = self.url if self.url is not None else self.path
         assert loc is not None
         return loc

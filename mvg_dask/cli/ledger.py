@@ -1,6 +1,6 @@
 """``mvg-dask ledger``: inspect, export, migrate a privacy ledger, or abort a crashed release.
 
-A thin click wrapper: the logic lives in :mod:`mvg_dask.engine.ledger`.
+A thin click wrapper: the logic lives in :mod:`mvg_dask.ledger`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _ledger_options(f: Any) -> Any:
 
 
 def _open_existing(location: str, password_file: str | None) -> Any:
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
 
     try:
         return open_ledger(location, password_file=password_file, create=False)
@@ -58,7 +58,7 @@ def ledger_show(location: str, password_file: str | None, as_json: bool) -> None
     of 3. Delta is then not spent separately: "delta=shared" means the whole budget delta goes
     with the epsilon left. A last line per dataset says which composition was used.
     """
-    from mvg_dask.engine.ledger import summary_text
+    from mvg_dask.ledger import summary_text
 
     with _open_existing(location, password_file) as book:
         summary = book.summary()
@@ -100,7 +100,7 @@ def _composition_note(ds: dict[str, Any]) -> str:
 )
 def ledger_export(location: str, password_file: str | None, out: str | None) -> None:
     """Write every budget and every entry as JSON (never a key)."""
-    from mvg_dask.engine.ledger import export_ledger
+    from mvg_dask.ledger import export_ledger
 
     with _open_existing(location, password_file) as book:
         text = json.dumps(export_ledger(book), indent=2)
@@ -128,7 +128,7 @@ def ledger_abort(location: str, password_file: str | None, release_id: str, reas
 @_ledger_options
 def ledger_migrate(location: str, password_file: str | None) -> None:
     """Create a ledger's schema, or upgrade it in place to this version's (back it up first)."""
-    from mvg_dask.engine.ledger import migrate_ledger
+    from mvg_dask.ledger import migrate_ledger
 
     try:
         click.echo(migrate_ledger(location, password_file=password_file))
