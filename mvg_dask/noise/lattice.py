@@ -30,6 +30,10 @@ bits are the leading bits of the position of ``|Y|`` inside the block. As ``w`` 
 edges are dyadic, ``|Y| = (A + U) 2^{-e}`` with an integer ``A`` read from the bits, ``e >= 1``
 and ``U`` the unread rest of the position, so ``round(|Y|) = (A + 2^{e-1}) >> e`` is exact. The
 trial accepts when ``W < f(|Y|) w / (C c_j)`` (tail: ``W < f(|Y|) / (C c_T q_T(|Y|))``).
+Most trials are decided by integer bounds of the 32 read bits of ``W`` for the block, the
+few left open by bounds for the block's sixteenth the position falls in (:func:`_sub_bounds`:
+they take exactly the decisions the exponential below would take), the rest by that
+exponential.
 
 Why the law is exact
 --------------------
@@ -134,7 +138,9 @@ class _Table:
     lam32: npt.NDArray[np.float64]  # 2^32 x certain lower bound of the acceptance on block j
     mu32: npt.NDArray[np.float64]  # 2^32 x certain upper bound of the acceptance on block j
     # the same bounds for the 32-bit integer W: accept when wq < accept[j], reject when
-    # wq >= reject[j] (floor(lam32), ceil(mu32); the tail, j = J, is never decided: 0 and 2^33)
+    # wq >= reject[j] (floor(lam32), ceil(mu32); the tail, j = J, is never decided: 0 and 2^33);
+    # then, from index J + 1, the bounds of the 2^_SUB_BITS sub-blocks of each block
+    # (:func:`_sub_bounds`)
     accept: npt.NDArray[np.int64]
     reject: npt.NDArray[np.int64]
     inv2s2: float
@@ -223,8 +229,9 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
             for j in range(nblocks)
         ]
     )
-    accept = np.append(np.floor(lam32), 0).astype(np.int64)
-    reject = np.append(np.ceil(mu32), 2.0**33).astype(np.int64)
+    sub_accept, sub_reject = _sub_bounds(beta, w, inv2s2, margin)
+    accept = np.concatenate([np.floor(lam32), [0], sub_accept]).astype(np.int64)
+    reject = np.concatenate([np.ceil(mu32), [2.0**33], sub_reject]).astype(np.int64)
     return _Table(
         scale=s,
         k=k,
@@ -245,6 +252,42 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
         margin=margin,
         acceptance=s * math.sqrt(math.pi / 2) / (big_c * 2.0**32),
     )
+
+
+#: Sub-blocks per block of the second, finer integer bounds (consulted for the few per cent of
+#: the trials the block's bounds leave open, before the exact exponential is computed).
+_SUB_BITS = 4
+#: Relative slack of the sub-block bounds: far above every float error between them and the
+#: exponential path's own ``plo`` and ``phi`` (below ``2^-46``).
+_SUB_SLACK = 2.0**-30
+
+
+def _sub_bounds(
+    beta: npt.NDArray[np.float64], w: float, inv2s2: float, margin: float
+) -> tuple[list[float], list[float]]:
+    """Integer bounds of ``W`` on each sub-block ``[l, r)`` of each block (``r - l = w/2^4``):
+    ``wq < floor(2^32 plo(r'))`` implies the fast path's own ``(wq + 1) 2^-32 <= plo`` for every
+    ``|Y|`` of the sub-block, and ``wq >= ceil(2^32 phi(l))`` its ``wq 2^-32 >= phi``; so they
+    decide exactly the trials the exponential path would decide, the same way (the undecided
+    trials, hence the side stream, do not change).
+
+    Why: the kernel's ``ylo = fl(j w + fl(low) ulp)`` is at least ``l`` and its ``yhi`` at most
+    ``r (1 + 2^-52 + 2^-59) < r' = r (1 + 2^-40)`` (``l``, ``r`` are dyadic with few bits, hence
+    floats; rounding is monotone); ``_exp_neg_py`` is within ``2^-50`` of ``exp``, which is
+    decreasing; the remaining roundings are below ``2^-50`` each; ``_SUB_SLACK`` (``2^-30``)
+    covers them all many times over.
+    """
+    sub = 1 << _SUB_BITS
+    lo_f, hi_f = (1.0 - margin) * (1.0 - _SUB_SLACK), (1.0 + margin) * (1.0 + _SUB_SLACK)
+    acc: list[float] = []
+    rej: list[float] = []
+    for j, bj in enumerate(beta.tolist()):
+        for t in range(sub):
+            left = j * w + t * (w / sub)
+            right = (j * w + (t + 1) * (w / sub)) * (1.0 + 2.0**-40)
+            acc.append(math.floor(2.0**32 * bj * _exp_neg_py((right * right) * inv2s2) * lo_f))
+            rej.append(math.ceil(2.0**32 * bj * _exp_neg_py((left * left) * inv2s2) * hi_f))
+    return acc, rej
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,15 +376,19 @@ def _kernel_py(
             if wq >= reject[j]:
                 continue
             undecided = j == nblocks
-            if not undecided:
-                ylo = j * w + low * ulp
-                yhi = ylo + ulp
-                plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
-                if not (wq + 1) * inv32 <= plo:
-                    phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
-                    if wq * inv32 >= phi:
-                        continue
-                    undecided = True
+            if not undecided:  # the sub-block's bounds, then the exponential
+                sb = nblocks + 1 + (j << np.int64(_SUB_BITS)) + (low >> np.int64(63 - _SUB_BITS))
+                if wq >= reject[sb]:
+                    continue
+                if wq >= accept[sb]:
+                    ylo = j * w + low * ulp
+                    yhi = ylo + ulp
+                    plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
+                    if not (wq + 1) * inv32 <= plo:
+                        phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
+                        if wq * inv32 >= phi:
+                            continue
+                        undecided = True
             if undecided:
                 out[opos] = 0
                 amb[namb, 0] = opos
