@@ -58,14 +58,12 @@ from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import (
     CENTRE,
     COVARIANCE,
-    CROSS_COVARIANCE_QUERY,
     GRAM,
     GROUP_DIM,
     MEAN,
     MEAN_STEP_ATTR,
     MOMENT,
     PLAN_ATTR,
-    QUERY_ATTR,
     RECORD_COUNT,
     RELEASE_ID_ATTR,
     ROUTE_ATTR,
@@ -73,6 +71,7 @@ from mvg_dask.release_format import (
     SYMMETRIC_RATIO,
     check_complete,
     feature_dim,
+    released_query_type,
     released_variable,
     stored_directions,
 )
@@ -563,8 +562,9 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """
     _check_complete(ds)
     name = variable or gaussian_variable(ds)
-    if name == COVARIANCE and gaussian_variable(ds) == GRAM:
-        return _ratio_std(ds)
+    sums = released_query_type(ds.attrs).sum_variable
+    if name == released_variable(ds.attrs) and gaussian_variable(ds) == sums:
+        return _ratio_std(ds)  # a ratio of two noisy values, output = sum / count
     if gaussian_variable(ds) == MOMENT and name in (MEAN, COVARIANCE):
         return _centered_std(ds, name)
     mean_first = ds.attrs.get(ROUTE_ATTR) == "mean-first"
@@ -578,12 +578,8 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
         )
     var = ds[name]
     std = release_noise_plan(ds).released_entry_std()
-    if (
-        ds.attrs.get(QUERY_ATTR) in (COVARIANCE, CROSS_COVARIANCE_QUERY)
-        or name == MOMENT
-        or mean_first
-    ):
-        std = np.broadcast_to(std, var.shape)
+    if not released_query_type(ds.attrs).per_record_columns:  # one std per entry
+        std = _entrywise(std, var.shape)
         return xr.DataArray(np.array(std), dims=var.dims, coords=var.coords, name="noise_std")
     d = std[:, 0]  # identity: one std per feature, alike for every record (broadcast below)
     fd = feature_dim(ds[ROW_COV].dims)
@@ -593,8 +589,16 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     return out.broadcast_like(var)
 
 
+def _entrywise(std: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The plan's entry stds on a released variable of ``shape``: the same entries (the ``m x 1``
+    query of a vector output), or broadcast (a grouped release's groups)."""
+    std = np.asarray(std)
+    return np.broadcast_to(std.reshape(shape) if std.size == math.prod(shape) else std, shape)
+
+
 def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
-    """The delta method's std of ``covariance = gram / record_count`` (add-remove releases).
+    """The delta method's std of ``covariance = gram / record_count`` (add-remove releases; a
+    mean's ``mean = sum / record_count`` alike).
 
     With ``gram = G + W`` (std ``s_ij``) and ``record_count = N + e`` (std ``s_N = 1 /
     count_mu``, independent of ``W``), to first order ``C - G / N ~ W / N - (G / N^2) e``, so
@@ -606,13 +610,14 @@ def _ratio_std(ds: xr.Dataset) -> xr.DataArray:
     count_mu = plan.budgets.count_mu
     if count_mu is None:
         raise ValueError("this release has no noisy record count to take a ratio with")
-    cov = ds[COVARIANCE]
+    cov = ds[released_variable(ds.attrs)]
     count = max(float(ds[RECORD_COUNT].values), 1.0)
-    s = np.broadcast_to(plan.released_entry_std(), cov.shape)
+    s = _entrywise(plan.released_entry_std(), cov.shape)
     c = cov.values
     std = np.sqrt(s * s + c * c / (count_mu * count_mu)) / count
     out = xr.DataArray(np.array(std), dims=cov.dims, coords=cov.coords, name="noise_std")
-    out.attrs["approximate"] = "delta method: covariance = gram / record_count"
+    sums = released_query_type(ds.attrs).sum_variable  # a covariance's gram, a mean's sum
+    out.attrs["approximate"] = f"delta method: {cov.name} = {sums} / record_count"
     return out
 
 
@@ -834,7 +839,7 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
             "this release has a noisy record count (add-remove): `gram` is unbiased for X X^T, "
             "and covariance = gram / record_count is a ratio estimate (consistent, not unbiased)"
         )
-    if ds.attrs.get(QUERY_ATTR) == COVARIANCE:
+    if released_query_type(ds.attrs).second_moment:  # the released X X^T / N itself
         return ds[COVARIANCE]
     plan = release_noise_plan(ds)
     var = ds[released_variable(ds.attrs)]
@@ -854,7 +859,7 @@ def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, floa
     count), its noise std and the divisor that turns it into the covariance (1, or the noisy
     record count clipped at 1)."""
     _check_complete(ds)
-    if ds.attrs.get(QUERY_ATTR) != COVARIANCE:
+    if not released_query_type(ds.attrs).second_moment:
         raise ValueError(
             "this needs a covariance release; from an identity release use covariance() (its "
             "estimate's noise is not the Gaussian noise these estimators assume)"

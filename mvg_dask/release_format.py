@@ -36,6 +36,7 @@ from mvg_dask.errors import IncompleteReleaseError
 
 if TYPE_CHECKING:
     from mvg_dask.plan.directions import Directions
+    from mvg_dask.plan.queries import MatrixQuery
 
 __all__ = [
     "ABORT_FILE",
@@ -60,7 +61,6 @@ __all__ = [
     "MEAN",
     "MEAN_STEP_ATTR",
     "MOMENT",
-    "MOMENT_QUERIES",
     "NOISE_MATRICES",
     "NOISE_VARIANCES",
     "PLAN_ATTR",
@@ -88,6 +88,7 @@ __all__ = [
     "gaussian_variable",
     "is_complete",
     "provenance_attrs",
+    "released_query_type",
     "released_variable",
     "stored_directions",
 ]
@@ -223,8 +224,6 @@ CONSTANT_TERM = "1"
 #: The dimension of a grouped release's groups (``group_by``): the first axis of
 #: :data:`MOMENT`, :data:`MEAN` and :data:`COVARIANCE`, its coordinate the declared labels.
 GROUP_DIM = "group"
-#: The queries released as the moment of the augmented record.
-MOMENT_QUERIES = ("centered-covariance", "regression")
 
 _ROW_SUFFIX, _COL_SUFFIX = "_row", "_col"
 
@@ -311,21 +310,39 @@ def describe(attrs: Mapping[str, Any], *, status: bool = True) -> str:
     return f"release {rid!r}, {attrs.get(STATUS_ATTR)}"
 
 
+def released_query_type(attrs: Mapping[str, Any]) -> type[MatrixQuery]:
+    """The query type of a release (its :data:`QUERY_ATTR`; ``ValueError`` for a name that is
+    not a registered query: a reader never guesses).
+
+    Parameters
+    ----------
+    attrs : mapping
+        The release's root attributes.
+
+    Returns
+    -------
+    type
+        The :class:`~mvg_dask.plan.MatrixQuery` subclass.
+    """
+    from mvg_dask.plan.queries import query_type
+
+    return query_type(attrs.get(QUERY_ATTR))  # type: ignore[arg-type]
+
+
 def released_variable(attrs: Mapping[str, Any]) -> str:
-    """The query's output: :data:`COVARIANCE` (of a covariance, centered-covariance or
-    regression release), :data:`CROSS_COVARIANCE`, or an identity release's input variable."""
-    if attrs.get(QUERY_ATTR) in (COVARIANCE, *MOMENT_QUERIES):
-        return COVARIANCE
-    if attrs.get(QUERY_ATTR) == CROSS_COVARIANCE_QUERY:
-        return CROSS_COVARIANCE
-    return str(attrs[INPUT_VARIABLE_ATTR])
+    """The query's output: its type's ``output_variable`` (:data:`COVARIANCE` of a covariance,
+    centered-covariance or regression release, :data:`CROSS_COVARIANCE`...), or an identity
+    release's input variable; ``ValueError`` for a release of an unknown query."""
+    name = released_query_type(attrs).output_variable
+    return str(attrs[INPUT_VARIABLE_ATTR]) if name is None else name
 
 
 def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable]) -> str:
-    """The released variable whose noise is the plan's Gaussian noise: :data:`GRAM` when the
-    release has a noisy record count (``covariance`` is then a ratio of two noisy values),
-    :data:`MOMENT` for a moment query (``mean`` and ``covariance`` are derived from it), else
-    :func:`released_variable`.
+    """The released variable whose noise is the plan's Gaussian noise: the query type's
+    ``sum_variable`` (:data:`GRAM` of a covariance) when the release has a noisy record count
+    (the output is then a ratio of two noisy values),
+    the query type's ``noisy_variable`` (:data:`MOMENT` for a moment query: ``mean`` and
+    ``covariance`` are derived from it), else :func:`released_variable`.
 
     Parameters
     ----------
@@ -334,10 +351,12 @@ def gaussian_variable(attrs: Mapping[str, Any], variables: Collection[Hashable])
     variables : collection
         The names of its variables.
     """
-    if GRAM in variables and RECORD_COUNT in variables:
-        return GRAM
-    if attrs.get(QUERY_ATTR) in MOMENT_QUERIES and MOMENT in variables:
-        return MOMENT
+    qtype = released_query_type(attrs)
+    if qtype.sum_variable in variables and RECORD_COUNT in variables:
+        return qtype.sum_variable
+    noisy = qtype.noisy_variable
+    if noisy is not None and noisy in variables:
+        return noisy
     return released_variable(attrs)
 
 

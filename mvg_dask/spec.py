@@ -27,9 +27,10 @@ from pydantic import (
     model_validator,
 )
 
+from mvg_dask.privacy.accounting import BasicAccountant, GaussianDP, GaussianDPAccountant
 from mvg_dask.privacy.allocation import AllocationStrategy
 from mvg_dask.privacy.calibration import Algorithm, Calibration
-from mvg_dask.privacy.registry import CompatibilityError, check_compatible
+from mvg_dask.privacy.registry import CompatibilityError, check_compatible, get_calibration
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
@@ -631,7 +632,7 @@ class GroupBySpec(_Strict):
 
 
 #: The queries a spec names by a word alone.
-SimpleQuery = Literal["identity", "covariance", "centered-covariance"]
+SimpleQuery = Literal["identity", "covariance", "centered-covariance", "mean"]
 
 
 class ReleaseSpec(_Strict):
@@ -698,7 +699,7 @@ class ReleaseSpec(_Strict):
         centered-covariance``; ``None`` for the other queries)."""
         if isinstance(self.query, CenteredCovarianceSpec):
             return self.query.centered_covariance.route
-        return "moment" if self.query == "centered-covariance" else None
+        return WORD_ROUTES.get(self.query_kind)
 
     @property
     def mean_share(self) -> float | None:
@@ -754,6 +755,8 @@ class ReleaseSpec(_Strict):
                 f"privacy.epsilon ({self.privacy.epsilon:g}) exceeds the dataset's whole "
                 f"ledger.budget.epsilon ({self.ledger.budget.epsilon:g})"
             )
+        if self.ledger is not None:
+            _check_fits_alone(self)
         if self.group_by is not None:
             _check_group_by(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
@@ -844,11 +847,40 @@ class ReleaseSpec(_Strict):
             raise ValueError(f"{where} is not offered with group_by; use route: moment")
 
 
+#: The route of a query named by a word whose mapping form has routes (``centered-covariance``
+#: is ``{centered-covariance: {route: moment}}``).
+WORD_ROUTES = {"centered-covariance": "moment"}
 #: The queries with a square, symmetric PSD output (the second moment of the records, or of the
 #: records with a constant term).
 SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
 #: The queries released as the second moment of the augmented record ``z = [x - c; s]``.
 MOMENT_QUERY_KINDS = ("centered-covariance", "regression")
+
+
+def _check_fits_alone(spec: ReleaseSpec) -> None:
+    """Refuse a release that alone exceeds its dataset's budget, by the composition the ledger
+    would use for it (its calibration's privacy loss), before anything is read or charged."""
+    assert spec.ledger is not None
+    p, b = spec.privacy, spec.ledger.budget
+    loss = get_calibration(spec.mechanism.calibration).loss(p.epsilon, p.delta)
+    if p.neighbours != b.neighbours and spec.ledger.convert_neighbours:
+        loss = loss.group2()  # charged by group privacy
+    gaussian = isinstance(loss, GaussianDP)
+    spent = (GaussianDPAccountant() if gaussian else BasicAccountant()).total([loss], b.delta)
+    if spent.fits(b.epsilon, b.delta):
+        return
+    if isinstance(loss, GaussianDP):
+        raise ValueError(
+            f"privacy: this release alone exceeds the dataset's budget: a Gaussian mechanism "
+            f"(mu = {loss.mu:.4g}) at epsilon = {p.epsilon:g}, delta = {p.delta:g} spends "
+            f"epsilon = {spent.epsilon:.4g} at the budget's delta = {b.delta:g}, more than "
+            f"ledger.budget.epsilon = {b.epsilon:g}; lower privacy.delta or privacy.epsilon"
+        )
+    raise ValueError(
+        f"privacy.delta ({loss.approx_dp().delta:g}) exceeds the dataset's whole "
+        f"ledger.budget.delta ({b.delta:g}): basic composition ({spec.mechanism.calibration} "
+        "calibration) adds deltas, so no sequence of releases can fit it"
+    )
 
 
 def _check_group_by(spec: ReleaseSpec) -> None:

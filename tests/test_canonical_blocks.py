@@ -155,16 +155,16 @@ def test_float_error_bound_dominates_the_canonical_engines_error(block: int) -> 
     per_task = max(1, 2**22 // (M * block))
     ranges = chunk_runs(n, block, per_task)
     depth = canonical_gram_depth(n, block, per_task, TREE_FAN_IN, GRAM_MIN_TASKS)
+    q = CrossCovarianceQuery(M, n, rows=(0, 2), cols=(1, 2, 3, 4))
     parts: list[Outcome] = [
-        gram_task(a, b, source=_Stacked(X), clipper=CLIP, step=333, block=block)  # type: ignore[arg-type]
+        gram_task(a, b, source=_Stacked(X), clipper=CLIP, step=333, block=block, query=q)  # type: ignore[arg-type]
         for a, b in ranges
     ]
     while len(parts) > 1:
         parts = [
-            combine_grams(parts[i : i + TREE_FAN_IN]) for i in range(0, len(parts), TREE_FAN_IN)
+            combine_grams(parts[i : i + TREE_FAN_IN], q) for i in range(0, len(parts), TREE_FAN_IN)
         ]
     G = parts[0].unwrap()[0]
-    q = CrossCovarianceQuery(M, n, rows=(0, 2), cols=(1, 2, 3, 4))
     v = np.array([0.3, 1.7])
     from mvg_dask.privacy import float_error as ferr
 

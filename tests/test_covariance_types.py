@@ -106,6 +106,7 @@ def test_registry_names_every_query_type() -> None:
         "centered-covariance",
         "regression",
         "cross-covariance",
+        "mean",
     )
     assert {name: t.kind for name, t in QUERY_TYPES.items()} == {q: q for q in QUERIES}
     with pytest.raises(

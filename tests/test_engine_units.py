@@ -19,8 +19,12 @@ from mvg_dask.engine.tasks.outcome import Outcome, abort_marker, progress_marker
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey, record_noise, tile_normals
 from mvg_dask.plan.planning import plan_release
+from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.spec import InputSpec, parse_spec
 from tests.pipeline_helpers import data, make_input, spec_dict
+
+#: The Gram pass's query in these tests: the covariance's partial and combine (a sum).
+SUM = CovarianceQuery(3, 300)
 
 
 def _box(on_violation: str = "clip") -> Clipper:
@@ -61,8 +65,8 @@ def test_outcome_carries_expected_errors_as_values():
     with pytest.raises(ReleaseError, match="chunk 7"):
         bad.unwrap()
     parts = [Outcome((np.eye(2), 1)), bad, Outcome.failure(DataError("later"))]
-    assert combine_grams(parts) is bad  # the first failure in record order wins
-    total = combine_grams([Outcome((np.eye(2), 1)), Outcome((2 * np.eye(2), 3))])
+    assert combine_grams(parts, SUM) is bad  # the first failure in record order wins
+    total = combine_grams([Outcome((np.eye(2), 1)), Outcome((2 * np.eye(2), 3))], SUM)
     np.testing.assert_array_equal(total.value[0], 3 * np.eye(2))
     assert total.value[1] == 4
 
@@ -74,21 +78,21 @@ def test_a_fold_of_pairwise_additions_is_the_combine_of_its_group():
     rng = np.random.default_rng(4)
     mats = [rng.standard_normal((5, 5)) * 10.0**k for k in range(-3, 5)]  # rounding matters
     group = [Outcome((g, i)) for i, g in enumerate(mats)]
-    combined = combine_grams(group)
+    combined = combine_grams(group, SUM)
     for readonly in (False, True):
         copies = [Outcome((g.copy(), i)) for i, g in enumerate(mats)]
         for c in copies:
             c.value[0].flags.writeable = not readonly
         acc = copies[0]
         for part in copies[1:]:
-            acc = add_grams(acc, part)
+            acc = add_grams(acc, part, SUM)
         assert acc.value[0].tobytes() == combined.value[0].tobytes()
         assert acc.value[1] == combined.value[1] == sum(range(len(mats)))
     # a different summation tree is a different sum: the test can tell them apart
-    pairs = [combine_grams(group[i : i + 2]) for i in range(0, len(group), 2)]
-    assert combine_grams(pairs).value[0].tobytes() != combined.value[0].tobytes()
+    pairs = [combine_grams(group[i : i + 2], SUM) for i in range(0, len(group), 2)]
+    assert combine_grams(pairs, SUM).value[0].tobytes() != combined.value[0].tobytes()
     bad, later = Outcome.failure(DataError("first")), Outcome.failure(DataError("later"))
-    assert add_grams(bad, later) is bad and add_grams(group[0], later) is later
+    assert add_grams(bad, later, SUM) is bad and add_grams(group[0], later, SUM) is later
 
 
 def test_an_outcome_travels_with_its_arrays_as_raw_frames():
@@ -147,7 +151,7 @@ def test_identity_and_gram_tasks_without_a_cluster(tmp_path):
     (tmp_path / abort_marker("out.zarr")).write_bytes(b"")
     assert identity_task(200, 300, diagonal=True, **kw).skipped
     np.testing.assert_array_equal(sink.read(200, 300), 0.0)
-    g = gram_task(0, 100, source=src, clipper=_box(), block=64).unwrap()
+    g = gram_task(0, 100, source=src, clipper=_box(), block=64, query=SUM).unwrap()
     Xc = np.clip(X[:, :100], 0, 1)
     np.testing.assert_allclose(g[0], Xc @ Xc.T)
 
@@ -220,7 +224,7 @@ def test_a_data_error_in_a_task_is_an_outcome_not_an_exception(tmp_path):
     X = data(3, 200, seed=3)
     X[0, 150] = np.inf
     src = ZarrMatrix(make_input(tmp_path / "in.zarr", X, chunk=100), "X", False)
-    res = gram_task(100, 200, source=src, clipper=_box(), block=64)
+    res = gram_task(100, 200, source=src, clipper=_box(), block=64, query=SUM)
     assert res.error is not None and "records 100..199" in res.error
 
 

@@ -25,7 +25,6 @@ import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
 from mvg_dask.engine.records import group_indices
 from mvg_dask.engine.stages.covariance import covariance_noise
-from mvg_dask.engine.tasks.gram import grouped_gram
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, L2BallDomain
@@ -34,6 +33,7 @@ from mvg_dask.plan.queries.moment import (
     augmented_domain,
     augmented_gram,
     grouped_centered_from_moment,
+    grouped_gram,
 )
 from mvg_dask.spec import SpecError
 from tests.pipeline_helpers import (

@@ -59,6 +59,7 @@ from mvg_dask import api
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import ReleaseResult, execute_release
 from mvg_dask.plan.planning import plan_release
+from mvg_dask.plan.queries import query_type
 from mvg_dask.spec import ReleaseSpec, parse_spec, resolve_paths
 from tests.pipeline_helpers import add_group_variable, add_second_variable, make_input
 
@@ -81,6 +82,7 @@ QUERY_VARIABLE = {
     "centered-covariance": ("moment", "mean", "covariance"),
     "regression": ("moment", "mean", "covariance"),
     "cross-covariance": ("cross_covariance",),
+    "mean": ("mean",),
 }
 #: the cross-covariance cases' query (the input's feature names f0..f3)
 CROSS_QUERY = {"cross-covariance": {"rows": ["f0", "f2"], "cols": ["f1", "f2", "f3"]}}
@@ -155,8 +157,8 @@ def noisy_variables(case: Case) -> set[str]:
     out = set(QUERY_VARIABLE[case.query])  # the privatized query output: data + calibrated noise
     if case.directions == "dp-pca":
         out |= set(DP_PCA_VARIABLES)
-    if case.count_released:
-        out |= set(COUNT_VARIABLES)
+    if case.count_released:  # the noisy sum is the query type's (a covariance's gram)
+        out |= {query_type(case.query).sum_variable, *COUNT_VARIABLES[1:]}
     if case.route == "mean-first":
         out = set(MEAN_FIRST_VARIABLES)
     return out
@@ -248,6 +250,11 @@ CASES: list[Case] = [
     Case(
         "centered-covariance", "symmetric", "exact", "replace-one", None, "box", route="mean-first"
     ),
+    # the mean (one module: plan/queries/mean.py): both relations, the sum with a noisy count
+    Case("mean", "unimodal", "exact", "replace-one", None, "box"),
+    Case("mean", "unimodal", "mvg-thm2", "replace-one", None, "l2"),
+    Case("mean", "unimodal", "exact", "add-remove", None, "l2"),
+    Case("mean", "unimodal", "exact", "add-remove", N0, "box"),
     # missing values filled with a declared value (published as mvg_dask_missing, from the
     # spec): B's record has NaN where A's has values
     Case("covariance", "symmetric", "exact", "replace-one", None, "box", missing=True),

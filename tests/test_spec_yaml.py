@@ -289,7 +289,7 @@ def test_query_covarience_reads_as_the_issue_asks() -> None:
         parse_spec(_spec(query="covarience"))
     assert str(info.value) == (
         "spec: query: unknown query 'covarience'; did you mean 'covariance'? "
-        "The queries are: identity, covariance, centered-covariance"
+        "The queries are: identity, covariance, centered-covariance, mean"
     )
     assert "RegressionSpec" not in str(info.value)
 
@@ -314,5 +314,5 @@ def test_the_cli_reads_scientific_notation_and_names_a_typo(tmp_path: Path) -> N
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.splitlines() == [
         "mvg-dask: error: spec.yaml: query: unknown query 'covarience'; did you mean "
-        "'covariance'? The queries are: identity, covariance, centered-covariance"
+        "'covariance'? The queries are: identity, covariance, centered-covariance, mean"
     ]

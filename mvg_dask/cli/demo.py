@@ -236,12 +236,12 @@ def _synthetic_run(root: Path, client: Any, records: int, features: int, seed: i
     with dask.config.set(scheduler=client.get):
         write_matrix(synthetic(records, features, record_chunk=chunk), store, record_chunk=chunk)
     click.echo(f"synthetic: {features} x {records} written in {time.perf_counter() - t:.1f} s")
-    for query in ("covariance", "identity"):
+    for kind in ("covariance", "identity"):
         t = time.perf_counter()
-        spec = _demo_spec(_write_spec(root, f"synthetic-{query}"), seed)
+        spec = _demo_spec(_write_spec(root, f"synthetic-{kind}"), seed)
         res = api.release(spec, client=client, seed=seed)
         seconds = time.perf_counter() - t  # the demo measures throughput (curator side)
         click.echo(
-            f"synthetic {query}: {res.output} in {seconds:.1f} s "
+            f"synthetic {kind}: {res.output} in {seconds:.1f} s "
             f"({records * features / seconds / 1e6:.1f} M elements/s)"
         )

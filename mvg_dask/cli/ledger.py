@@ -55,8 +55,8 @@ def ledger_show(location: str, password_file: str | None, as_json: bool) -> None
     DP (mu = sqrt of the sum of their mu^2), and the composed mu is stated as the epsilon at the
     budget's delta. That is why one release at epsilon=1, delta=1e-6 shows as spent epsilon
     0.8725 in a budget with delta=1e-5, and why releases of nominal total epsilon 5 fit a budget
-    of 3. Delta is then not spent separately: "delta=shared" means the whole budget delta goes
-    with the epsilon left. A last line per dataset says which composition was used.
+    of 3. Delta is then not spent separately: the spent and the left epsilon are both stated at
+    the budget's delta. A last line per dataset says which composition was used.
     """
     from mvg_dask.ledger import summary_text
 
@@ -72,20 +72,20 @@ def ledger_show(location: str, password_file: str | None, as_json: bool) -> None
 
 
 def _composition_note(ds: dict[str, Any]) -> str:
-    """One line per dataset: how the spent epsilon was composed, and what "shared" means."""
+    """One line per dataset: how the spent epsilon was composed, and what happens to delta."""
     budget, spent, n = ds["budget"], ds["spent"], len(ds["releases"])
     head = f"dataset {ds['dataset']}: {n} release(s) composed by "
     if ds["composition"] == "gaussian-dp":
         return (
             head + f"Gaussian DP (all exact): mu = sqrt(sum mu_i^2) = {spent['mu']:.4g}, stated "
             f"as epsilon at the budget's delta={budget['delta']:.3g}; delta is not spent "
-            "separately (delta=shared: the whole budget delta goes with the epsilon left)"
+            "separately: the whole budget delta goes with the epsilon left"
         )
     if ds["composition"] == "pld":
         return (
             head + "privacy-loss distributions (dp-accounting), epsilon at the budget's "
-            f"delta={budget['delta']:.3g}, below the sum of their epsilons; delta=shared: the "
-            "whole budget delta goes with the epsilon left"
+            f"delta={budget['delta']:.3g}, below the sum of their epsilons; delta is not spent "
+            "separately: the whole budget delta goes with the epsilon left"
         )
     return head + "basic composition: the sums of their epsilons and of their deltas"
 

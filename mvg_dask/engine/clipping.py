@@ -24,12 +24,9 @@ class Clipper:
         L2-ball radius.
     on_violation : {"clip", "error"}
         What to do with values outside the domain.
-    augment : bool
-        The records are summed augmented, ``[x - c; 1]`` (a moment query):
-        :func:`~mvg_dask.engine.tasks.gram.gram_task` forms their Gram matrix
-        (:func:`mvg_dask.plan.queries.moment.augmented_gram`).
     centre : ndarray or None
-        ``c`` of a moment query (``None``: no shift).
+        ``c`` of a moment query (``None``: no shift), subtracted from each clipped block by
+        the Gram tasks (what the records are summed into is the query's own ``partial``).
     box_field : str
         The spec field(s) that declare the box, for the error message.
     fill : ndarray or None
@@ -43,7 +40,6 @@ class Clipper:
     upper: np.ndarray | None
     radius: float | None
     on_violation: str
-    augment: bool = False
     centre: np.ndarray | None = None
     box_field: str = "domain.box"
     fill: np.ndarray | None = None

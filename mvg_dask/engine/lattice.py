@@ -1,11 +1,12 @@
 """The engine side of the lattice release: whiten, round to the grid, add exact integer noise,
 publish (docs/lattice.md; the plan side is :mod:`mvg_dask.plan.lattice`).
 
-Every function here computes, from a block of the clipped query in float64, the whitened value
-``g`` with the float sequence the plan's error bound covers (diagonal whitening ``fl(f_ij w_i)``
-then ``fl(. w_j)`` with ``w = fl(1 / fl(sqrt(v)))``; dense whitening ``fl(P @ f)`` with
-``P = fl(W^T / d)``), its lattice coordinates, the exact integers ``t = rint(g / 2^k) + K`` with
-``K`` from the noise grid (:func:`mvg_dask.noise.tiles.tile_lattice_noise`,
+Every function here computes, from a block of the clipped query's values (float64), the
+whitened value ``g`` with the float sequence the plan's error bound covers (diagonal whitening
+``fl(f_ij w_i)`` then ``fl(. w_j)`` with ``w = fl(1 / fl(sqrt(v)))``; dense whitening
+``fl(P @ f)`` with ``P = fl(W^T / d)``), its lattice coordinates, the exact integers
+``t = rint(g / 2^k) + K`` with ``K`` from the noise grid
+(:func:`mvg_dask.noise.tiles.tile_lattice_noise`,
 :func:`~mvg_dask.noise.tiles.square_lattice_block`,
 :func:`~mvg_dask.noise.tiles.symmetric_lattice_block`), and the published value
 ``A (2^k t) B^T`` in float: post-processing of ``t`` only. A block's bytes depend on the key, the

@@ -57,11 +57,9 @@ from mvg_dask.release_format import (
     COMPONENT_DIM,
     CONSTANT_TERM,
     COVARIANCE,
-    CROSS_COVARIANCE_QUERY,
     DIRECTION_DIM,
     DIRECTIONS,
     DP_PCA_EIGENVALUES,
-    GRAM,
     GROUP_DIM,
     INCOMPLETE,
     MEAN,
@@ -171,7 +169,7 @@ def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:
 def _noise_dims(rplan: ReleasePlan) -> tuple[str, str]:
     """The dimensions of the noise matrices: :func:`matrix_dims`, or a cross-covariance's
     (:func:`~mvg_dask.release_format.cross_noise_dims`)."""
-    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+    if rplan.query.feature_sides is not None:  # rows and cols are two sets of features
         return cross_noise_dims(rplan.input.feature_dim)
     return matrix_dims(rplan)
 
@@ -183,8 +181,10 @@ def _cross_coords(rplan: ReleasePlan) -> dict[str, Any]:
     second = rplan.input.cols_input
     if second is not None:  # the stacked record [x; y]: Y's labels after X's
         labels += _second_labels(labels, second)
-    rows = _label_array([labels[i] for i in rplan.query.rows])  # type: ignore[attr-defined]
-    cols = _label_array([labels[i] for i in rplan.query.cols])  # type: ignore[attr-defined]
+    sides = rplan.query.feature_sides
+    assert sides is not None
+    rows = _label_array([labels[i] for i in sides[0]])
+    cols = _label_array([labels[i] for i in sides[1]])
     row_dim, col_dim = dims_for(rplan.input.feature_dim)
     coords = {row_dim: rows, col_dim: cols, cross_noise_dims(rplan.input.feature_dim)[1]: rows}
     if rplan.query.column_noise_variances is not None:  # col_cov's second dimension
@@ -213,7 +213,7 @@ def _label_array(labels: list[Any]) -> np.ndarray:
 
 
 def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
-    if rplan.query.kind == CROSS_COVARIANCE_QUERY:
+    if rplan.query.feature_sides is not None:
         return _cross_coords(rplan)
     names = rplan.input.feature_names
     if names is None:
@@ -221,6 +221,8 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     # strings as objects: xarray stores them as Zarr v3 variable-length strings
     values = np.asarray(names, dtype=object if isinstance(names[0], str) else None)
     coords = dict.fromkeys(dims_for(rplan.input.feature_dim), values)
+    if rplan.query.output_vector:
+        coords[rplan.input.feature_dim] = values
     if rplan.query.augmented:
         coords[rplan.input.feature_dim] = values
         if isinstance(names[0], str):  # the constant term's label beside the feature names
@@ -266,12 +268,14 @@ def _matrix_dataset(
     write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
     if rplan.mean_first is not None:
         return _mean_first_dataset(rplan)
-    m = rplan.input.features
-    # (m, m), or a cross-covariance's (m_a, m_b)
-    shape = (m, m) if rplan.query.augmented else rplan.query.shape
-    square = dims_for(rplan.input.feature_dim)
-    names = [name] if count is None else [name, GRAM]
-    variables = {k: xr.DataArray(placeholder(shape), dims=square) for k in names}
+    m, q = rplan.input.features, rplan.query
+    # (m, m), a cross-covariance's (m_a, m_b), or a vector over the features (the mean)
+    shape: tuple[int, ...] = (m, m) if q.augmented else q.shape
+    dims: tuple[str, ...] = dims_for(rplan.input.feature_dim)
+    if q.output_vector:
+        shape, dims = (q.shape[0],), (rplan.input.feature_dim,)
+    names = [name] if count is None else [name, q.sum_variable]
+    variables = {k: xr.DataArray(placeholder(shape), dims=dims) for k in names}
     coords = _feature_coords(rplan)
     if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
         names = [MOMENT, MEAN, COVARIANCE]

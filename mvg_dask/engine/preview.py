@@ -17,6 +17,7 @@ from typing import Any
 
 from mvg_dask.errors import BudgetError, LedgerError
 from mvg_dask.ledger import Guarantee, convert_neighbours, open_ledger, spending
+from mvg_dask.ledger.base import check_registered_budget
 from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.presentation import Row, plan_rows, render_html, render_text
 from mvg_dask.plan.release_plan import ReleasePlan
@@ -78,8 +79,8 @@ class BudgetPreview:
         spent = f"spent epsilon = {self.spent_epsilon:.4g} of {self.budget_epsilon:g}"
         if not self.fits:
             return (
-                f"{head}: {spent}; this release (epsilon = {self.charge_epsilon:.4g}) would "
-                "exceed the budget and be refused"
+                f"{head}: refused: this release (epsilon = {self.charge_epsilon:.4g}) would "
+                f"exceed the budget ({spent}, {self.composition} composition)"
             )
         if self.composition in _AT_BUDGET_DELTA:
             how = _AT_BUDGET_DELTA[self.composition]
@@ -159,11 +160,11 @@ def budget_after(
         existing = [loss_from_json(r["charged"]["loss"]) for r in mine["releases"]]
     before = spending(existing, b_delta) if existing else None
     own = Guarantee(charge.loss, charge.neighbours)
-    refused = None
+    refused = None if mine is None else _registered_refusal(charge, mine["budget"])
     try:
         g = convert_neighbours(own, b_nb, allow=charge.convert_neighbours)
     except BudgetError as exc:
-        refused, g = str(exc), own
+        refused, g = refused or str(exc), own
     after = spending([*existing, g.loss], b_delta)
     return BudgetPreview(
         dataset=charge.dataset,
@@ -180,6 +181,25 @@ def budget_after(
         fits=refused is None and after.fits(b_eps, b_delta),
         refused=refused,
     )
+
+
+def _registered_refusal(charge: Any, registered: dict[str, Any]) -> str | None:
+    """Why the ledger refuses a spec whose budget is not the one its dataset is registered
+    with (what the release itself would say), or ``None``."""
+    try:
+        check_registered_budget(
+            charge.dataset,
+            (
+                float(registered["epsilon"]),
+                float(registered["delta"]),
+                str(registered["neighbours"]),
+            ),
+            (charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours),
+            where=parse_location(charge.location).display(),
+        )
+    except BudgetError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

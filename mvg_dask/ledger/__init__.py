@@ -137,11 +137,15 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
     for ds in summary:
         b, s, left = ds["budget"], ds["spent"], ds["left"]
         mu = f", mu={s['mu']:.4g}" if s["mu"] is not None else ""
-        left_delta = "shared" if left["delta"] is None else f"{left['delta']:.3g}"
+        if left["delta"] is None:  # epsilon stated at the budget's delta: delta is not spent
+            spent = f"spent epsilon={s['epsilon']:.4g} at the budget's delta"
+            rest = f"left epsilon={left['epsilon']:.4g} at the budget's delta"
+        else:
+            spent = f"spent epsilon={s['epsilon']:.4g} delta={s['delta']:.3g}"
+            rest = f"left epsilon={left['epsilon']:.4g} delta={left['delta']:.3g}"
         lines.append(
             f"dataset {ds['dataset']} ({b['neighbours']}): budget epsilon={b['epsilon']:g} "
-            f"delta={b['delta']:.3g}; spent epsilon={s['epsilon']:.4g} delta={s['delta']:.3g} "
-            f"({ds['composition']}{mu}); left epsilon={left['epsilon']:.4g} delta={left_delta}"
+            f"delta={b['delta']:.3g}; {spent} ({ds['composition']}{mu}); {rest}"
         )
         seeded = sum(1 for r in ds["releases"] if r["seeded"])
         if seeded:

@@ -34,7 +34,7 @@ def identity_noise_gram(plan: NoisePlan) -> np.ndarray:
     ndarray
         ``m x m``.
     """
-    if plan.query.kind != "identity":
+    if not plan.query.per_record_columns:
         raise ValueError(f"this needs the plan of an identity release, got {plan.query.kind!r}")
     Sigma = plan.row_cov
     n = plan.shape[1]

@@ -31,7 +31,7 @@ from mvg_dask.plan.lattice import LatticeContext, canonical_gram_depth, panel_de
 from mvg_dask.plan.mean_first import MeanStep, choose_route, plan_mean_step, step_mus
 from mvg_dask.plan.noise_calibration import gram_step_lattice
 from mvg_dask.plan.noise_plan import NoisePlan, build_noise_plan
-from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query
+from mvg_dask.plan.queries import DeclaredBoundError, MatrixQuery, make_query, query_type
 from mvg_dask.plan.queries.cross import column_variances
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.release_plan import ReleasePlan
@@ -40,9 +40,7 @@ from mvg_dask.privacy import allocation
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.accounting import GaussianDP
 from mvg_dask.privacy.registry import get_calibration
-from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
-    MOMENT_QUERY_KINDS,
     ColumnsSpec,
     CrossCovarianceQuerySpec,
     CrossCovarianceSpec,
@@ -179,13 +177,12 @@ def _fixed_directions(
 
 def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
     """The covariance output's chunk (``None``: one chunk); checks the blocked path's needs."""
-    if spec.query_kind in MOMENT_QUERY_KINDS and spec.output.matrix_chunk is not None:
-        if spec.output.matrix_chunk <= m:
-            raise DataError(
-                f"output.matrix_chunk: a {spec.query_kind} release is assembled whole on the "
-                f"client ({m + 1} x {m + 1}); remove matrix_chunk"
-            )
-    if spec.query_kind != "covariance":
+    qtype = query_type(spec.query_kind)
+    if not qtype.blocked_output:
+        try:
+            qtype.check_matrix_chunk(spec.output.matrix_chunk, m)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
         return None
     chunk = spec.output.matrix_chunk
     if chunk is None:
@@ -259,12 +256,35 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
         TREE_FAN_IN,
         GRAM_MIN_TASKS,
     )
-    if spec.query_kind == "covariance":
+    if query_type(spec.query_kind).blocked_output:
         # the bound of both summations (the whole-matrix Gram pass and the blocked panels), so
         # that the plan, and the bytes of a release with standard directions, never depend on
         # output.matrix_chunk
         depth = max(depth, panel_depth(records, PANEL_RECORDS))
     return LatticeContext(records=records, depth=depth)
+
+
+def _stages(
+    query: MatrixQuery,
+    noisy_count: bool,
+    step: DpPcaStep | None,
+    matrix_chunk: int | None,
+    noise: str,
+    mean_step: MeanStep | None,
+) -> tuple[str, ...]:
+    """The query's own stages (:func:`~mvg_dask.plan.stages.release_stages`); a query refusing
+    what its engine path cannot run is a one-line error."""
+    try:
+        return release_stages(
+            query,
+            noisy_count=noisy_count,
+            dp_pca=step is not None,
+            panels=matrix_chunk is not None,
+            lattice=noise == "lattice",
+            mean_first=mean_step is not None,
+        )
+    except ValueError as exc:
+        raise DataError(f"mechanism: {exc}") from None
 
 
 def plan_release(
@@ -330,6 +350,7 @@ def plan_release(
             f"{privacy.epsilon:g}, privacy.delta={privacy.delta:g} and {metadata.records} records "
             f"leaves float64's range ({type(exc).__name__}: {exc}); rescale the data or the budget"
         ) from None
+    stages = _stages(query, budgets.count_share > 0, step, matrix_chunk, mech.noise, mean_step)
     plan = ReleasePlan(
         tile_records=tile_records_for(m),
         release_id=rid,
@@ -358,14 +379,7 @@ def plan_release(
         noise=noise,
         noise_kind=mech.noise,
         lattice_context=context,
-        stages=release_stages(
-            spec.query_kind,
-            noisy_count=budgets.count_share > 0,
-            dp_pca=step is not None,
-            panels=matrix_chunk is not None,
-            lattice=mech.noise == "lattice",
-            mean_first=mean_step is not None,
-        ),
+        stages=stages,
         mean_first=mean_step,
     )
     if step is not None:
@@ -419,27 +433,13 @@ def _count_share(spec: ReleaseSpec) -> float:
     return privacy.count_share if private_count and privacy.records is None else 0.0
 
 
-def _moment_scale(domain: RecordDomain) -> float:
-    """The constant coordinate ``s`` of a moment query's ``z = [x - c; s]``, from the declared
-    domain alone (:func:`~mvg_dask.privacy.sensitivity.augmented_scale`): ``A = sup ||x - c||^2``
-    is the box's squared half-diagonal about its centre, or the ball's squared radius."""
-    if isinstance(domain, BoxDomain):
-        half = (domain.upper - domain.lower) / 2.0
-        return augmented_scale(float(half @ half), domain.m)
-    return augmented_scale(domain.radius**2, domain.m)
-
-
 def _query(spec: ReleaseSpec, metadata: InputMetadata, domain: RecordDomain) -> MatrixQuery:
     """The query, its declared bounds checked against the ones the domain proves."""
     mech, privacy = spec.mechanism, spec.privacy
     private_count = privacy.neighbours == "add-remove"
     kind = spec.query_kind
     fields: dict[str, Any] = _query_features(spec, metadata)
-    if kind in MOMENT_QUERY_KINDS:
-        fields["features"] = metadata.features + 1  # the constant term
-        fields["scale"] = _moment_scale(domain)
-        if isinstance(domain, BoxDomain):  # shifted by the box's centre (docs/bounds.md Sec. 14)
-            fields["centre"] = tuple(float(c) for c in (domain.lower + domain.upper) / 2)
+    fields |= query_type(kind).planned_fields(domain, metadata.features)
     if spec.regression_target is not None:
         fields["target"] = _target_position(spec.regression_target, metadata)
         fields["target_label"] = spec.regression_target

@@ -58,67 +58,9 @@ def _domain_text(rplan: ReleasePlan) -> str:
 
 
 def _query_text(rplan: ReleasePlan) -> str:
-    m = rplan.input.features
-    private_n = rplan.neighbours == "add-remove"
-    n = "N" if private_n else str(rplan.input.records)
-    if rplan.query.kind == "identity":
-        return f"identity: the {m} x {n} data matrix itself, noise on every entry"
-    if rplan.mean_first is not None:
-        return (
-            f"centered covariance by the mean first: the mean of the records about the box's "
-            f"centre plus Gaussian noise, then sum (x - centre)(x - centre)^T / N ({m} x {m}) "
-            f"about the released mean clamped into the box, N = {n} (public under replace-one)"
-        )
-    if rplan.query.augmented:
-        centred = getattr(rplan.query, "centre", None) is not None
-        about = "c = the box's centre" if centred else "c = 0 (an l2 ball)"
-        moment = (
-            f"second moment Z Z^T / N of z = [x - c; s] ({m + 1} x {m + 1}), {about}, "
-            f"s = {getattr(rplan.query, 'scale', 1.0):g}, N = {n} (public under replace-one); "
-            "mean and covariance around it computed from it"
-        )
-        target = getattr(rplan.query, "target_label", None)
-        moment = moment if target is None else f"regression on {target!r}: {moment}"
-        return moment + _groups_text(rplan)
-    if rplan.query.kind == "cross-covariance":
-        m_a, m_b = rplan.query.shape
-        norm = f"N0 = {rplan.query.records} declared public" if private_n else f"N = {n} (public)"
-        text = f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
-        second = rplan.input.cols_input
-        if second is not None:
-            text = (
-                f"cross-covariance X_rows Y_cols^T / N ({m_a} x {m_b}): rows of "
-                f"{rplan.input.variable!r} ({m} features), cols of {second.variable!r} "
-                f"({second.features} features, read beside it by record range), {norm}"
-            )
-        psi = rplan.query.column_noise_variances
-        if psi is None:
-            return text
-        return (
-            f"{text}; column noise Psi = diag({', '.join(f'{v:.4g}' for v in psi)}) "
-            f"(col_allocation, tr Psi^-1 = {m_b})"
-        )
-    if not private_n:
-        return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
-    if not rplan.releases_count:
-        return f"covariance X X^T / N0 ({m} x {m}), N0 = {rplan.query.records} declared public"
-    return (
-        f"sum X X^T ({m} x {m}) and a noisy record count ({rplan.budgets.count_share:.0%} of the "
-        "budget); covariance = sum / count"
-    )
-
-
-def _groups_text(rplan: ReleasePlan) -> str:
-    """A grouped release's groups, from the spec alone (their count and variable, a few
-    labels): empty for an ungrouped release."""
-    q = rplan.query
-    if q.groups is None:
-        return ""
-    shown = ", ".join(map(repr, q.groups[:5])) + (", ..." if len(q.groups) > 5 else "")
-    return (
-        f"; one release per group of {q.group_variable!r}: {len(q.groups)} declared groups "
-        f"({shown}), M_g = Z_g Z_g^T / N, undeclared labels dropped; one release's budget"
-    )
+    """What is released: the query type's own line
+    (:meth:`~mvg_dask.plan.MatrixQuery.dry_run_text`)."""
+    return rplan.query.dry_run_text(rplan)
 
 
 def centered_routes_text(rplan: ReleasePlan) -> str | None:

@@ -145,7 +145,7 @@ class ReleasePlan:
     def implied_stages(self) -> tuple[str, ...]:
         """The stages the plan's fields imply (:func:`~mvg_dask.plan.stages.release_stages`)."""
         return release_stages(
-            self.query.kind,
+            self.query,
             noisy_count=self.releases_count,
             dp_pca=self.uses_dp_pca,
             panels=self.matrix_chunk is not None,

@@ -29,6 +29,10 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
     clamped into the box, plus noise, written with the mean.
 ``cross-covariance``
     Add the noise to the ``rows x cols`` block of ``X X^T / N`` and write it.
+``query``
+    Add the plan's (rectangular) noise to the query's own finalize of the Gram pass's total and
+    write it as the query's output variable (with a noisy count: the noisy sum and the ratio);
+    the stage of a query that needs no engine code of its own (the mean).
 ``covariance-panels``
     A wide covariance, one row panel of ``X X^T`` plus noise per task.
 ``low-rank-lattice-panels``
@@ -37,7 +41,7 @@ of the names below, in its ``stages`` field; the dry run prints them and the eng
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Protocol
 
 NOISY_COUNT: Final = "noisy-count"
 GRAM: Final = "gram"
@@ -51,9 +55,7 @@ CROSS_COVARIANCE: Final = "cross-covariance"
 MEAN: Final = "mean"
 COVARIANCE_ABOUT_MEAN: Final = "covariance-about-mean"
 LOW_RANK_LATTICE_PANELS: Final = "low-rank-lattice-panels"
-
-#: the queries released as the augmented second moment (their last stage is ``moment``)
-MOMENT_QUERIES: Final = ("centered-covariance", "regression")
+QUERY: Final = "query"
 
 #: every stage name, in the order they can run
 STAGES: Final = (
@@ -67,13 +69,23 @@ STAGES: Final = (
     MEAN,
     COVARIANCE_ABOUT_MEAN,
     CROSS_COVARIANCE,
+    QUERY,
     COVARIANCE_PANELS,
     LOW_RANK_LATTICE_PANELS,
 )
 
 
+class StagedQuery(Protocol):
+    """A query as :func:`release_stages` sees it (a :class:`~mvg_dask.plan.MatrixQuery`)."""
+
+    def release_stages(
+        self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    ) -> tuple[str, ...]:
+        """Its stages."""
+
+
 def release_stages(
-    query: str,
+    query: StagedQuery,
     *,
     noisy_count: bool,
     dp_pca: bool,
@@ -81,12 +93,14 @@ def release_stages(
     lattice: bool,
     mean_first: bool = False,
 ) -> tuple[str, ...]:
-    """The stages a release runs, in order.
+    """The stages a release runs, in order: the query type's own
+    (``MatrixQuery.release_stages``; a query the engine does not run raises
+    ``ValueError``), or the mean-first route's.
 
     Parameters
     ----------
-    query : {"identity", "covariance", "centered-covariance", "regression", "cross-covariance"}
-        The query's kind.
+    query : MatrixQuery
+        The query.
     noisy_count : bool
         The release adds a noisy record count.
     dp_pca : bool
@@ -105,18 +119,6 @@ def release_stages(
     """
     if mean_first:  # box, replace-one, fixed directions (the spec refuses the others)
         return (GRAM, MEAN, COVARIANCE_ABOUT_MEAN)
-    stages: list[str] = [NOISY_COUNT] if noisy_count else []
-    if query == CROSS_COVARIANCE:  # fixed directions, whole matrix (the plan refuses others)
-        return (*stages, GRAM, CROSS_COVARIANCE)
-    if query == "covariance" and panels:
-        if dp_pca:  # a wide DP-PCA keeps its top k: low-rank directions
-            stages.append(DP_PCA_PANELS)
-        stages.append(LOW_RANK_LATTICE_PANELS if dp_pca and lattice else COVARIANCE_PANELS)
-        return tuple(stages)
-    moment = query in MOMENT_QUERIES
-    if query == "covariance" or moment or dp_pca:
-        stages.append(GRAM)
-    if dp_pca:
-        stages.append(DP_PCA)
-    stages.append(COVARIANCE if query == "covariance" else MOMENT if moment else IDENTITY)
-    return tuple(stages)
+    return query.release_stages(
+        noisy_count=noisy_count, dp_pca=dp_pca, panels=panels, lattice=lattice
+    )

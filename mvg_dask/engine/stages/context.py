@@ -11,7 +11,7 @@ from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.engine.records import PanelReads, StackedMatrix, ZarrLabels, ZarrMatrix
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.plan import BoxDomain
+from mvg_dask.plan import BoxDomain, MatrixQuery
 from mvg_dask.plan.release_plan import ReleasePlan
 
 
@@ -26,10 +26,14 @@ class GramPass:
         One partial ``X X^T`` per task.
     root : Future or None
         The sum, when the workers reduce.
+    query : MatrixQuery
+        The query whose ``partial`` the tasks apply and whose ``combine`` sums them
+        (:meth:`~mvg_dask.plan.MatrixQuery.gram_pass`).
     """
 
     leaves: list[Future]
     root: Future | None
+    query: MatrixQuery
 
 
 @dataclass
@@ -96,9 +100,9 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
     -------
     Clipper
         Box or L2-ball clipping, with the plan's ``on_violation`` and ``missing`` fill (and,
-        for a moment query, the Gram pass summing the augmented records).
+        for a moment query, the shift by its centre).
     """
-    d, aug = rplan.domain, rplan.query.augmented
+    d = rplan.domain
     centre = getattr(rplan.query, "centre_vector", None)
     fill = fill_column(rplan)
     if isinstance(d, BoxDomain):
@@ -106,8 +110,8 @@ def clipper_for(rplan: ReleasePlan) -> Clipper:
         field = "domain.box"
         if rplan.input.cols_input is not None:  # the stacked record [x; y]
             field = "domain.box or query.cross-covariance.cols.box"
-        return Clipper("box", lo, hi, None, rplan.on_violation, aug, centre, field, fill)
-    return Clipper("l2", None, None, d.radius, rplan.on_violation, aug, centre, fill=fill)
+        return Clipper("box", lo, hi, None, rplan.on_violation, centre, field, fill)
+    return Clipper("l2", None, None, d.radius, rplan.on_violation, centre, fill=fill)
 
 
 def fill_column(rplan: ReleasePlan) -> np.ndarray | None:

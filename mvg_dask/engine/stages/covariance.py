@@ -90,7 +90,7 @@ def write_covariance(
     count : float or None
         The noisy record count, when the release has one.
     """
-    query = gram / rplan.query.records
+    query = rplan.query.finalize(gram)  # X X^T / N (or / N0)
     if noise is None:  # lattice noise
         noisy = lattice_square_release(query, rplan.noise_plan(), key.derive("release"))
     else:

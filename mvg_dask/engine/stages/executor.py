@@ -15,6 +15,7 @@ from mvg_dask.engine.stages.identity import run_identity
 from mvg_dask.engine.stages.mean_first import run_covariance_about_mean, run_mean
 from mvg_dask.engine.stages.moment import run_moment
 from mvg_dask.engine.stages.panels import run_covariance_panels, run_low_rank_lattice_panels
+from mvg_dask.engine.stages.query import run_query
 from mvg_dask.plan import stages as names
 from mvg_dask.plan.release_plan import ReleasePlan
 
@@ -33,6 +34,7 @@ STAGE_FUNCTIONS: dict[str, Stage] = {
     names.MEAN: run_mean,
     names.COVARIANCE_ABOUT_MEAN: run_covariance_about_mean,
     names.CROSS_COVARIANCE: run_cross_covariance,
+    names.QUERY: run_query,
     names.COVARIANCE_PANELS: run_covariance_panels,
     names.LOW_RANK_LATTICE_PANELS: run_low_rank_lattice_panels,
 }

@@ -19,6 +19,7 @@ from mvg_dask.engine.stages.context import (
 )
 from mvg_dask.engine.tasks.gram import add_grams, combine_grams, gram_task
 from mvg_dask.plan.input_metadata import TREE_FAN_IN
+from mvg_dask.plan.queries import MatrixQuery
 from mvg_dask.plan.release_plan import ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
@@ -54,10 +55,16 @@ def wait_for_gram(ctx: RunContext, rplan: ReleasePlan) -> np.ndarray:
     return ctx.gram
 
 
-def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = None) -> GramPass:
-    """Start the Gram pass, ``X X^T`` of the clipped records (:func:`finish_gram` waits for
-    it and returns the sum): per-task partials, then a fixed-order tree reduction (groups of
-    ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
+def submit_gram(
+    ctx: RunContext,
+    rplan: ReleasePlan,
+    clipper: Clipper | None = None,
+    query: MatrixQuery | None = None,
+) -> GramPass:
+    """Start the Gram pass over the clipped records (:func:`finish_gram` waits for it and
+    returns the sum): per-task partials, each the query's own ``partial`` of a canonical block
+    added by its ``combine``, then a fixed-order tree reduction of the query's ``combine``
+    (groups of ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
 
     Every query sums canonical record blocks
     (:meth:`~mvg_dask.plan.input_metadata.InputMetadata.canonical_ranges`), so the bytes of the
@@ -81,6 +88,9 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     clipper : Clipper, optional
         The records' clipper and shift (the plan's by default; the mean-first route's second
         pass shifts by its released centre).
+    query : MatrixQuery, optional
+        The query the pass sums (by default the plan's,
+        :meth:`~mvg_dask.plan.MatrixQuery.gram_pass`).
 
     Returns
     -------
@@ -88,6 +98,7 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
         The submitted pass.
     """
     client = ctx.client
+    query = rplan.query.gram_pass() if query is None else query
     # canonical record blocks; an empty input is one task over no record (its sum: zeros)
     ranges = rplan.input.canonical_ranges() or [(0, 0)]
     m = rplan.input.stacked_features  # [x; y] with a second variable
@@ -111,15 +122,19 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
             step=rplan.input.record_chunk,
             block=rplan.input.canonical_block(),
             labels=labels_of(rplan),
+            query=query,
             pure=False,
             **placed(home),
         )
     if on_client:
-        return GramPass(leaves, None)
-    return GramPass(leaves, _fold_on_workers(client, list(zip(leaves, places, strict=True))))
+        return GramPass(leaves, None, query)
+    root = _fold_on_workers(client, list(zip(leaves, places, strict=True)), query)
+    return GramPass(leaves, root, query)
 
 
-def _fold_on_workers(client: Client, level: list[tuple[Future, str | None]]) -> Future:
+def _fold_on_workers(
+    client: Client, level: list[tuple[Future, str | None]], query: MatrixQuery
+) -> Future:
     """The root of the reduction tree, each group a left fold of pairwise additions."""
     while len(level) > 1:
         folded = []
@@ -128,7 +143,9 @@ def _fold_on_workers(client: Client, level: list[tuple[Future, str | None]]) -> 
             for part, home in rest:
                 # a step runs as soon as its operands exist: a partial is folded in
                 # (and its memory freed) before the worker starts another leaf
-                acc = client.submit(add_grams, acc, part, pure=False, priority=1, **placed(home))
+                acc = client.submit(
+                    add_grams, acc, part, query, pure=False, priority=1, **placed(home)
+                )
             folded.append((acc, home))
         level = folded
     return level[0][0]
@@ -163,7 +180,8 @@ def finish_gram(ctx: RunContext, rplan: ReleasePlan, gram_pass: GramPass) -> np.
         parts = client.gather(leaves)
         while len(parts) > 1:
             parts = [
-                combine_grams(parts[i : i + TREE_FAN_IN]) for i in range(0, len(parts), TREE_FAN_IN)
+                combine_grams(parts[i : i + TREE_FAN_IN], gram_pass.query)
+                for i in range(0, len(parts), TREE_FAN_IN)
             ]
         result = parts[0]
     else:

@@ -21,7 +21,7 @@ from mvg_dask.engine.stages.context import RunContext, fill_column
 from mvg_dask.engine.stages.covariance import covariance_noise
 from mvg_dask.engine.stages.gram import finish_gram, submit_gram, wait_for_gram
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.plan import BoxDomain
+from mvg_dask.plan import BoxDomain, CovarianceQuery
 from mvg_dask.plan.mean_first import MeanStep, centre_from_mean
 from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import CENTRE, COVARIANCE, MEAN
@@ -108,14 +108,15 @@ def run_covariance_about_mean(ctx: RunContext, rplan: ReleasePlan) -> ReleasePla
         d.upper[:, None],
         None,
         rplan.on_violation,
-        False,
         centre,
         fill=fill_column(rplan),
     )
     clipped = ctx.clipped  # the second pass clips the values the first one did
-    gram = finish_gram(ctx, rplan, submit_gram(ctx, rplan, clipper))
+    # the pass sums fl(x - centre) fl(x - centre)^T: the covariance's partial and combine
+    about = CovarianceQuery(rplan.input.features, rplan.input.records)
+    gram = finish_gram(ctx, rplan, submit_gram(ctx, rplan, clipper, about))
     ctx.clipped = clipped
-    query = gram / rplan.input.records
+    query = about.finalize(gram)
     if rplan.noise_kind == "lattice":
         noisy = lattice_square_release(query, plan, key)
     else:

@@ -73,7 +73,7 @@ def _moment(ctx: RunContext, rplan: ReleasePlan, scale: float) -> np.ndarray:
     """The exact query: the Gram pass's sums of ``[x - c; 1]`` divided by ``N``, the constant
     coordinate then scaled to ``s`` (a power of two: exactly the moment of ``[x - c; s]``,
     :func:`~mvg_dask.plan.queries.moment.scale_constant`)."""
-    return scale_constant(wait_for_gram(ctx, rplan) / rplan.query.records, scale)
+    return scale_constant(rplan.query.gram_pass().finalize(wait_for_gram(ctx, rplan)), scale)
 
 
 def _float_noise(rplan: ReleasePlan, key: NoiseKey) -> np.ndarray | None:

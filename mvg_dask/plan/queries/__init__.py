@@ -16,6 +16,7 @@ from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.plan.queries.cross import CrossCovarianceQuery
 from mvg_dask.plan.queries.custom import CustomQuery
 from mvg_dask.plan.queries.identity import IdentityQuery
+from mvg_dask.plan.queries.mean import MeanQuery
 from mvg_dask.plan.queries.moment import CenteredCovarianceQuery, RegressionQuery
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "RegressionQuery",
     "make_query",
     "query_from_dict",
+    "query_type",
 ]
 
 #: The query types by the name a spec gives.
@@ -43,6 +45,7 @@ QUERY_TYPES: dict[str, type[MatrixQuery]] = {
     CenteredCovarianceQuery.kind: CenteredCovarianceQuery,
     RegressionQuery.kind: RegressionQuery,
     CrossCovarianceQuery.kind: CrossCovarianceQuery,
+    MeanQuery.kind: MeanQuery,
 }
 #: The registered names.
 QUERIES: tuple[str, ...] = tuple(QUERY_TYPES)

@@ -6,7 +6,8 @@ the fixed-tree combine the engine sums, the finalize step, its sensitivity bound
 whitened, for a box or an L2 ball, under replace-one or add-remove neighbours), the shape of
 its noise (a symmetric ``m x m`` matrix or a rectangular ``m x n`` one with ``Sigma (x) Psi``)
 and its output. :class:`MatrixQuery` holds what every query shares (declared bounds, checked
-against the proved ones); a new query subclasses it and registers its name in
+against the proved ones) and the hooks of its release (:class:`ReleasedQuery`: stages, output
+layout, dry-run line); a new query subclasses it and registers its name in
 :data:`mvg_dask.plan.queries.QUERY_TYPES`.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
 from mvg_dask.plan.queries.bounds import DECLARED_RTOL, DeclaredBoundError, DeclaredBounds
+from mvg_dask.plan.queries.release import ReleasedQuery
 from mvg_dask.plan.queries.whitened import WhitenedBounds
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -31,11 +33,33 @@ __all__ = [
     "MatrixQuery",
     "NoiseShape",
     "Query",
+    "summed",
 ]
 
 #: ``symmetric``: an ``m x m`` symmetric output (noise ``A S A^T`` or symmetrised);
 #: ``rectangular``: an ``m x n`` output with noise ``Sigma (x) Psi``.
 NoiseShape = Literal["symmetric", "rectangular"]
+
+
+def summed(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``left + right``, formed in whichever operand is writeable: the combine of a query that
+    sums its partials. The engine passes partials it owns and never reads again (a transferred
+    one may be a read-only view of a network frame), and a fresh ``M x M`` array per step
+    costs its page faults, several times the addition's own cost at thousands of features;
+    ``a + b`` and ``b + a`` are the same IEEE sum, so the bytes do not depend on which.
+
+    Parameters
+    ----------
+    left, right : ndarray
+        Two partials of one shape.
+
+    Returns
+    -------
+    ndarray
+        Their sum (possibly ``left`` or ``right`` itself).
+    """
+    out = left if left.flags.writeable else right if right.flags.writeable else None
+    return np.add(left, right, out=out)
 
 
 @runtime_checkable
@@ -90,7 +114,7 @@ class Query(Protocol):
 
 
 @dataclass(frozen=True)
-class MatrixQuery(DeclaredBounds, WhitenedBounds):
+class MatrixQuery(DeclaredBounds, WhitenedBounds, ReleasedQuery):
     """What every query shares: its data's size and the bounds one may declare.
 
     Parameters
@@ -260,7 +284,8 @@ class MatrixQuery(DeclaredBounds, WhitenedBounds):
         raise NotImplementedError(f"the {self.kind} query is not computed by the engine")
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """Two partials combined (one node of the fixed tree)."""
+        """Two partials combined (one node of the fixed tree; it may reuse an operand's
+        memory: the engine never reads a combined partial again)."""
         raise NotImplementedError(f"the {self.kind} query is not computed by the engine")
 
     def finalize(self, total: np.ndarray) -> np.ndarray:

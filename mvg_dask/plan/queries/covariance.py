@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import L2BallDomain, Neighbours, RecordDomain
-from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.base import MatrixQuery, summed
 from mvg_dask.plan.queries.whitened import Whitened, symmetric_bounds
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy import sensitivity as sens
@@ -30,6 +31,9 @@ class CovarianceQuery(MatrixQuery):
     """The covariance query ``f(X) = X X^T / N`` (parameters of :class:`MatrixQuery`)."""
 
     kind: ClassVar[str] = "covariance"
+    blocked_output: ClassVar[bool] = True
+    second_moment: ClassVar[bool] = True
+    output_variable: ClassVar[str | None] = "covariance"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -51,8 +55,35 @@ class CovarianceQuery(MatrixQuery):
         return np.asarray(block @ block.T)
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """The sum."""
-        return np.asarray(left + right)
+        """The sum (:func:`~mvg_dask.plan.queries.base.summed`: in a writeable operand)."""
+        return summed(left, right)
+
+    def release_stages(
+        self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    ) -> tuple[str, ...]:
+        """``[noisy-count,] gram, [dp-pca,] covariance``; a wide one by row panels:
+        ``[noisy-count,] [dp-pca-panels,] covariance-panels`` (``low-rank-lattice-panels`` for
+        DP-PCA's low-rank directions on the lattice)."""
+        if not panels:
+            return self.gram_stages(st.COVARIANCE, noisy_count=noisy_count, dp_pca=dp_pca)
+        count = (st.NOISY_COUNT,) if noisy_count else ()
+        if not dp_pca:
+            return (*count, st.COVARIANCE_PANELS)
+        last = st.LOW_RANK_LATTICE_PANELS if lattice else st.COVARIANCE_PANELS
+        return (*count, st.DP_PCA_PANELS, last)  # a wide DP-PCA keeps its top k: low rank
+
+    def dry_run_text(self, rplan: Any) -> str:
+        """``X X^T / N`` (public ``N``), ``/ N0`` (declared), or the sum and a noisy count."""
+        m = rplan.input.features
+        if rplan.neighbours != "add-remove":
+            n = rplan.input.records
+            return f"covariance X X^T / N ({m} x {m}), N = {n} (public under replace-one)"
+        if not rplan.releases_count:
+            return f"covariance X X^T / N0 ({m} x {m}), N0 = {self.records} declared public"
+        return (
+            f"sum X X^T ({m} x {m}) and a noisy record count "
+            f"({rplan.budgets.count_share:.0%} of the budget); covariance = sum / count"
+        )
 
     def finalize(self, total: np.ndarray) -> np.ndarray:
         """``X X^T / N``."""

@@ -24,9 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain, Neighbours, RecordDomain
 from mvg_dask.plan.low_rank import LowRankPrecision
-from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.base import MatrixQuery, summed
 from mvg_dask.plan.queries.whitened import Whitened
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -121,6 +122,7 @@ class CrossCovarianceQuery(MatrixQuery):
     """
 
     kind: ClassVar[str] = "cross-covariance"
+    output_variable: ClassVar[str | None] = "cross_covariance"
 
     rows: tuple[int, ...] = ()
     cols: tuple[int, ...] = ()
@@ -181,13 +183,49 @@ class CrossCovarianceQuery(MatrixQuery):
         return np.asarray(block @ block.T)
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """The sum."""
-        return np.asarray(left + right)
+        """The sum (:func:`~mvg_dask.plan.queries.base.summed`: in a writeable operand)."""
+        return summed(left, right)
 
     def finalize(self, total: np.ndarray) -> np.ndarray:
         """The ``rows x cols`` block of the Gram, divided by ``N``."""
         block = np.asarray(total)[np.ix_(self.rows, self.cols)]
         return np.asarray(block / self.records)
+
+    def release_stages(
+        self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    ) -> tuple[str, ...]:
+        """``[noisy-count,] gram, cross-covariance``: fixed directions, the whole matrix (the
+        plan refuses DP-PCA and panels)."""
+        return self.gram_stages(st.CROSS_COVARIANCE, noisy_count=noisy_count, dp_pca=False)
+
+    @property
+    def feature_sides(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """``(rows, cols)``: the output's rows and columns are these features."""
+        return self.rows, self.cols
+
+    def dry_run_text(self, rplan: Any) -> str:
+        """``X_rows X_cols^T / N`` (or ``X_rows Y_cols^T``), its normaliser and its ``Psi``."""
+        m = rplan.input.features
+        m_a, m_b = self.shape
+        if rplan.neighbours == "add-remove":
+            norm = f"N0 = {self.records} declared public"
+        else:
+            norm = f"N = {rplan.input.records} (public)"
+        text = f"cross-covariance X_rows X_cols^T / N ({m_a} x {m_b} of {m} features), {norm}"
+        second = rplan.input.cols_input
+        if second is not None:
+            text = (
+                f"cross-covariance X_rows Y_cols^T / N ({m_a} x {m_b}): rows of "
+                f"{rplan.input.variable!r} ({m} features), cols of {second.variable!r} "
+                f"({second.features} features, read beside it by record range), {norm}"
+            )
+        psi = self.column_noise_variances
+        if psi is None:
+            return text
+        return (
+            f"{text}; column noise Psi = diag({', '.join(f'{v:.4g}' for v in psi)}) "
+            f"(col_allocation, tr Psi^-1 = {m_b})"
+        )
 
     def sides(self, domain: RecordDomain) -> tuple[RecordDomain, RecordDomain]:
         """The domains of ``a`` and ``b``."""

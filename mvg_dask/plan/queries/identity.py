@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from mvg_dask.plan import stages as st
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.queries.base import MatrixQuery
+from mvg_dask.plan.queries.covariance import CovarianceQuery
 from mvg_dask.plan.queries.whitened import Whitened
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm
@@ -46,6 +48,24 @@ class IdentityQuery(MatrixQuery):
     def finalize(self, total: np.ndarray) -> np.ndarray:
         """The data matrix."""
         return total
+
+    def release_stages(
+        self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    ) -> tuple[str, ...]:
+        """``identity``, after DP-PCA's ``gram, dp-pca`` when it picks the directions."""
+        if dp_pca:
+            return self.gram_stages(st.IDENTITY, noisy_count=noisy_count, dp_pca=True)
+        return (*((st.NOISY_COUNT,) if noisy_count else ()), st.IDENTITY)
+
+    def gram_pass(self) -> MatrixQuery:
+        """DP-PCA's Gram pass sums ``x x^T``: the covariance's partial and combine."""
+        return CovarianceQuery(self.features, self.records, records_known=self.records_known)
+
+    def dry_run_text(self, rplan: Any) -> str:
+        """The data matrix itself."""
+        n = "N" if rplan.neighbours == "add-remove" else str(rplan.input.records)
+        m = rplan.input.features
+        return f"identity: the {m} x {n} data matrix itself, noise on every entry"
 
     def check_neighbours(self, neighbours: Neighbours) -> None:
         """Refuse add/remove neighbours (they change the output's shape)."""

@@ -27,13 +27,16 @@ back and the covariance depends on neither.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
-from mvg_dask.plan.domain import RecordDomain, augmented_domain
+from mvg_dask.plan import stages as st
+from mvg_dask.plan.domain import BoxDomain, L2BallDomain, RecordDomain, augmented_domain
+from mvg_dask.plan.queries.base import MatrixQuery
 from mvg_dask.plan.queries.covariance import CovarianceQuery
+from mvg_dask.privacy.sensitivity import augmented_scale
 
 __all__ = [
     "CenteredCovarianceQuery",
@@ -41,6 +44,8 @@ __all__ = [
     "augmented_gram",
     "centered_from_moment",
     "grouped_centered_from_moment",
+    "grouped_gram",
+    "moment_scale",
     "scale_constant",
 ]
 
@@ -79,6 +84,79 @@ def augmented_gram(
     out[m, :m] = sums
     out[m, m] = b
     return out if scale == 1.0 else scale_constant(out, scale)
+
+
+def moment_scale(domain: RecordDomain) -> float:
+    """The constant coordinate ``s`` of a moment query's ``z = [x - c; s]``, from the declared
+    domain alone (:func:`~mvg_dask.privacy.sensitivity.augmented_scale`): ``A = sup ||x - c||^2``
+    is the box's squared half-diagonal about its centre, or the ball's squared radius.
+
+    Parameters
+    ----------
+    domain : BoxDomain or L2BallDomain
+        The declared record domain.
+
+    Returns
+    -------
+    float
+        ``s``, a power of two.
+    """
+    if isinstance(domain, BoxDomain):
+        half = (domain.upper - domain.lower) / 2.0
+        return augmented_scale(float(half @ half), domain.m)
+    assert isinstance(domain, L2BallDomain)
+    return augmented_scale(domain.radius**2, domain.m)
+
+
+def grouped_gram(
+    x: np.ndarray, index: np.ndarray, groups: int, into: np.ndarray | None = None
+) -> np.ndarray:
+    """The stacked augmented Gram matrices of a block's groups: ``(G, m + 1, m + 1)``, entry
+    ``g`` ``[[X_g X_g^T, X_g 1], [1^T X_g^T, b_g]]`` of the records of group ``g`` (as
+    :func:`augmented_gram`, each entry a sum of exact products).
+
+    The block's kept records are gathered once, group after group in record order (a stable
+    sort of the indices), so each group's records are one contiguous run of columns; its Gram
+    product and its row sums (a sequential sum) read that run only, so a group's bytes are
+    fixed by its own records.
+
+    Parameters
+    ----------
+    x : ndarray
+        ``m x b`` clipped records.
+    index : ndarray
+        Each record's group index (``-1``: dropped).
+    groups : int
+        ``G``.
+    into : ndarray, optional
+        A running ``(G, m + 1, m + 1)`` sum to add the block's matrices to, in place (each
+        non-empty group's entries, the same additions as ``into + grouped_gram(x, ...)``).
+
+    Returns
+    -------
+    ndarray
+        ``(G, m + 1, m + 1)`` (``into``, when given).
+    """
+    m = x.shape[0]
+    out = np.zeros((groups, m + 1, m + 1), dtype=np.float64) if into is None else into
+    # int16 indices (G <= 10,000): numpy's stable sort is then a radix sort
+    small = index.astype(np.int16 if groups < 2**15 else np.int64)
+    order = np.argsort(small, kind="stable")
+    starts = np.searchsorted(small[order], np.arange(groups + 1))
+    kept = np.take(x, order[starts[0] :], axis=1)  # group after group, in record order
+    starts -= starts[0]
+    counts = np.diff(starts)
+    filled = np.flatnonzero(counts)
+    if filled.size == 0:
+        return out
+    sums = np.add.reduceat(kept, starts[filled], axis=1)  # one run per non-empty group
+    for g in filled:
+        run = kept[:, starts[g] : starts[g + 1]]
+        out[g, :m, :m] += run @ run.T
+    out[filled, :m, m] += sums.T
+    out[filled, m, :m] += sums.T
+    out[filled, m, m] += counts[filled]
+    return out
 
 
 def scale_constant(moment: np.ndarray, factor: float) -> np.ndarray:
@@ -197,6 +275,9 @@ class CenteredCovarianceQuery(CovarianceQuery):
 
     kind: ClassVar[str] = "centered-covariance"
     augmented: ClassVar[bool] = True
+    blocked_output: ClassVar[bool] = False
+    second_moment: ClassVar[bool] = False
+    noisy_variable: ClassVar[str | None] = "moment"
 
     centre: tuple[float, ...] | None = None
     scale: float = 1.0
@@ -232,6 +313,78 @@ class CenteredCovarianceQuery(CovarianceQuery):
         """``Z_b Z_b^T`` of the augmented block (:func:`augmented_gram`, as the engine forms
         it)."""
         return augmented_gram(np.asarray(block, dtype=np.float64), self.centre_vector, self.scale)
+
+    def gram_pass(self) -> MatrixQuery:
+        """The Gram pass sums ``[x - c; 1]``: the engine's clipper forms ``fl(x - c)`` in the
+        block's own buffer, so the pass's partial is this query's without its centre, and its
+        scale ``s`` (a power of two: exactly the same values) is applied once to the total by
+        the ``moment`` stage."""
+        return replace(self, centre=None, scale=1.0)
+
+    def grouped_partial(
+        self, block: np.ndarray, index: np.ndarray, into: np.ndarray | None = None
+    ) -> np.ndarray:
+        """A grouped release's partial: every group's augmented Gram matrix of the block
+        (:func:`grouped_gram`; ``index`` each record's group, ``-1`` dropped), added into the
+        running sum ``into`` when given."""
+        return grouped_gram(block, index, self.group_count, into=into)
+
+    def release_stages(
+        self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
+    ) -> tuple[str, ...]:
+        """``gram, [dp-pca,] moment`` (the mean-first route's stages are the plan's)."""
+        return self.gram_stages(st.MOMENT, noisy_count=noisy_count, dp_pca=dp_pca)
+
+    @classmethod
+    def check_matrix_chunk(cls, chunk: int | None, features: int) -> None:
+        """Refuse a ``matrix_chunk`` that would block the ``(m + 1) x (m + 1)`` moment."""
+        if chunk is not None and chunk <= features:
+            raise ValueError(
+                f"output.matrix_chunk: a {cls.kind} release is assembled whole on the client "
+                f"({features + 1} x {features + 1}); remove matrix_chunk"
+            )
+
+    @classmethod
+    def planned_fields(cls, domain: RecordDomain, features: int) -> dict[str, Any]:
+        """The constant term (``features = M + 1``), the scale ``s`` (:func:`moment_scale`) and,
+        for a box, its centre ``c`` (docs/bounds.md Sec. 14)."""
+        fields: dict[str, Any] = {"features": features + 1, "scale": moment_scale(domain)}
+        if isinstance(domain, BoxDomain):
+            fields["centre"] = tuple(float(c) for c in (domain.lower + domain.upper) / 2)
+        return fields
+
+    def dry_run_text(self, rplan: Any) -> str:
+        """The moment of ``z = [x - c; s]`` (or the mean-first route's two steps), its
+        regression target and its groups."""
+        m = rplan.input.features
+        n = "N" if rplan.neighbours == "add-remove" else str(rplan.input.records)
+        if rplan.mean_first is not None:
+            return (
+                f"centered covariance by the mean first: the mean of the records about the box's "
+                f"centre plus Gaussian noise, then sum (x - centre)(x - centre)^T / N ({m} x {m}) "
+                f"about the released mean clamped into the box, N = {n} (public under replace-one)"
+            )
+        about = "c = the box's centre" if self.centre is not None else "c = 0 (an l2 ball)"
+        moment = (
+            f"second moment Z Z^T / N of z = [x - c; s] ({m + 1} x {m + 1}), {about}, "
+            f"s = {self.scale:g}, N = {n} (public under replace-one); "
+            "mean and covariance around it computed from it"
+        )
+        target = getattr(self, "target_label", None)
+        moment = moment if target is None else f"regression on {target!r}: {moment}"
+        return moment + self._groups_text()
+
+    def _groups_text(self) -> str:
+        """A grouped release's groups, from the spec alone (their count and variable, a few
+        labels): empty for an ungrouped release."""
+        if self.groups is None:
+            return ""
+        shown = ", ".join(map(repr, self.groups[:5])) + (", ..." if len(self.groups) > 5 else "")
+        return (
+            f"; one release per group of {self.group_variable!r}: {len(self.groups)} declared "
+            f"groups ({shown}), M_g = Z_g Z_g^T / N, undeclared labels dropped; one release's "
+            "budget"
+        )
 
     def _extra_dict(self) -> dict[str, object]:
         out: dict[str, object] = {} if self.centre is None else {"centre": list(self.centre)}
