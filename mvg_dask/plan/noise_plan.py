@@ -53,13 +53,16 @@ __all__ = [
     "Allocation",
     "Composition",
     "NoisePlan",
+    "ReleaseTerms",
     "StepBudgets",
     "best_symmetric_ratio",
     "build_noise_plan",
+    "calibration_rule",
     "gram_step_lattice",
     "noise_plan_from_dict",
     "paper_budget",
     "release_float_error",
+    "release_terms",
     "share_budget",
     "symmetric_entry_std",
     "symmetric_error_factors",
@@ -69,6 +72,38 @@ __all__ = [
 def _check_compatible(
     query: MatrixQuery, algorithm: Algorithm, calibration: Calibration, directions: Directions
 ) -> CalibrationRule:
+    m = query.shape[0]
+    if directions.dim != m:
+        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
+    return calibration_rule(
+        query, algorithm, calibration, standard_directions=directions.is_standard
+    )
+
+
+def calibration_rule(
+    query: MatrixQuery,
+    algorithm: Algorithm,
+    calibration: Calibration,
+    *,
+    standard_directions: bool,
+) -> CalibrationRule:
+    """The calibration's rule, checked against the query, the noise type and whether the
+    directions are the standard basis (directions not yet chosen, DP-PCA's, are not).
+
+    Parameters
+    ----------
+    query : MatrixQuery
+        The query.
+    algorithm, calibration : str
+        The noise type and the calibration.
+    standard_directions : bool
+        The noise directions are the standard basis.
+
+    Returns
+    -------
+    CalibrationRule
+        The rule (:func:`mvg_dask.privacy.registry.check_compatible`).
+    """
     m, n = query.shape
     rule = check_compatible(
         calibration,
@@ -76,11 +111,9 @@ def _check_compatible(
         query_kind=query.kind,
         psd=query.is_psd,
         square=m == n,
-        standard_directions=directions.is_standard,
+        standard_directions=standard_directions,
         symmetric=query.is_symmetric,
     )
-    if directions.dim != m:
-        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
     if query.column_noise_variances is not None and rule.has_precision_budget:
         raise ValueError(
             f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
@@ -134,6 +167,72 @@ def paper_budget(
         gamma=query.sup_frobenius(domain) if rule.uses_gamma else None,
         entry_range=query.output_entry_range(domain) if rule.uses_entry_range else None,
     )
+
+
+class ReleaseTerms(NamedTuple):
+    """What a noise plan states before its directions are known: the calibration's rule, the
+    budget shares, ``s_2``, ``gamma`` and a paper calibration's precision budget."""
+
+    rule: CalibrationRule
+    budgets: StepBudgets
+    sensitivity: float
+    gamma: float | None
+    budget: cal.PrecisionBudget | None
+
+    @property
+    def budget_kind(self) -> str | None:
+        """What the allocation's precisions sum: the budget's kind, or the rule's."""
+        return self.rule.allocation_kind if self.budget is None else self.budget.kind
+
+
+def release_terms(
+    query: MatrixQuery,
+    domain: RecordDomain,
+    *,
+    epsilon: float,
+    delta: float,
+    algorithm: Algorithm,
+    calibration: Calibration,
+    neighbours: Neighbours,
+    direction_share: float,
+    count_share: float,
+    standard_directions: bool,
+) -> ReleaseTerms:
+    """The direction-free terms of a noise plan (:func:`build_noise_plan`'s, and a pending
+    plan's: :mod:`mvg_dask.plan.pending`).
+
+    Parameters
+    ----------
+    query : MatrixQuery
+        The query.
+    domain : BoxDomain or L2BallDomain
+        What one record contributes through.
+    epsilon, delta : float
+        The total guarantee.
+    algorithm, calibration : str
+        The noise type and the calibration.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    direction_share, count_share : float
+        The budget shares of a direction (or mean) step and of a noisy count.
+    standard_directions : bool
+        The noise directions are the standard basis.
+
+    Returns
+    -------
+    ReleaseTerms
+        The terms.
+    """
+    rule = calibration_rule(query, algorithm, calibration, standard_directions=standard_directions)
+    budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
+    sensitivity = query.l2_sensitivity(domain, neighbours)
+    if not rule.has_precision_budget:
+        return ReleaseTerms(rule, budgets, sensitivity, None, None)
+    budget = paper_budget(
+        query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
+    )
+    gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
+    return ReleaseTerms(rule, budgets, sensitivity, gamma, budget)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -538,25 +637,30 @@ def build_noise_plan(
         raise ValueError(f"the domain has {domain.m} features but the data has {query.features}")
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
-    rule = _check_compatible(query, algorithm, calibration, directions)
-    budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
-    s2 = query.l2_sensitivity(domain, neighbours)
+    _check_compatible(query, algorithm, calibration, directions)
+    terms = release_terms(
+        query,
+        domain,
+        epsilon=epsilon,
+        delta=delta,
+        algorithm=algorithm,
+        calibration=calibration,
+        neighbours=neighbours,
+        direction_share=direction_share,
+        count_share=count_share,
+        standard_directions=directions.is_standard,
+    )
+    rule, budgets, budget = terms.rule, terms.budgets, terms.budget
     setting = _Setting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(ratio=_choose_ratio(setting, allocation, rule, symmetric_ratio))
-    budget: cal.PrecisionBudget | None = None
-    gamma: float | None = None
-    if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
+    if budget is None:  # exact: scale the precisions to Delta_M = mu*
         theta, row_variances = _exact_variances(setting, allocation, rule, budgets)
     else:
-        budget = paper_budget(
-            query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
-        )
         total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
         theta = resolve_allocation(
             allocation, directions, kind=budget.kind, total_precision=total, weights=None
         )
         row_variances = budget.variances(theta)
-        gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
     d_m = _mahalanobis(setting, row_variances)
     lattice = None
     if noise == "lattice":
@@ -580,9 +684,9 @@ def build_noise_plan(
         theta=theta,
         row_variances=np.asarray(row_variances),
         precision_budget=None if budget is None else budget.budget,
-        budget_kind=rule.allocation_kind if budget is None else budget.kind,
-        sensitivity=s2,
-        gamma=gamma,
+        budget_kind=terms.budget_kind,
+        sensitivity=terms.sensitivity,
+        gamma=terms.gamma,
         mahalanobis_sensitivity=d_m,
         budgets=budgets,
         budget_detail=budget,
