@@ -43,196 +43,34 @@ from mvg_dask.plan.domain import (
 from mvg_dask.plan.lattice import Lattice, LatticeContext, NoiseKind, choose_log2_grid
 from mvg_dask.plan.queries import MatrixQuery, query_from_dict
 from mvg_dask.plan.symmetric_ratio import best_symmetric_ratio, symmetric_error_factors
+from mvg_dask.plan.terms import paper_budget, release_terms
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm, Calibration
-from mvg_dask.privacy.registry import CalibrationRule, check_compatible, get_calibration
+from mvg_dask.privacy.registry import CalibrationRule, get_calibration
 
 __all__ = [
     "Allocation",
     "Composition",
     "NoisePlan",
-    "ReleaseTerms",
     "StepBudgets",
     "best_symmetric_ratio",
     "build_noise_plan",
-    "calibration_rule",
     "gram_step_lattice",
     "noise_plan_from_dict",
     "paper_budget",
     "release_float_error",
-    "release_terms",
     "share_budget",
     "symmetric_entry_std",
     "symmetric_error_factors",
 ]
 
 
-def _check_compatible(
-    query: MatrixQuery, algorithm: Algorithm, calibration: Calibration, directions: Directions
-) -> CalibrationRule:
+def _check_dimension(query: MatrixQuery, directions: Directions) -> None:
     m = query.shape[0]
     if directions.dim != m:
         raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
-    return calibration_rule(
-        query, algorithm, calibration, standard_directions=directions.is_standard
-    )
-
-
-def calibration_rule(
-    query: MatrixQuery,
-    algorithm: Algorithm,
-    calibration: Calibration,
-    *,
-    standard_directions: bool,
-) -> CalibrationRule:
-    """The calibration's rule, checked against the query, the noise type and whether the
-    directions are the standard basis (directions not yet chosen, DP-PCA's, are not).
-
-    Parameters
-    ----------
-    query : MatrixQuery
-        The query.
-    algorithm, calibration : str
-        The noise type and the calibration.
-    standard_directions : bool
-        The noise directions are the standard basis.
-
-    Returns
-    -------
-    CalibrationRule
-        The rule (:func:`mvg_dask.privacy.registry.check_compatible`).
-    """
-    m, n = query.shape
-    rule = check_compatible(
-        calibration,
-        algorithm,
-        query_kind=query.kind,
-        psd=query.is_psd,
-        square=m == n,
-        standard_directions=standard_directions,
-        symmetric=query.is_symmetric,
-    )
-    if query.column_noise_variances is not None and rule.has_precision_budget:
-        raise ValueError(
-            f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
-            f"on A^-1 f B^-T: use calibration exact, not {calibration}"
-        )
-    return rule
-
-
-def paper_budget(
-    query: MatrixQuery,
-    domain: RecordDomain,
-    neighbours: Neighbours,
-    algorithm: Algorithm,
-    calibration: Calibration,
-    epsilon: float,
-    delta: float,
-) -> cal.PrecisionBudget:
-    """The precision budget of a paper calibration for this query and domain.
-
-    Parameters
-    ----------
-    query : MatrixQuery
-        The query.
-    domain : BoxDomain or L2BallDomain
-        Declared record domain.
-    neighbours : {"replace-one", "add-remove"}
-        Neighbouring relation.
-    algorithm : {"unimodal", "equi-modal"}
-        Noise type.
-    calibration : str
-        One of the paper calibrations (not ``exact``).
-    epsilon, delta : float
-        Privacy parameters of the release step.
-
-    Returns
-    -------
-    PrecisionBudget
-        The budget.
-    """
-    rule = get_calibration(calibration)
-    if not rule.has_precision_budget:
-        raise ValueError(f"{rule.label} is not a paper calibration: it has no precision budget")
-    m, n = query.shape
-    return rule.budget(
-        m=m,
-        n=n,
-        epsilon=epsilon,
-        delta=delta,
-        algorithm=algorithm,
-        sensitivity=query.l2_sensitivity(domain, neighbours),
-        gamma=query.sup_frobenius(domain) if rule.uses_gamma else None,
-        entry_range=query.output_entry_range(domain) if rule.uses_entry_range else None,
-    )
-
-
-class ReleaseTerms(NamedTuple):
-    """What a noise plan states before its directions are known: the calibration's rule, the
-    budget shares, ``s_2``, ``gamma`` and a paper calibration's precision budget."""
-
-    rule: CalibrationRule
-    budgets: StepBudgets
-    sensitivity: float
-    gamma: float | None
-    budget: cal.PrecisionBudget | None
-
-    @property
-    def budget_kind(self) -> str | None:
-        """What the allocation's precisions sum: the budget's kind, or the rule's."""
-        return self.rule.allocation_kind if self.budget is None else self.budget.kind
-
-
-def release_terms(
-    query: MatrixQuery,
-    domain: RecordDomain,
-    *,
-    epsilon: float,
-    delta: float,
-    algorithm: Algorithm,
-    calibration: Calibration,
-    neighbours: Neighbours,
-    direction_share: float,
-    count_share: float,
-    standard_directions: bool,
-) -> ReleaseTerms:
-    """The direction-free terms of a noise plan (:func:`build_noise_plan`'s, and a pending
-    plan's: :mod:`mvg_dask.plan.pending`).
-
-    Parameters
-    ----------
-    query : MatrixQuery
-        The query.
-    domain : BoxDomain or L2BallDomain
-        What one record contributes through.
-    epsilon, delta : float
-        The total guarantee.
-    algorithm, calibration : str
-        The noise type and the calibration.
-    neighbours : {"replace-one", "add-remove"}
-        Neighbouring relation.
-    direction_share, count_share : float
-        The budget shares of a direction (or mean) step and of a noisy count.
-    standard_directions : bool
-        The noise directions are the standard basis.
-
-    Returns
-    -------
-    ReleaseTerms
-        The terms.
-    """
-    rule = calibration_rule(query, algorithm, calibration, standard_directions=standard_directions)
-    budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
-    sensitivity = query.l2_sensitivity(domain, neighbours)
-    if not rule.has_precision_budget:
-        return ReleaseTerms(rule, budgets, sensitivity, None, None)
-    budget = paper_budget(
-        query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
-    )
-    gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
-    return ReleaseTerms(rule, budgets, sensitivity, gamma, budget)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -637,20 +475,18 @@ def build_noise_plan(
         raise ValueError(f"the domain has {domain.m} features but the data has {query.features}")
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
-    _check_compatible(query, algorithm, calibration, directions)
+    _check_dimension(query, directions)
+    budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
     terms = release_terms(
         query,
         domain,
-        epsilon=epsilon,
-        delta=delta,
-        algorithm=algorithm,
-        calibration=calibration,
-        neighbours=neighbours,
-        direction_share=direction_share,
-        count_share=count_share,
+        neighbours,
+        algorithm,
+        calibration,
+        budgets,
         standard_directions=directions.is_standard,
     )
-    rule, budgets, budget = terms.rule, terms.budgets, terms.budget
+    rule, budget = terms.rule, terms.budget
     setting = _Setting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(ratio=_choose_ratio(setting, allocation, rule, symmetric_ratio))
     if budget is None:  # exact: scale the precisions to Delta_M = mu*
