@@ -41,12 +41,17 @@ for _nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         shutil.copyfile(_nb, _target)
 
 nb_execution_mode = "off"
+# the committed notebooks carry no widget state (tests/notebook_helpers.py scrubs it): no
+# require.js or widget manager is loaded from a CDN
+nb_ipywidgets_js: dict[str, dict[str, str]] = {}
 nb_merge_streams = True
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
+# the benchmark's tables are included into its guide page, not a page of their own
+exclude_patterns += ["benchmarks/*.md"]
 suppress_warnings = [
     # the notebooks' ipywidgets progress bars have no static rendering
     "mystnb.unknown_mime_type",
@@ -94,6 +99,15 @@ html_title = f"mvg_dask {__version__}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "secondary_sidebar_items": ["page-toc"],
+    "header_links_before_dropdown": 6,
+    # the benchmark's wide tables and figure get the right-hand column's width
+    "secondary_sidebar_items": {"**": ["page-toc"], "guide/covariance-benchmark": []},
 }
+# wide tables scroll inside their box, code and outputs scroll rather than being cut
+html_static_path = ["_static"]
+html_css_files = ["mvg.css"]
+# a notebook figure opens at full size when clicked
+html_js_files = ["mvg.js"]
+# images shown smaller than they are link to the full-size file
+html_scaled_image_link = True
 html_show_sourcelink = False

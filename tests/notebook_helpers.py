@@ -8,6 +8,7 @@ directory and checks that the committed ``.ipynb`` cells are the sources' cells.
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -44,11 +45,21 @@ def execute(source: Path, cwd: Path):  # type: ignore[no-untyped-def]
     return nb
 
 
+#: a link to a server of the run that made the outputs (its dashboard): dead once it has ended
+_LOCAL_LINK = re.compile(
+    r"<a\s[^>]*href=\"https?://(?:127\.0\.0\.1|localhost|\[::1\])[^\"]*\"[^>]*>(.*?)</a>", re.S
+)
+#: widget views need the widget state and a widget manager from a CDN; their text/plain stays
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def _without(value: object, prefix: str) -> object:
-    """``value`` with the scratch directory ``prefix`` written as ``<scratch>`` (the committed
-    outputs carry no path of the machine that ran them)."""
+    """``value`` with the scratch directory ``prefix`` removed: paths read relative to where the
+    notebook ran, as the notebooks say (the committed outputs carry no path of the machine that
+    ran them), and links to the run's own local servers kept as plain text."""
     if isinstance(value, str):
-        return value.replace(prefix, "<scratch>")
+        value = value.replace(prefix.rstrip("/") + "/", "")
+        return _LOCAL_LINK.sub(r"<code>\1</code>", value)
     if isinstance(value, list):
         return [_without(v, prefix) for v in value]
     if isinstance(value, dict):
@@ -56,15 +67,26 @@ def _without(value: object, prefix: str) -> object:
     return value
 
 
-def scrub(nb, work: Path):  # type: ignore[no-untyped-def]
-    """Remove the scratch directory's path from every output of ``nb`` (in place)."""
+def _static(output: dict) -> dict:  # type: ignore[type-arg]
+    """An output as a static page shows it: a widget view keeps only its text fallback."""
+    data = output.get("data")
+    if isinstance(data, dict) and _WIDGET_VIEW in data and len(data) > 1:
+        output = dict(output, data={k: v for k, v in data.items() if k != _WIDGET_VIEW})
+    return output
+
+
+def scrub(nb, work: Path | str):  # type: ignore[no-untyped-def]
+    """Make ``nb``'s outputs fit to commit and render (in place): no path of the scratch directory
+    ``work``, no live link to the run's local servers, no widget state or widget views."""
     import nbformat
 
     for cell in nb.cells:
         if cell.get("cell_type") == "code":
             cell["outputs"] = [
-                nbformat.from_dict(_without(dict(o), str(work))) for o in cell.get("outputs", [])
+                nbformat.from_dict(_static(_without(dict(o), str(work))))  # type: ignore[arg-type]
+                for o in cell.get("outputs", [])
             ]
+    nb.metadata.pop("widgets", None)
     return nb
 
 
