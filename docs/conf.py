@@ -83,7 +83,7 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         r"mvg_dask\.(engine|noise|privacy"
-        r"|plan\.(lattice|low_rank|noise_plan|queries|covariance|budget|symmetric_ratio))(\..*)?",
+        r"|plan\.(lattice|low_rank|noise_plan|noise_calibration|queries|covariance|budget|symmetric_ratio))(\..*)?",
     ),
     # unqualified names of module-level helpers the docstrings cite
     (

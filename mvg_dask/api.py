@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
-from mvg_dask.plan.release_plan import ReleasePlan, plan_release
+from mvg_dask.plan.planning import plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths, with_output_store
 
 if TYPE_CHECKING:

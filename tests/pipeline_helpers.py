@@ -129,10 +129,10 @@ def assert_same_bytes_whatever_the_engine(release: Any, client: Any, monkeypatch
     then with one task per chunk (or canonical block) and the partial Gram matrices summed on
     the client or folded on the workers: the same bytes every time."""
     from mvg_dask.engine.stages import gram
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
     assert release("in-process") == release("cluster", client=client)
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    monkeypatch.setattr(input_metadata, "TASK_ELEMENTS", 1)
     outs = []
     for limit in (gram.CLIENT_REDUCE_BYTES, 0):
         monkeypatch.setattr(gram, "CLIENT_REDUCE_BYTES", limit)

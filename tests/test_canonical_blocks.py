@@ -15,8 +15,12 @@ import numpy as np
 import pytest
 
 from mvg_dask import api
-from mvg_dask.engine.blocks import Clipper, Outcome, canonical_blocks, combine_grams, gram_task
-from mvg_dask.plan import release_plan
+from mvg_dask.engine.clipping import Clipper
+from mvg_dask.engine.records import canonical_blocks
+from mvg_dask.engine.tasks.gram import combine_grams, gram_task
+from mvg_dask.engine.tasks.outcome import Outcome
+from mvg_dask.plan import input_metadata
+from mvg_dask.plan.input_metadata import GRAM_MIN_TASKS, TREE_FAN_IN, InputMetadata, chunk_runs
 from mvg_dask.plan.lattice import (
     LatticeContext,
     canonical_gram_depth,
@@ -24,12 +28,6 @@ from mvg_dask.plan.lattice import (
     panel_inner_groups,
 )
 from mvg_dask.plan.queries import CrossCovarianceQuery
-from mvg_dask.plan.release_plan import (
-    GRAM_MIN_TASKS,
-    TREE_FAN_IN,
-    InputMetadata,
-    chunk_runs,
-)
 from tests.pipeline_helpers import add_group_variable, add_second_variable, data, make_input
 
 N = 2000
@@ -42,7 +40,7 @@ LAYOUTS = [(250, False), (333, True), (64, False)]
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Canonical blocks of 64 records for 4 to 7 features (the plan and the engine read the
     bound on the client), so 2,000 records make 32 blocks, several per task, and a tree."""
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
 
 
 def _meta(records: int, features: int, chunk: int = 100) -> InputMetadata:
@@ -96,8 +94,8 @@ def test_canonical_partition_depends_on_the_counts_only() -> None:
 
 def _actual_panel_depth(records: int, group: int, inner: int) -> int:
     """The most additions a term passes through in a lattice panel task as the engine sums it
-    (:func:`mvg_dask.engine.blocks._gram_panel`): a group's inner product, its addition into the
-    inner accumulator and the inner accumulator's folds into the panel."""
+    (:func:`mvg_dask.engine.tasks.panels._gram_panel`): a group's inner product, its addition into
+    the inner accumulator and the inner accumulator's folds into the panel."""
     groups = -(-records // group)
     return min(group, records) + min(inner, groups) + -(-groups // inner)
 

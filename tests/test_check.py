@@ -18,7 +18,7 @@ import pytest
 from mvg_dask import api
 from mvg_dask.engine.check import NOTICE, variable_counts
 from mvg_dask.errors import ReleaseError
-from mvg_dask.plan import release_plan
+from mvg_dask.plan import input_metadata
 from tests.pipeline_helpers import (
     add_group_variable,
     add_second_variable,
@@ -68,7 +68,7 @@ def test_box_counts_and_undeclared_labels_are_numpys(
     tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch, records_first: bool
 ) -> None:
     # one task per stored chunk (and a last short chunk): the partial counts are summed
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    monkeypatch.setattr(input_metadata, "TASK_ELEMENTS", 1)
     m, n = 4, 300
     X = _spoiled(m, n, seed=1)
     store = make_input(tmp_path / "in.zarr", X, chunk=64, records_first=records_first)

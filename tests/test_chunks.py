@@ -15,7 +15,7 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, ZstdCodec
 
-from mvg_dask.engine.blocks import ZarrMatrix
+from mvg_dask.engine.records import ZarrMatrix
 from mvg_dask.engine.zarr_io.chunks import layout, read_rows, write_rows
 from mvg_dask.errors import ReleaseError
 

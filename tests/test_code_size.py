@@ -1,7 +1,9 @@
-"""Code size: no function over 80 lines of code and no class over 300 lines in ``mvg_dask``.
+"""Code size: no function over 80 lines of code, no class over 300 lines and no module over 800
+lines in ``mvg_dask``.
 
 A function's lines of code exclude its docstring, blank lines and comment-only lines; a class
-counts every line, docstrings included. Long code is split into named steps instead.
+and a module count every line, docstrings included. Long code is split into named steps instead,
+and a long module into modules by concern.
 """
 
 from __future__ import annotations
@@ -16,6 +18,13 @@ import mvg_dask
 PACKAGE = Path(mvg_dask.__file__).parent
 MAX_FUNCTION_CODE_LINES = 80
 MAX_CLASS_LINES = 300
+MAX_MODULE_LINES = 800
+
+#: The modules still over :data:`MAX_MODULE_LINES`, each with the reason; an entry goes when its
+#: module is split (the test fails on an entry whose module is back under the limit).
+LONG_MODULES = {
+    "mvg_dask/spec.py": "the spec's pydantic models, one per section; being reworked elsewhere",
+}
 
 
 def _code_lines(source: str) -> set[int]:
@@ -80,3 +89,29 @@ def test_the_measure_counts_code_not_docstrings_or_comments(tmp_path: Path) -> N
     comments = "\n".join("    # note" for _ in range(100))
     short.write_text(f"def g():\n{doc}{comments}\n    return 1\n")
     assert measure(short) == []
+
+
+def _module_lines() -> dict[str, int]:
+    return {
+        path.relative_to(PACKAGE.parent).as_posix(): len(path.read_text().splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+def test_no_long_modules() -> None:
+    lines = _module_lines()
+    over = [
+        f"{name}: {n} lines (limit {MAX_MODULE_LINES}); split it by concern"
+        for name, n in lines.items()
+        if n > MAX_MODULE_LINES and name not in LONG_MODULES
+    ]
+    assert not over, "\n".join(over)
+
+
+def test_the_long_modules_allowed_are_still_long() -> None:
+    stale = [
+        f"{name} has {lines} lines: remove it from LONG_MODULES"
+        for name, lines in ((name, _module_lines().get(name, 0)) for name in LONG_MODULES)
+        if lines <= MAX_MODULE_LINES
+    ]
+    assert not stale, "\n".join(stale)

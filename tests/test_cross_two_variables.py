@@ -109,9 +109,9 @@ def test_same_bytes_in_process_and_on_the_cluster(tmp_path, client, monkeypatch)
     workers: the same bytes of every published variable (canonical blocks of 64 records: 47
     blocks in 10 tasks)."""
     from mvg_dask.engine.stages import gram
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     store = _store(tmp_path, chunk=100, y_chunk=70)
 
     def release(tag: str, **kwargs: Any) -> bytes:
@@ -128,7 +128,7 @@ def test_same_bytes_in_process_and_on_the_cluster(tmp_path, client, monkeypatch)
 def test_the_gram_reads_both_variables_and_the_one_variable_path_is_unchanged(tmp_path):
     """The stacked Gram's ``rows x cols`` block is what the query finalizes; a one-variable
     spec plans without ``cols_input`` and reads the input alone."""
-    from mvg_dask.engine.blocks import StackedMatrix, ZarrMatrix
+    from mvg_dask.engine.records import StackedMatrix, ZarrMatrix
     from mvg_dask.engine.stages.context import clipper_for, gram_source_of
 
     store = _store(tmp_path)

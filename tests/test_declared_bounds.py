@@ -19,8 +19,9 @@ import pytest
 from mvg_dask import api
 from mvg_dask.experiments.first_pc import FirstPCExperiment
 from mvg_dask.plan import BoxDomain, DeclaredBoundError, L2BallDomain, build_noise_plan
+from mvg_dask.plan.input_metadata import InputMetadata
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.queries import CovarianceQuery, CustomQuery, IdentityQuery
-from mvg_dask.plan.release_plan import InputMetadata, plan_release
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.spec import SpecError, parse_spec
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec

@@ -9,22 +9,16 @@ import json
 import numpy as np
 import pytest
 
-from mvg_dask.engine.blocks import (
-    Clipper,
-    Outcome,
-    ZarrMatrix,
-    abort_marker,
-    add_grams,
-    combine_grams,
-    gram_task,
-    identity_task,
-    progress_marker,
-)
+from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.metadata import read_input_metadata
 from mvg_dask.engine.output import ATTRS, PREFIX, OutputTarget, provenance
+from mvg_dask.engine.records import ZarrMatrix
+from mvg_dask.engine.tasks.gram import add_grams, combine_grams, gram_task
+from mvg_dask.engine.tasks.identity import identity_task
+from mvg_dask.engine.tasks.outcome import Outcome, abort_marker, progress_marker
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey, record_noise, tile_normals
-from mvg_dask.plan.release_plan import plan_release
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.spec import InputSpec, parse_spec
 from tests.pipeline_helpers import data, make_input, spec_dict
 
@@ -202,7 +196,7 @@ def test_an_identity_task_over_several_chunks_writes_and_marks_each(tmp_path):
 def test_task_ranges_are_runs_of_whole_chunks(tmp_path):
     """Runs of whole chunks of at least TASK_ELEMENTS elements, at least GRAM_MIN_TASKS tasks
     where there are that many chunks, covering every record once."""
-    from mvg_dask.plan.release_plan import GRAM_MIN_TASKS, TASK_ELEMENTS
+    from mvg_dask.plan.input_metadata import GRAM_MIN_TASKS, TASK_ELEMENTS
 
     meta = read_input_metadata(
         InputSpec(store=make_input(tmp_path / "in.zarr", data(4, 500, seed=4), chunk=128))

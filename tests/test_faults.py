@@ -133,6 +133,25 @@ def test_disk_full_mid_write_then_resume(tmp_path, loopback, reference):
         assert_resumed(tmp_path, "full", out, want)
 
 
+@pytest.mark.parametrize(
+    "verbose", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["default", "verbose"]
+)
+def test_disk_full_on_the_embedded_cluster_prints_one_line(tmp_path, reference, verbose):
+    """The CLI's own cluster (its workers log in this process): distributed's ``Compute Failed``
+    report with the worker's traceback stays off the terminal unless ``--verbose``."""
+    store, _ = reference
+    with small_tmpfs(tmp_path / "small", 2048) as disk:
+        spec = _spec(tmp_path, store, disk / "out.zarr", "embedded")
+        fill(disk, leave_kib=320)
+        run = _cli(["release", str(spec), *(["--verbose"] if verbose else [])])
+    if verbose:
+        assert run.returncode == 3, run.stderr
+        assert "Compute Failed" in run.stderr and "Traceback" in run.stderr
+    else:
+        assert_charged_failure(run, "rel-embedded", "disk full while writing the release to")
+        assert "Compute Failed" not in run.stderr
+
+
 def test_scheduler_killed_mid_release_then_resume_on_a_new_scheduler(tmp_path, reference):
     """The releasing process is stopped after 3 of its 8 tasks (so the kill lands mid-release
     whatever the machine's speed), the scheduler process is SIGKILLed, the process continues."""

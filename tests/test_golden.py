@@ -45,7 +45,7 @@ import zarr
 
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import execute_release
-from mvg_dask.plan.release_plan import plan_release
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.spec import parse_spec, resolve_paths
 from tests.pipeline_helpers import make_input
 

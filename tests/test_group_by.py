@@ -23,8 +23,9 @@ import pytest
 
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
-from mvg_dask.engine.blocks import group_indices, grouped_gram
+from mvg_dask.engine.records import group_indices
 from mvg_dask.engine.stages.covariance import covariance_noise
+from mvg_dask.engine.tasks.gram import grouped_gram
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.noise import NoiseKey
 from mvg_dask.plan import BoxDomain, L2BallDomain
@@ -323,7 +324,7 @@ def test_the_lattice_charges_both_changed_groups(tmp_path):
     assert lg is not None and lp is not None
     assert lg.coordinates == 2 * lp.coordinates
     # E is linear in the whitening: compare at the same variances
-    from mvg_dask.plan.noise_plan import release_float_error
+    from mvg_dask.plan.noise_calibration import release_float_error
 
     q = grouped.query
     args = (
@@ -496,9 +497,9 @@ def test_the_accessor_releases_groups_and_refuses_bad_labels(tmp_path, client):
 def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, monkeypatch):
     """In process and on the LocalCluster, the partials summed on the client or folded on the
     workers (canonical blocks of 128 records, one task per block: 25 leaves): the same bytes."""
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     n = 3100
     store = make_input(tmp_path / "in.zarr", data(3, n, seed=9), chunk=100)
     add_group_variable(store, np.random.default_rng(4).integers(0, 5, n))

@@ -19,7 +19,8 @@ from mvg_dask.errors import DataError
 from mvg_dask.plan import Allocation, BoxDomain, Directions, build_noise_plan
 from mvg_dask.plan.domain import L2BallDomain
 from mvg_dask.plan.lattice import GRID_SHARE, LatticeContext, choose_log2_grid, gram_depth
-from mvg_dask.plan.noise_plan import noise_plan_from_dict, release_float_error
+from mvg_dask.plan.noise_calibration import release_float_error
+from mvg_dask.plan.noise_plan import noise_plan_from_dict
 from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery
 
 M, N = 5, 10_000

@@ -28,8 +28,9 @@ from mvg_dask.engine.metadata import InputMetadata
 from mvg_dask.engine.stages.context import clipper_for
 from mvg_dask.errors import DataError
 from mvg_dask.plan import BoxDomain
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.presentation import plan_rows
-from mvg_dask.plan.release_plan import ReleasePlan, plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import SpecError, parse_spec, spec_hash
 from tests.pipeline_helpers import (
     add_group_variable,

@@ -134,9 +134,9 @@ def test_same_bytes_whatever_the_engine_partition_and_cluster(tmp_path, client, 
     the engine: the same bytes from the embedded in-process cluster and from the LocalCluster,
     and with the partial Gram matrices summed on the client or folded on the workers (blocks of
     128 records, one task per block: 56 leaves, two tree levels)."""
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+    monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
     query = {"regression": {"target": "f1"}}
 

@@ -56,12 +56,9 @@ from mvg_dask import api
 from mvg_dask.data import write_matrix
 from mvg_dask.engine.release import execute_release
 from mvg_dask.errors import DataError, MvgDaskError
-from mvg_dask.plan.release_plan import (
-    DEFAULT_MAX_RECORDS,
-    InputMetadata,
-    ReleasePlan,
-    plan_release,
-)
+from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS, InputMetadata
+from mvg_dask.plan.planning import plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import parse_spec
 from tests.pipeline_helpers import add_second_variable
 from tests.pipeline_helpers import data as float_data
@@ -441,9 +438,9 @@ def block_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     """The canonical blocks as configured (8,192 records: the 1,000 are one block), or of 128
     records (tests/test_canonical_blocks.py's ``small_blocks``: blocks cut across the chunks)."""
     if request.param == "small-blocks":
-        from mvg_dask.plan import release_plan
+        from mvg_dask.plan import input_metadata
 
-        monkeypatch.setattr(release_plan, "CANONICAL_BLOCK_ELEMENTS", 2**9)
+        monkeypatch.setattr(input_metadata, "CANONICAL_BLOCK_ELEMENTS", 2**9)
     return str(request.param)
 
 

@@ -33,7 +33,7 @@ earlier leaks:
 Both releases use ``created = CREATED``: :func:`mvg_dask.api.release` is
 ``plan_release(spec, read_input_metadata(...), directions_matrix=...)`` followed by
 ``execute_release``; the tests make that same composition with the ``created`` argument of
-:func:`~mvg_dask.plan.release_plan.plan_release` fixed, so nothing is masked in the outputs. The
+:func:`~mvg_dask.plan.planning.plan_release` fixed, so nothing is masked in the outputs. The
 CLI test goes through ``api.release`` itself (the CLI has no option to fix the plan time) and
 masks only ``mvg_dask_created`` and the wall time, which are clock readings.
 """
@@ -58,7 +58,7 @@ import yaml
 from mvg_dask import api
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.engine.release import ReleaseResult, execute_release
-from mvg_dask.plan.release_plan import plan_release
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.spec import ReleaseSpec, parse_spec, resolve_paths
 from tests.pipeline_helpers import add_group_variable, add_second_variable, make_input
 

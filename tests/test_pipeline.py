@@ -86,9 +86,9 @@ def test_gram_summed_on_the_client_or_the_workers_gives_the_same_bytes(
     consecutive leaves placed together (one task per chunk: 71 leaves, three tree levels, so a
     fold over other groups would give other bytes)."""
     from mvg_dask.engine.stages import gram
-    from mvg_dask.plan import release_plan
+    from mvg_dask.plan import input_metadata
 
-    monkeypatch.setattr(release_plan, "TASK_ELEMENTS", 1)
+    monkeypatch.setattr(input_metadata, "TASK_ELEMENTS", 1)
     store = make_input(tmp_path / "in.zarr", data(4, 7100, seed=9), chunk=100)
     outs = []
     for limit in (gram.CLIENT_REDUCE_BYTES, 0):

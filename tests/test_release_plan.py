@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from mvg_dask.plan import Directions
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, plan_release
+from mvg_dask.plan.input_metadata import InputMetadata
+from mvg_dask.plan.planning import plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import parse_spec
 from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 

@@ -26,7 +26,7 @@ from mvg_dask import api
 from mvg_dask.engine.metadata import read_input_metadata
 from mvg_dask.engine.release import execute_release
 from mvg_dask.errors import DataError
-from mvg_dask.plan.release_plan import plan_release
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.spec import parse_spec, resolve_paths
 from tests.cluster_helpers import loopback_cluster
 from tests.pipeline_helpers import make_input, pinned_key_cli, write_spec

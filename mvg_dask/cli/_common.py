@@ -38,30 +38,41 @@ class ChargedRunFailed(click.ClickException):
     exit_code = 3
 
 
-def quiet_dask_logs() -> None:
-    """dask's own chatter only from warnings up, for the rest of this process.
+#: The loggers of dask's machinery (not this package's).
+DASK_LOGGERS = ("distributed", "tornado", "asyncio")
 
-    distributed logs a closed connection at ``INFO`` *with its traceback*, and a comm of the
-    embedded cluster may be closed after the cluster's own silencing has ended (a client's
-    background send, finishing while the process exits after an error): a command reports its
-    errors in one line, so those lines never reach its stderr. distributed sets its loggers'
-    levels from dask's ``logging`` settings when it is imported: before that the setting is
-    made (a command refused early never imports distributed), after it the levels.
+
+def quiet_dask_logs(verbose: bool = False) -> None:
+    """dask's own lines kept off the terminal, for the rest of this process (``verbose``: from
+    warnings up).
+
+    A failed task is reported by the command in one line (:func:`fail`), so distributed's own
+    report of it (``Compute Failed`` with the worker's traceback, logged at ``ERROR``) and its
+    closed-connection tracebacks (at ``INFO``) never reach the terminal by default; ``--verbose``
+    or ``MVG_DASK_DEBUG=1`` shows them from warnings up. distributed sets its loggers' levels
+    from dask's ``logging`` settings when it is imported: before that the setting is made (a
+    command refused early never imports distributed), after it the levels, of every logger of
+    the hierarchy that has its own.
     """
+    verbose = verbose or bool(os.environ.get("MVG_DASK_DEBUG"))
+    level = logging.WARNING if verbose else logging.CRITICAL
     if "distributed" not in sys.modules:
         import dask
 
-        dask.config.set({"logging.distributed": "warning"})
-    for noisy in ("distributed", "tornado", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        dask.config.set({"logging.distributed": logging.getLevelName(level).lower()})
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in DASK_LOGGERS and logging.getLogger(name).level != logging.NOTSET:
+            logging.getLogger(name).setLevel(level)
+    for name in DASK_LOGGERS:
+        logging.getLogger(name).setLevel(level)
 
 
-def setup_logging() -> None:
-    """Progress lines on stderr; dask's own chatter only from warnings up."""
+def setup_logging(verbose: bool = False) -> None:
+    """Progress lines on stderr; dask's own lines only with ``verbose`` (from warnings up)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s mvg_dask %(message)s", stream=sys.stderr
     )
-    quiet_dask_logs()
+    quiet_dask_logs(verbose)
 
 
 def fail(exc: BaseException) -> None:
@@ -125,9 +136,10 @@ def security_from(
     return make_security(ca_file=tls_ca_file, cert=tls_cert, key=tls_key, tls_dir=tls_dir)
 
 
-def start_logging(quiet: bool) -> None:
-    """Dask's loggers at WARNING; with progress (not ``quiet``), this package's INFO lines."""
+def start_logging(quiet: bool, verbose: bool = False) -> None:
+    """With progress (not ``quiet``), this package's INFO lines; dask's own lines only with
+    ``verbose`` (from warnings up: a failed task's worker traceback, for instance)."""
     if quiet:
-        quiet_dask_logs()
+        quiet_dask_logs(verbose)
     else:
-        setup_logging()
+        setup_logging(verbose)

@@ -35,12 +35,18 @@ Nothing is charged and nothing is published in any case.
     ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Also dask's own log lines (a failed task's worker traceback, for instance).",
+)
 @cluster_options
 def check(
     spec: str,
     as_json: bool,
     scheduler: str | None,
     quiet: bool,
+    verbose: bool,
     cluster: str,
     cluster_spec: str | None,
     tls_ca_file: str | None,
@@ -65,7 +71,7 @@ def check(
 
     try:
         security = security_from(tls_ca_file, tls_cert, tls_key, tls_dir)
-        start_logging(quiet)
+        start_logging(quiet, verbose)
         report = api.check(
             spec,
             scheduler=scheduler,

@@ -64,6 +64,11 @@ from mvg_dask.errors import MvgDaskError
     ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Also dask's own log lines (a failed task's worker traceback, for instance).",
+)
 @cluster_options
 @click.option(
     "--insecure-transport",
@@ -80,6 +85,7 @@ def release(
     performance_report: str | None,
     seed: int | None,
     quiet: bool,
+    verbose: bool,
     cluster: str,
     cluster_spec: str | None,
     tls_ca_file: str | None,
@@ -106,7 +112,7 @@ def release(
             api.preflight(plan, scheduler=scheduler, probe=cluster == "local")
             return
         security = security_from(tls_ca_file, tls_cert, tls_key, tls_dir)
-        start_logging(quiet)
+        start_logging(quiet, verbose)
         result = api.release(
             spec,
             scheduler=scheduler,

@@ -1,8 +1,8 @@
 """The curator-side data check (``mvg-dask check``): what a release would meet in its input.
 
 One pass over the records of a release spec's input, by the tasks' record ranges
-(:meth:`~mvg_dask.plan.release_plan.InputMetadata.task_ranges`), each task reading stored chunks
-with the engine's :class:`~mvg_dask.engine.blocks.ZarrMatrix` and counting, per feature, the NaN
+(:meth:`~mvg_dask.plan.input_metadata.InputMetadata.task_ranges`), each task reading stored chunks
+with the engine's :class:`~mvg_dask.engine.records.ZarrMatrix` and counting, per feature, the NaN
 and infinite values and the values outside the declared box (or the records outside the declared
 L2 ball); with a second variable (a two-variable cross-covariance) the same against its own box,
 and with ``group_by`` the records whose label is not declared. The partial counts are summed on
@@ -21,12 +21,14 @@ from typing import Any, ClassVar
 import numpy as np
 from distributed import Client, as_completed
 
-from mvg_dask.engine.blocks import Outcome, ZarrLabels, ZarrMatrix
 from mvg_dask.engine.cluster import Progress, stop_tasks
 from mvg_dask.engine.metadata import check_chunks_present
+from mvg_dask.engine.records import ZarrLabels, ZarrMatrix
+from mvg_dask.engine.tasks.outcome import Outcome
 from mvg_dask.errors import MvgDaskError
 from mvg_dask.plan.domain import BoxDomain, L2BallDomain
-from mvg_dask.plan.release_plan import InputMetadata, declared_domains
+from mvg_dask.plan.input_metadata import InputMetadata
+from mvg_dask.plan.planning import declared_domains
 from mvg_dask.spec import ReleaseSpec
 
 __all__ = ["NOTICE", "CheckReport", "CheckSetup", "VariableCounts", "run_check", "setup_check"]
@@ -465,7 +467,7 @@ def _checked(inp: InputMetadata, domain: BoxDomain | L2BallDomain) -> CheckedVar
 
 def run_check(setup: CheckSetup, client: Client, *, progress: bool = True) -> CheckReport:
     """Run a check on ``client``: one task per record range of the input
-    (:meth:`~mvg_dask.plan.release_plan.InputMetadata.task_ranges`), their counts summed on the
+    (:meth:`~mvg_dask.plan.input_metadata.InputMetadata.task_ranges`), their counts summed on the
     client as they finish. Opens no ledger, writes nothing.
 
     Parameters

@@ -346,9 +346,9 @@ def gather_with_progress(
 ) -> list[Any]:
     """Wait for every future, updating ``progress``; stop at the first failure.
 
-    A task's expected failure is an :class:`~mvg_dask.engine.blocks.Outcome` carrying an error;
-    it is raised here. After a failure, ``on_failure`` runs (it tells the remaining tasks to do
-    nothing) and this function waits until *every* task has finished before it raises, so that
+    A task's expected failure is an :class:`~mvg_dask.engine.tasks.outcome.Outcome` carrying an
+    error; it is raised here. After a failure, ``on_failure`` runs (it tells the remaining tasks to
+    do nothing) and this function waits until *every* task has finished before it raises, so that
     no task is still writing when the caller cleans up. (Cancelling futures does not stop a task
     that is already running.)
 
@@ -372,7 +372,7 @@ def gather_with_progress(
     list
         Results in the order of ``futures`` (``None`` entries when ``keep`` is False).
     """
-    from mvg_dask.engine.blocks import Outcome
+    from mvg_dask.engine.tasks.outcome import Outcome
 
     index = {f.key: i for i, f in enumerate(futures)}
     results: list[Any] = [None] * len(futures)

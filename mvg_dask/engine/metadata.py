@@ -2,7 +2,7 @@
 
 A dry run is metadata plus planning: this module opens the store's group and array metadata
 with zarr alone, checks the variable and its dimensions, and returns the plan layer's
-:class:`~mvg_dask.plan.release_plan.InputMetadata`.
+:class:`~mvg_dask.plan.input_metadata.InputMetadata`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from mvg_dask.errors import DataError
-from mvg_dask.plan.release_plan import InputMetadata
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.spec import GroupBySpec, InputSpec, ReleaseSpec, is_local
 
 MAX_FEATURE_NAMES = 1_000_000

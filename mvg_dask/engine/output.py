@@ -25,7 +25,6 @@ import json
 import math
 import os
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +32,24 @@ import fsspec
 import numpy as np
 import xarray as xr
 
-from mvg_dask._version import __version__
 from mvg_dask.engine.metadata import local_path
+from mvg_dask.engine.output_arrays import (
+    MATRIX_CHUNK,
+    NOISE_MATRIX_CHUNK,
+    compressors,
+    eager_noise_matrices,
+    noise_matrix_encoding,
+    placeholder,
+)
+from mvg_dask.engine.provenance import provenance, store_name
 from mvg_dask.engine.zarr_io.arrays import create_scratch_matrix, write_arrays
 from mvg_dask.engine.zarr_io.consolidated import write_consolidated_root
 from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from mvg_dask.errors import IncompleteReleaseError, ReleaseError
-from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.covariance import Diagonal, LowRank
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.noise_plan import NoisePlan
-from mvg_dask.plan.plan_json import missing_entry
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, resolve_about_mean
+from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
 from mvg_dask.release_format import (
     ATTRS,
     CENTRE,
@@ -78,7 +84,6 @@ from mvg_dask.release_format import (
     describe,
     dims_for,
     is_complete,
-    provenance_attrs,
     stored_directions,
 )
 from mvg_dask.spec import is_local
@@ -109,71 +114,6 @@ __all__ = [
 MAX_EAGER_COORD = 10_000_000
 
 
-def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
-    """The provenance attributes of a release: functions of its plan only (the input store by
-    its name alone, never the curator's path to it).
-
-    For DP-PCA releases the direction-dependent quantities (``Delta_M`` of a paper calibration,
-    the noise variances) are not attributes: they are in the noisy data variables.
-    """
-    public = rplan.public_noise_dict()
-    values: dict[str, Any] = {
-        "release_id": rplan.release_id,
-        "name": rplan.name,
-        "version": __version__,
-        "created": rplan.created,
-        "query": rplan.query.kind,
-        "algorithm": rplan.algorithm,
-        "calibration": rplan.calibration,
-        "epsilon": rplan.epsilon,
-        "delta": rplan.delta,
-        "neighbours": rplan.neighbours,
-        "sensitivity": public["sensitivity"],
-        "gamma": public["gamma"],
-        "mahalanobis_sensitivity": public["mahalanobis_sensitivity"],
-        "precision_budget": public["precision_budget"],
-        "composition": rplan.budgets.composition,
-        # lattice (floating-point safe) or float; the grid 2^k of a lattice release (null while
-        # DP-PCA's directions are pending: it follows their whitening)
-        "noise": rplan.noise_kind,
-        "lattice_log2_grid": (public.get("lattice") or {}).get("log2_grid"),
-        "record_domain": json.dumps(rplan.domain.to_dict()),
-        "on_violation": rplan.on_violation,
-        # domain.missing: {fill: ...} as declared (a function of the spec); absent for the
-        # default missing: error. How many values were filled is curator-side only
-        "missing": None
-        if rplan.missing_fill is None
-        else json.dumps(missing_entry(rplan.missing_fill)),
-        "seeded": seeded,
-        "seeded_note": "noise derived from a user seed: reproducible, NOT private"
-        if seeded
-        else "",
-        "tile_records": rplan.tile_records,
-        # the store's name, never where it is: the curator's paths are not published (the
-        # ledger and the dry run, curator-side, name the full location)
-        "input_store": store_name(rplan.input.store),
-        "input_variable": rplan.input.variable,
-        "plan": json.dumps(public),
-        # a regression's response feature (a label from the spec, public)
-        "target": getattr(rplan.query, "target_label", None),
-        "route": None if rplan.mean_first is None else "mean-first",
-        "mean_step": None if rplan.mean_first is None else json.dumps(rplan.mean_first.to_dict()),
-    }
-    return provenance_attrs(values)
-
-
-def store_name(store: str) -> str:
-    """The last path component of a store's path or URL (``s3://bucket/data/x.zarr``:
-    ``x.zarr``), the input's name in a release's provenance.
-
-    Examples
-    --------
-    >>> store_name("s3://bucket/data/x.zarr/")
-    'x.zarr'
-    """
-    return store.rstrip("/").rsplit("/", 1)[-1]
-
-
 def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     ratio = plan.output_symmetric_ratio
     if ratio is None:
@@ -192,45 +132,14 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     }
 
 
-#: Chunk of a whole-matrix covariance output (``m <= WIDE_FEATURES``) and of its noisy sum:
-#: 8 MiB of float64, the input's chunk size; one chunk up to 1,024 features.
-MATRIX_CHUNK = 1024
-
-
-def compressors(rplan: ReleasePlan) -> tuple[Any, ...] | None:
-    """The Zarr v3 compressors of a release's arrays (``output.codec``; ``None``: raw bytes)."""
-    from zarr.codecs import BloscCodec, ZstdCodec
-
-    codec = rplan.output_codec
-    if codec == "none":
-        return None
-    if codec == "zstd":
-        return (ZstdCodec(),)
-    if codec == "lz4":
-        return (BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),)
-    raise ValueError(f"unknown output codec {codec!r}")
-
-
-#: Chunk of the noise-description matrices (``row_cov``, ``col_cov``, ``directions``) of identity
-#: and whole-matrix covariance outputs: the noise grid's block. Their fill value is 0, so zero
-#: blocks are not stored: standard directions (diagonal ``Sigma``) are described in O(m) stored
-#: bytes and written block by block, without an ``m x m`` matrix.
-NOISE_MATRIX_CHUNK = NOISE_TILE_FEATURES
-
-
-def eager_noise_matrices(plan: NoisePlan) -> bool:
-    """True when the noise matrices fit one chunk (``m <= NOISE_MATRIX_CHUNK``): they are then
-    written whole with the metadata; else block by block (:meth:`OutputTarget.
-    write_noise_matrices`). Zarr stores no all-zero chunk either way: the same files."""
-    return plan.directions.dim <= NOISE_MATRIX_CHUNK
-
-
 def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArray]:
-    """The noise description as data variables (they depend on the data through DP-PCA only,
-    and then only through its noisy output). Unless :func:`eager_noise_matrices`, the matrices
-    ``row_cov``, ``col_cov`` and ``directions`` are lazy placeholders whose values
-    :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix
-    for standard directions); their encoding: :func:`noise_matrix_encoding`."""
+    """The noise description as data variables (they depend on the data through DP-PCA only, and
+    then only through its noisy output). Unless
+    :func:`~mvg_dask.engine.output_arrays.eager_noise_matrices`, the matrices ``row_cov``,
+    ``col_cov`` and ``directions`` are lazy placeholders whose values
+    :meth:`OutputTarget.write_noise_matrices` writes after the metadata (no ``m x m`` matrix for
+    standard directions); their encoding:
+    :func:`~mvg_dask.engine.output_arrays.noise_matrix_encoding`."""
     rows, cols = _noise_dims(rplan)
     m, k = plan.directions.shape
     eager = eager_noise_matrices(plan)
@@ -252,32 +161,6 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
         out[DP_PCA_EIGENVALUES] = xr.DataArray(plan.directions.eigenvalues, dims=(DIRECTION_DIM,))
     return out
-
-
-def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Any:
-    """A lazy array that declares a skeleton variable and is never computed (its chunks are
-    written by the tasks): one dask chunk, so declaring it builds no per-chunk graph (the Zarr
-    chunks come from the encoding). Named, not tokenized: tokenizing would pickle the array's
-    constructor on the client in every release."""
-    import dask.array as da
-
-    return da.zeros(shape, chunks=shape, dtype=dtype, name=f"placeholder-{uuid.uuid4().hex}")
-
-
-def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
-    """The Zarr encoding of the noise-description matrices of ``ds``: chunks of
-    :data:`NOISE_MATRIX_CHUNK`, zstd, fill value 0 (zero blocks are not stored)."""
-    from zarr.codecs import ZstdCodec
-
-    return {
-        name: {
-            "chunks": tuple(min(NOISE_MATRIX_CHUNK, n) for n in ds[name].shape),
-            "compressors": (ZstdCodec(),),
-            "fill_value": 0.0,
-        }
-        for name in NOISE_MATRICES
-        if name in ds.data_vars
-    }
 
 
 def matrix_dims(rplan: ReleasePlan) -> tuple[str, str]:

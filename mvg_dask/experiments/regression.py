@@ -32,7 +32,7 @@ Extra row ``exact-regression``: the product's own regression release,
 augmented records ``z = [x - c; 1]`` (``c`` the centre of the declared box, so ``R`` is about a
 quarter of the uncentred one's; docs/bounds.md Sec. 13-14), planned by the product's release
 planner from a spec (:meth:`RegressionExperiment.regression_spec`,
-:func:`mvg_dask.plan.release_plan.plan_release`: the same query, domain and noise plan as
+:func:`mvg_dask.plan.planning.plan_release`: the same query, domain and noise plan as
 ``mvg-dask release`` and ``api.dry_run``), the same binary allocation and ``tau`` sweep as the
 ``exact-moments`` row (ALT, Y and the constant). The fit is ``ds.mvg.regression(intercept=True)``'s:
 :func:`~mvg_dask.plan.estimators.moment_regression` about the centre with the AdaSSP ridge of
@@ -82,10 +82,12 @@ from mvg_dask.plan.estimators import (
     adassp_ridge,
     moment_regression,
 )
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.lattice import NoiseKind
-from mvg_dask.plan.noise_plan import gram_step_lattice
+from mvg_dask.plan.noise_calibration import gram_step_lattice
+from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.queries import CovarianceQuery, IdentityQuery, RegressionQuery
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.privacy.calibration import Algorithm
 from mvg_dask.spec import ReleaseSpec, parse_spec
 
@@ -401,7 +403,7 @@ class RegressionExperiment(PaperExperiment):
 
     def regression_release_plan(self, epsilon: float, delta: float, tau: float) -> ReleasePlan:
         """The product's release plan of :meth:`regression_spec` for the private data's metadata
-        (:func:`mvg_dask.plan.release_plan.plan_release`, what ``api.dry_run`` returns for a
+        (:func:`mvg_dask.plan.planning.plan_release`, what ``api.dry_run`` returns for a
         store holding them in one chunk).
 
         Parameters

@@ -22,7 +22,9 @@ import numpy as np
 import xarray as xr
 
 from mvg_dask import api
-from mvg_dask.plan.release_plan import InputMetadata, ReleasePlan, new_release_id, plan_release
+from mvg_dask.plan.input_metadata import InputMetadata
+from mvg_dask.plan.planning import new_release_id, plan_release
+from mvg_dask.plan.release_plan import ReleasePlan
 
 if TYPE_CHECKING:
     from distributed import Client

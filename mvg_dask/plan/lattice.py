@@ -238,7 +238,7 @@ def panel_inner_groups(records: int, group: int) -> int:
 
 def panel_depth(records: int, group: int) -> int:
     """``L`` of a blocked (panel) Gram of a lattice release: the records are summed in canonical
-    groups of ``group`` records (:class:`~mvg_dask.engine.blocks.PanelReads`, whatever the
+    groups of ``group`` records (:class:`~mvg_dask.engine.records.PanelReads`, whatever the
     stored chunk grid), each group's product added to an inner accumulator (BLAS ``beta = 1``),
     which is folded into the panel every :func:`panel_inner_groups` groups. Nondecreasing in
     ``records``, so the depth of a public bound on the record count bounds every smaller

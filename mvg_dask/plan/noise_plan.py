@@ -13,17 +13,12 @@ import html
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from mvg_dask.noise.rng import NoiseKey
-from mvg_dask.noise.tiles import (
-    TILE_RECORDS,
-    matrix_noise,
-    record_noise,
-    symmetric_query_noise,
-)
+from mvg_dask.noise.tiles import TILE_RECORDS, matrix_noise, record_noise, symmetric_query_noise
 from mvg_dask.plan.budget import (
     Allocation,
     Composition,
@@ -33,22 +28,25 @@ from mvg_dask.plan.budget import (
 )
 from mvg_dask.plan.covariance import EntryLaw, NoiseCovariance, StdRanges, symmetric_entry_std
 from mvg_dask.plan.directions import Directions
-from mvg_dask.plan.domain import (
-    NEIGHBOURS,
-    BoxDomain,
-    Neighbours,
-    RecordDomain,
-    domain_from_dict,
+from mvg_dask.plan.domain import NEIGHBOURS, Neighbours, RecordDomain, domain_from_dict
+from mvg_dask.plan.lattice import Lattice, LatticeContext, NoiseKind
+from mvg_dask.plan.noise_calibration import (
+    CalibrationSetting,
+    calibrate_lattice,
+    check_plan_compatible,
+    choose_symmetric_ratio,
+    exact_variances,
+    gram_step_lattice,
+    paper_budget,
+    plan_mahalanobis,
+    release_float_error,
+    release_terms,
 )
-from mvg_dask.plan.lattice import Lattice, LatticeContext, NoiseKind, choose_log2_grid
 from mvg_dask.plan.queries import MatrixQuery, query_from_dict
 from mvg_dask.plan.symmetric_ratio import best_symmetric_ratio, symmetric_error_factors
-from mvg_dask.plan.terms import paper_budget, release_terms
-from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
-from mvg_dask.privacy import float_error as ferr
 from mvg_dask.privacy.calibration import Algorithm, Calibration
-from mvg_dask.privacy.registry import CalibrationRule, get_calibration
+from mvg_dask.privacy.registry import get_calibration
 
 __all__ = [
     "Allocation",
@@ -65,12 +63,6 @@ __all__ = [
     "symmetric_entry_std",
     "symmetric_error_factors",
 ]
-
-
-def _check_dimension(query: MatrixQuery, directions: Directions) -> None:
-    m = query.shape[0]
-    if directions.dim != m:
-        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -475,7 +467,7 @@ def build_noise_plan(
         raise ValueError(f"the domain has {domain.m} features but the data has {query.features}")
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
-    _check_dimension(query, directions)
+    check_plan_compatible(query, algorithm, calibration, directions)
     budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
     terms = release_terms(
         query,
@@ -487,22 +479,24 @@ def build_noise_plan(
         standard_directions=directions.is_standard,
     )
     rule, budget = terms.rule, terms.budget
-    setting = _Setting(query, domain, neighbours, algorithm, directions, None)
-    setting = setting._replace(ratio=_choose_ratio(setting, allocation, rule, symmetric_ratio))
+    setting = CalibrationSetting(query, domain, neighbours, algorithm, directions, None)
+    setting = setting._replace(
+        ratio=choose_symmetric_ratio(setting, allocation, rule, symmetric_ratio)
+    )
     if budget is None:  # exact: scale the precisions to Delta_M = mu*
-        theta, row_variances = _exact_variances(setting, allocation, rule, budgets)
+        theta, row_variances = exact_variances(setting, allocation, rule, budgets)
     else:
         total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
         theta = resolve_allocation(
             allocation, directions, kind=budget.kind, total_precision=total, weights=None
         )
         row_variances = budget.variances(theta)
-    d_m = _mahalanobis(setting, row_variances)
+    d_m = plan_mahalanobis(setting, row_variances)
     lattice = None
     if noise == "lattice":
         # a paper calibration: the lattice's Gaussian must meet its (eps, delta)
         mu = budgets.release_mu or cal.analytic_gaussian_mu(*budgets.release_privacy)
-        row_variances, d_m, lattice = _calibrate_lattice(
+        row_variances, d_m, lattice = calibrate_lattice(
             setting, np.asarray(row_variances), mu, lattice_context
         )
     elif noise != "float":
@@ -531,249 +525,6 @@ def build_noise_plan(
         lattice=lattice,
         lattice_context=lattice_context,
     )
-
-
-class _Setting(NamedTuple):
-    """What the noise's sensitivity depends on besides its variances."""
-
-    query: MatrixQuery
-    domain: RecordDomain
-    neighbours: Neighbours
-    algorithm: Algorithm
-    directions: Directions
-    ratio: float | None
-
-
-def _choose_ratio(
-    setting: _Setting,
-    allocation: Allocation,
-    rule: CalibrationRule,
-    symmetric_ratio: float | None,
-) -> float | None:
-    """The ratio ``r`` of symmetric noise: as given (checked), or :func:`best_symmetric_ratio`;
-    ``None`` for the other noises."""
-    query, domain, neighbours, algorithm, directions, _ = setting
-    if algorithm != "symmetric":
-        if symmetric_ratio is not None:
-            raise ValueError("symmetric_ratio is only used with algorithm: symmetric")
-        return None
-    if symmetric_ratio is None:
-        # low-rank directions take uniform or binary allocations, which do not depend on the
-        # ratio: the ratio is chosen for the allocation the plan will have
-        theta0 = (
-            resolve_allocation(
-                allocation,
-                directions,
-                kind=rule.allocation_kind,
-                total_precision=1.0,
-                weights=None,
-            )
-            if directions.is_low_rank
-            else None
-        )
-        return best_symmetric_ratio(query, domain, neighbours, directions, theta=theta0)
-    ratio = float(symmetric_ratio)
-    if not (math.isfinite(ratio) and ratio >= 0.5):
-        raise ValueError(f"symmetric_ratio must be a finite number >= 0.5, got {symmetric_ratio!r}")
-    return ratio
-
-
-def _exact_variances(
-    setting: _Setting, allocation: Allocation, rule: CalibrationRule, budgets: StepBudgets
-) -> tuple[np.ndarray, np.ndarray]:
-    """``exact``: the allocation ``theta`` and the variances ``1 / (c theta)`` whose
-    ``Delta_M`` meets the release's ``mu``, rounded toward more privacy."""
-    mu = budgets.release_mu
-    assert mu is not None
-    query, domain, _, _, directions, _ = setting
-    weights = None
-    if query.per_record_columns and directions.is_standard and isinstance(domain, BoxDomain):
-        weights = domain.widths**2
-    # the linear precision a uniform plan would get: the water level for max-pnr
-    uniform_total = _exact_scale(setting, alloc.uniform(directions.dim), mu)
-    theta = resolve_allocation(
-        allocation,
-        directions,
-        kind=rule.allocation_kind,
-        total_precision=uniform_total,
-        weights=weights,
-    )
-    c = _exact_scale(setting, theta, mu)
-    # round toward more privacy on the matrices the release really uses
-    for _ in range(200):
-        row_variances = 1.0 / (c * theta)
-        if _mahalanobis(setting, row_variances) <= mu:
-            break
-        c *= 1.0 - 1e-13
-    return theta, row_variances
-
-
-def lattice_coordinates(query: MatrixQuery, algorithm: Algorithm) -> int:
-    """``c``: how many lattice coordinates one record can move
-    (:meth:`~mvg_dask.plan.queries.MatrixQuery.released_lattice_coordinates`: both changed
-    groups' of a grouped release)."""
-    return query.released_lattice_coordinates(algorithm)
-
-
-def domain_abs_max(domain: RecordDomain) -> np.ndarray:
-    """``sup |x_i|`` over the domain, per feature."""
-    if isinstance(domain, BoxDomain):
-        return np.asarray(domain.abs_max, dtype=np.float64)
-    return np.full(domain.m, float(domain.radius))
-
-
-def domain_norm_max(domain: RecordDomain) -> float | None:
-    """``sup ||x||`` of an L2-ball domain (``None`` for a box: the bound uses ``||a||``)."""
-    return None if isinstance(domain, BoxDomain) else float(domain.radius)
-
-
-def gram_step_lattice(
-    domain: RecordDomain,
-    sensitivity: float,
-    mu: float,
-    context: LatticeContext,
-) -> Lattice:
-    """The lattice of a Gaussian step on ``vech(X X^T)`` (Analyze Gauss, iid noise on the
-    upper triangle): whitened by ``1 / sigma``, with ``sigma`` the smallest for which the
-    effective sensitivity ``(Delta + 2 E_G) / sigma + 2^k sqrt(c)`` meets ``mu``. The noise's
-    standard deviation is ``sensitivity / lattice.sensitivity``.
-
-    Parameters
-    ----------
-    domain : BoxDomain or L2BallDomain
-        The record domain.
-    sensitivity : float
-        ``Delta``: the L2 sensitivity of ``vech(X X^T)``.
-    mu : float
-        The step's Gaussian-DP ``mu``.
-    context : LatticeContext
-        How the Gram matrix is summed.
-
-    Returns
-    -------
-    Lattice
-        In whitened units (``sensitivity`` is ``Delta / sigma``).
-    """
-    m = domain.m
-    c = m * (m + 1) // 2
-    abs_max = domain_abs_max(domain)
-
-    def error(sigma: float) -> float:
-        # noise sigma S on X X^T: whitened by 1 / sqrt(sigma) on both sides (variances sigma)
-        white = ferr.Whitening.diagonal(np.full(m, sigma))
-        return ferr.covariance_error_bound(
-            abs_max,
-            context.records,
-            context.depth,
-            1.0,
-            white,
-            "symmetric",
-            1.0,
-            norm_max=domain_norm_max(domain),
-        )
-
-    sigma = sensitivity / mu
-    err = error(sigma)
-    k = choose_log2_grid(mu, c, err)
-    room = mu - math.ldexp(math.sqrt(c), k)
-    for _ in range(60):
-        if sensitivity / sigma + 2.0 * err <= room:
-            break
-        sigma *= (sensitivity / sigma + 2.0 * err) / room * (1.0 + 1e-12)
-        err = error(sigma)
-    else:  # pragma: no cover - the scaling is exact up to rounding
-        raise ValueError("could not calibrate the lattice of the DP-PCA step")
-    return Lattice(log2_grid=k, coordinates=c, float_error=err, sensitivity=sensitivity / sigma)
-
-
-def release_float_error(
-    query: MatrixQuery,
-    domain: RecordDomain,
-    algorithm: Algorithm,
-    directions: Directions,
-    variances: np.ndarray,
-    ratio: float | None,
-    context: LatticeContext | None,
-) -> float:
-    """``E``: the worst-case floating-point error of the computed whitened query, over the
-    domain (docs/bounds.md, Sec. 11; :meth:`~mvg_dask.plan.queries.MatrixQuery.float_error`),
-    as charged (:meth:`~mvg_dask.plan.queries.MatrixQuery.released_float_error`: times
-    ``sqrt(2)`` for a grouped release, docs/bounds.md, Sec. 15 and 17)."""
-    return query.released_float_error(
-        domain_abs_max(domain),
-        directions.covariance(variances).whitening(),
-        norm_max=domain_norm_max(domain),
-        algorithm=algorithm,
-        ratio=ratio,
-        context=context,
-    )
-
-
-def _calibrate_lattice(
-    setting: _Setting,
-    variances: np.ndarray,
-    mu: float,
-    context: LatticeContext | None,
-) -> tuple[np.ndarray, float, Lattice]:
-    """Scale the variances until the lattice's effective sensitivity meets ``mu``.
-
-    ``Delta_M`` and ``E`` are both linear in the whitening, so scaling every variance by ``t``
-    scales them by ``t^(-1/2)`` (unimodal noise) or ``t^(-1)`` (two-sided noise); the grid is
-    chosen once, from ``mu`` and the first ``E``, and its term is fixed.
-    """
-    query, domain, _, algorithm, directions, ratio = setting
-    c = query.released_lattice_coordinates(algorithm)
-    degree = 0.5 if algorithm == "unimodal" else 1.0
-
-    def measure(v: np.ndarray) -> tuple[float, float]:
-        d_m = _mahalanobis(setting, v)
-        return d_m, release_float_error(query, domain, algorithm, directions, v, ratio, context)
-
-    d_m, err = measure(variances)
-    k = choose_log2_grid(mu, c, err)
-    room = mu - math.ldexp(math.sqrt(c), k)
-    if not room > 0:
-        # the grid's floor (a share of E, which keeps the integers in range) alone exceeds mu
-        raise ValueError(
-            f"lattice noise cannot absorb this release's floating-point error (E <= {err:.3g} "
-            f"in whitened units over {c} coordinates, against mu = {mu:.3g}): declare a "
-            "domain.box whose widths are not tiny against its bounds' size, a smaller "
-            "privacy.max_records (add-remove), use standard directions, or "
-            "mechanism.noise: float (not floating-point safe)"
-        )
-    for _ in range(60):
-        if d_m + 2.0 * err <= room:
-            break
-        # variances * t scale (d_m + 2 err) by t^-degree: aim just below the room
-        t = ((d_m + 2.0 * err) / room) ** (1.0 / degree) * (1.0 + 1e-12)
-        variances = variances * t
-        d_m, err = measure(variances)
-    else:  # pragma: no cover - the scaling is exact up to rounding
-        raise ValueError("could not calibrate the lattice release")
-    return variances, d_m, Lattice(log2_grid=k, coordinates=c, float_error=err, sensitivity=d_m)
-
-
-def _mahalanobis(setting: _Setting, variances: np.ndarray) -> float:
-    """``Delta_M`` of noise with ``Sigma = W diag(variances) W^T``, from the precision in its
-    covariance's own form (:meth:`~mvg_dask.plan.covariance.NoiseCovariance.precision_form`:
-    a vector for standard directions, no ``m x m`` matrix for low-rank ones)."""
-    query, domain, neighbours, algorithm, directions, ratio = setting
-    precision, basis = directions.covariance(variances).precision_form()
-    return query.mahalanobis_sensitivity(
-        domain, neighbours, precision, algorithm, directions=basis, ratio=ratio
-    )
-
-
-def _exact_scale(setting: _Setting, theta: np.ndarray, mu: float) -> float:
-    """The scale ``c`` with precisions ``c theta`` whose ``Delta_M`` equals ``mu``.
-
-    ``Delta_M`` is homogeneous in the precision scale: degree 1/2 for unimodal noise (only
-    ``A^-1`` scales) and 1 for equi-modal and symmetric noise (``A^-1`` and ``A^-T`` both
-    scale).
-    """
-    d1 = _mahalanobis(setting, 1.0 / theta)
-    degree = 0.5 if setting.algorithm == "unimodal" else 1.0
-    return float((mu / d1) ** (1.0 / degree))
 
 
 def lattice_context_from_dict(data: dict[str, Any]) -> LatticeContext | None:

@@ -30,6 +30,7 @@ from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import BoxDomain, Neighbours, RecordDomain, domain_from_dict
 from mvg_dask.plan.lattice import LatticeContext, NoiseKind
 from mvg_dask.plan.mean_first import second_step_noise
+from mvg_dask.plan.noise_calibration import release_terms
 from mvg_dask.plan.noise_plan import (
     NoisePlan,
     build_noise_plan,
@@ -37,7 +38,6 @@ from mvg_dask.plan.noise_plan import (
     noise_plan_from_dict,
 )
 from mvg_dask.plan.queries import MatrixQuery, query_from_dict
-from mvg_dask.plan.terms import release_terms
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.registry import get_calibration

@@ -208,7 +208,7 @@ def _gram(start: int, stop: int, m: int) -> int:
     of a blocked release (``acc += x[rows] x[rows0:]^T`` in place), timed without allocation."""
     from scipy.linalg.blas import dgemm
 
-    from mvg_dask.plan.release_plan import WIDE_BLOCK, WIDE_FEATURES
+    from mvg_dask.plan.input_metadata import WIDE_BLOCK, WIDE_FEATURES
 
     x = np.random.default_rng(start).random((m, stop - start))
     if m <= WIDE_FEATURES:
@@ -232,15 +232,15 @@ def floors(
     of ``repeats`` passes over the input, each started with no write-back pending)."""
     import zarr
 
-    from mvg_dask.engine.blocks import ZarrMatrix
-    from mvg_dask.plan.release_plan import TASK_ELEMENTS, chunk_runs
+    from mvg_dask.engine.records import ZarrMatrix
+    from mvg_dask.plan.input_metadata import TASK_ELEMENTS, chunk_runs
 
     # the release's task grid: runs of whole chunks, one kernel call per chunk, so the floor and
     # the release share the per-task costs (and the chunk size)
     step = chunk
     ranges = chunk_runs(n, chunk, -(-TASK_ELEMENTS // (m * chunk)))
     if m > 8192:  # a wide release multiplies groups of 256 records (of whole chunks here)
-        from mvg_dask.plan.release_plan import PANEL_RECORDS
+        from mvg_dask.plan.input_metadata import PANEL_RECORDS
 
         group = -(-PANEL_RECORDS // chunk) * chunk
         ranges = [(a, min(a + group, n)) for a in range(0, n, group)]

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, PanelReads, StackedMatrix, ZarrLabels, ZarrMatrix
+from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.output import OutputTarget
+from mvg_dask.engine.records import PanelReads, StackedMatrix, ZarrLabels, ZarrMatrix
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import BoxDomain
 from mvg_dask.plan.release_plan import ReleasePlan

@@ -7,17 +7,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mvg_dask.engine.blocks import PanelNoise, noisy_gram_panel_task, panel_product_task
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.lattice import StandardSquareLattice
 from mvg_dask.engine.lattice import gram_step as lattice_gram_step
 from mvg_dask.engine.stages.context import RunContext, clipper_for, panel_reads, source_of
 from mvg_dask.engine.stages.gram import wait_for_gram
+from mvg_dask.engine.tasks.panels import PanelNoise, noisy_gram_panel_task, panel_product_task
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan import dp_pca, gram_sensitivity
 from mvg_dask.plan.directions import directions_from_noisy_gram, top_k_directions
+from mvg_dask.plan.input_metadata import PANEL_RECORDS
 from mvg_dask.plan.lattice import panel_inner_groups
-from mvg_dask.plan.release_plan import PANEL_RECORDS, ReleasePlan
+from mvg_dask.plan.release_plan import ReleasePlan
 
 #: The scratch group of a wide release's DP-PCA (its noisy Gram matrix).
 DP_PCA_SCRATCH = "dp-pca"

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future
 
-from mvg_dask.engine.blocks import Clipper, add_grams, combine_grams, gram_task
+from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.stages.context import (
     GramPass,
@@ -17,7 +17,9 @@ from mvg_dask.engine.stages.context import (
     gram_source_of,
     labels_of,
 )
-from mvg_dask.plan.release_plan import TREE_FAN_IN, ReleasePlan
+from mvg_dask.engine.tasks.gram import add_grams, combine_grams, gram_task
+from mvg_dask.plan.input_metadata import TREE_FAN_IN
+from mvg_dask.plan.release_plan import ReleasePlan
 
 #: Partial Gram matrices up to this many bytes in all are summed on the client.
 CLIENT_REDUCE_BYTES = 64 * 2**20
@@ -58,13 +60,13 @@ def submit_gram(ctx: RunContext, rplan: ReleasePlan, clipper: Clipper | None = N
     ``TREE_FAN_IN`` consecutive nodes, level by level), the same sum on every run.
 
     Every query sums canonical record blocks
-    (:meth:`~mvg_dask.plan.release_plan.InputMetadata.canonical_ranges`), so the bytes of the
+    (:meth:`~mvg_dask.plan.input_metadata.InputMetadata.canonical_ranges`), so the bytes of the
     sum, and the float-error depth the plan bounds, never depend on the input's chunk grid or
     layout (docs/bounds.md Sec. 11).
 
     Small partials are summed on the client (two fewer scheduler round trips after the last
     task). Large ones are reduced on the workers, each group as a left fold of pairwise
-    additions (:func:`~mvg_dask.engine.blocks.add_grams`): the additions of one combine of
+    additions (:func:`~mvg_dask.engine.tasks.gram.add_grams`): the additions of one combine of
     the group, in its order, so the same bytes; and a fold step can run as soon as its two
     operands exist. Consecutive leaves are placed on one worker (:func:`homes`), so a fold
     moves a partial between workers only where its group crosses from one worker's leaves

@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from mvg_dask.engine.blocks import ZarrMatrix, identity_task
 from mvg_dask.engine.cluster import Progress, gather_with_progress, stop_tasks
 from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import RecordLattice
+from mvg_dask.engine.records import ZarrMatrix
 from mvg_dask.engine.stages.context import RunContext, clipper_for, mark_aborted, source_of
+from mvg_dask.engine.tasks.identity import identity_task
 from mvg_dask.errors import ChargedFailure, ReleaseError
 from mvg_dask.plan.release_plan import ReleasePlan
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mvg_dask.engine.blocks import Clipper
+from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import square_release as lattice_square_release
 from mvg_dask.engine.lattice import vector_release

@@ -9,15 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from mvg_dask.engine.blocks import (
-    PanelNoise,
-    covariance_panel_task,
-    low_rank_lattice_task,
-    low_rank_products_task,
-    low_rank_projection_task,
-    low_rank_publish_task,
-    projection_task,
-)
 from mvg_dask.engine.cluster import Progress, gather_with_progress
 from mvg_dask.engine.faults import crash_point
 from mvg_dask.engine.lattice import LowRankSquareLattice, StandardSquareLattice
@@ -28,11 +19,20 @@ from mvg_dask.engine.stages.context import (
     panel_reads,
     source_of,
 )
+from mvg_dask.engine.tasks.low_rank import (
+    low_rank_lattice_task,
+    low_rank_products_task,
+    low_rank_projection_task,
+    low_rank_publish_task,
+    projection_task,
+)
+from mvg_dask.engine.tasks.panels import PanelNoise, covariance_panel_task
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 from mvg_dask.plan import NoisePlan
 from mvg_dask.plan.covariance import Dense, LowRank
+from mvg_dask.plan.input_metadata import PANEL_RECORDS
 from mvg_dask.plan.lattice import panel_inner_groups
-from mvg_dask.plan.release_plan import PANEL_RECORDS, ReleasePlan
+from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.release_format import COVARIANCE, GRAM, RECORD_COUNT
 
 #: the lattice values of a wide low-rank lattice release, between its passes

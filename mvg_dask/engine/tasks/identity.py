@@ -1,0 +1,85 @@
+"""The identity release's task: each chunk of records read, clipped, noised and written."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mvg_dask.engine.clipping import Clipper
+from mvg_dask.engine.records import ZarrMatrix
+from mvg_dask.engine.tasks.outcome import (
+    Outcome,
+    abort_marker,
+    progress_marker,
+    read_marker,
+    write_marker,
+)
+from mvg_dask.errors import MvgDaskError
+from mvg_dask.noise.rng import NoiseKey
+from mvg_dask.noise.tiles import record_noise
+
+if TYPE_CHECKING:
+    from mvg_dask.engine.lattice import RecordLattice
+
+
+def identity_task(
+    start: int,
+    stop: int,
+    *,
+    source: ZarrMatrix,
+    sink: ZarrMatrix,
+    clipper: Clipper,
+    noise_key: NoiseKey,
+    factor: np.ndarray,
+    tile: int,
+    n_total: int,
+    diagonal: bool,
+    step: int | None = None,
+    lattice: RecordLattice | None = None,
+) -> Outcome:
+    """One task of the identity release: for each stored chunk of ``[start, stop)`` (``step``
+    records each) read, check, clip, add MVG noise, write and mark it done. With ``lattice``
+    the chunk is privatized on the lattice (:meth:`RecordLattice.release`) instead of having
+    float noise added.
+
+    A chunk whose marker exists (written by an earlier, interrupted run of the same release) is
+    skipped: its bytes are already in place, identical to what this run would write. Once the
+    release has failed (its abort marker exists) the task does nothing more.
+
+    Returns
+    -------
+    Outcome
+        ``[clipped_count, records]`` (int64) for the client's bookkeeping, or the error.
+    """
+    import json
+
+    import fsspec
+
+    fs, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
+    step = stop - start if step is None else step
+    total = np.zeros(2, dtype=np.int64)
+    for a in range(start, stop, step):
+        b = min(a + step, stop)
+        _, marker = fsspec.core.url_to_fs(
+            progress_marker(sink.store, a), **(sink.storage_options or {})
+        )
+        done = read_marker(fs, marker)
+        if done is not None:
+            total += [done["clipped"], done["records"]]
+            continue
+        if fs.exists(abort_path):
+            return Outcome(skipped=True)
+        try:
+            x, clipped = clipper(source.read(a, b), a)
+        except MvgDaskError as exc:
+            return Outcome.failure(exc)
+        if lattice is not None:
+            y = lattice.release(x, noise_key, a, b, tile=tile, n_total=n_total)
+        else:
+            y = record_noise(noise_key, factor, a, b, tile=tile, n_total=n_total, diagonal=diagonal)
+            y += x
+        sink.write(a, b, y)
+        write_marker(fs, marker, json.dumps({"clipped": clipped, "records": b - a}).encode())
+        total += [clipped, b - a]
+    return Outcome(total)
