@@ -162,8 +162,7 @@ def release_terms(
     algorithm: Algorithm,
     calibration: Calibration,
     budgets: StepBudgets,
-    *,
-    standard_directions: bool,
+    rule: CalibrationRule,
 ) -> ReleaseTerms:
     """The direction-free terms of a noise plan.
 
@@ -179,15 +178,15 @@ def release_terms(
         The noise type and the calibration.
     budgets : StepBudgets
         The budget shares (:func:`~mvg_dask.plan.budget.share_budget`).
-    standard_directions : bool
-        The noise directions are the standard basis (DP-PCA's, not yet chosen, are not).
+    rule : CalibrationRule
+        The calibration's rule, checked against the query and the directions
+        (:func:`calibration_rule`).
 
     Returns
     -------
     ReleaseTerms
         The terms.
     """
-    rule = calibration_rule(query, algorithm, calibration, standard_directions=standard_directions)
     sensitivity = query.l2_sensitivity(domain, neighbours)
     if not rule.has_precision_budget:
         return ReleaseTerms(rule, sensitivity, None, None)

@@ -467,18 +467,10 @@ def build_noise_plan(
         raise ValueError(f"the domain has {domain.m} features but the data has {query.features}")
     directions = directions or Directions.standard(query.shape[0])
     allocation = allocation or Allocation()
-    check_plan_compatible(query, algorithm, calibration, directions)
+    rule = check_plan_compatible(query, algorithm, calibration, directions)
     budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
-    terms = release_terms(
-        query,
-        domain,
-        neighbours,
-        algorithm,
-        calibration,
-        budgets,
-        standard_directions=directions.is_standard,
-    )
-    rule, budget = terms.rule, terms.budget
+    terms = release_terms(query, domain, neighbours, algorithm, calibration, budgets, rule)
+    budget = terms.budget
     setting = CalibrationSetting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(
         ratio=choose_symmetric_ratio(setting, allocation, rule, symmetric_ratio)

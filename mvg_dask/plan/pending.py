@@ -30,7 +30,7 @@ from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import BoxDomain, Neighbours, RecordDomain, domain_from_dict
 from mvg_dask.plan.lattice import LatticeContext, NoiseKind
 from mvg_dask.plan.mean_first import second_step_noise
-from mvg_dask.plan.noise_calibration import release_terms
+from mvg_dask.plan.noise_calibration import calibration_rule, release_terms
 from mvg_dask.plan.noise_plan import (
     NoisePlan,
     build_noise_plan,
@@ -172,8 +172,13 @@ class PendingDirections:
             alloc.check_allocation(self.allocation.theta, self.query.shape[0])
 
     def to_dict(self) -> dict[str, Any]:
-        """The published form: the direction-free terms (:func:`~mvg_dask.plan.noise_plan.
-        release_terms`), the directions ``dp-pca`` with ``k``, the rest ``null``."""
+        """The published form: the direction-free terms
+        (:func:`~mvg_dask.plan.terms.release_terms`), the directions ``dp-pca`` with ``k``, the
+        rest ``null``."""
+        # DP-PCA's directions are not the standard basis
+        rule = calibration_rule(
+            self.query, self.algorithm, self.calibration, standard_directions=False
+        )
         terms = release_terms(
             self.query,
             self.domain,
@@ -181,7 +186,7 @@ class PendingDirections:
             self.algorithm,
             self.calibration,
             self.budgets,
-            standard_directions=False,
+            rule,
         )
         known = {
             "query": self.query.to_dict(),
