@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
-from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.estimators import (
     correlation_with_std,
     covariance_from_identity,
@@ -33,18 +31,12 @@ from mvg_dask.plan.estimators import (
     psd_projection,
     spiked_shrinkage,
 )
-from mvg_dask.plan.mean_first import second_step_noise
 from mvg_dask.plan.noise_plan import (
-    Allocation,
     NoisePlan,
-    build_noise_plan,
-    lattice_context_from_dict,
-    noise_plan_from_dict,
 )
-from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.queries.moment import scale_constant
+from mvg_dask.release_codec import ReleaseCodec
 from mvg_dask.release_format import (
-    CENTRE,
     COVARIANCE,
     CROSS_COVARIANCE_QUERY,
     GRAM,
@@ -62,7 +54,6 @@ from mvg_dask.release_format import (
     check_complete,
     feature_dim,
     released_variable,
-    stored_directions,
 )
 from mvg_dask.release_format import gaussian_variable as _gaussian_variable
 
@@ -325,55 +316,23 @@ def confidence_intervals(
     return out
 
 
-def _allocation(a: Mapping[str, Any]) -> Allocation:
-    """A published plan's allocation (its ``theta`` is recomputed)."""
-    return Allocation(strategy=a["strategy"], important=a.get("important"), share=a.get("share"))
-
-
 def release_noise_plan(ds: xr.Dataset) -> NoisePlan:
-    """The noise plan a complete release was made with, rebuilt from its public plan (DP-PCA
-    directions from its noisy variables) and checked against its published ``row_cov``."""
-    _check_complete(ds)
-    public = json.loads(ds.attrs[PLAN_ATTR])
-    if ds.attrs.get(ROUTE_ATTR) == "mean-first":  # step 2's plan about the released centre
-        box = domain_from_dict(public["domain"], ds.sizes[ds[MEAN].dims[0]])
-        plan = second_step_noise(
-            box,  # type: ignore[arg-type]
-            np.asarray(ds[CENTRE].values),
-            int(query_from_dict(public["query"]).records),
-            epsilon=float(public["epsilon"]),
-            delta=float(public["delta"]),
-            share=float(json.loads(ds.attrs[MEAN_STEP_ATTR])["share"]),
-            algorithm=public["algorithm"],
-            allocation=_allocation(public["allocation"]),
-            noise=public.get("noise", "float"),
-            lattice_context=lattice_context_from_dict(public),
-        )
-    elif public.get("row_variances") is not None:
-        plan = noise_plan_from_dict(public)
-    else:  # DP-PCA: the directions are noisy data variables of the release
-        query = query_from_dict(public["query"])
-        a = public["allocation"]
-        comp = public["composition"]
-        plan = build_noise_plan(
-            query,
-            domain_from_dict(public["domain"], query.features),
-            epsilon=float(public["epsilon"]),
-            delta=float(public["delta"]),
-            algorithm=public["algorithm"],
-            calibration=public["calibration"],
-            directions=stored_directions(ds, public),
-            allocation=_allocation(a),
-            neighbours=public["neighbours"],
-            direction_share=float(comp.get("direction_share") or 0.0),
-            count_share=float(comp.get("count_share") or 0.0),
-            noise=public.get("noise", "float"),
-            lattice_context=lattice_context_from_dict(public),
-        )
-    published = np.asarray(ds[ROW_COV].values)
-    if not np.allclose(plan.row_cov, published, rtol=1e-9, atol=0.0):
-        raise ValueError("the release's row_cov does not match its plan: not an intact release")
-    return plan
+    """The noise plan a complete release was made with, decoded from the release alone
+    (:meth:`ReleaseCodec.noise_plan <mvg_dask.release_codec.ReleaseCodec.noise_plan>`: its
+    published plan, resolved with DP-PCA's noisy directions or a mean-first release's centre, as
+    the engine's resume resolves it) and checked against its published ``row_cov``.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete release.
+
+    Returns
+    -------
+    NoisePlan
+        The plan.
+    """
+    return ReleaseCodec(ds.attrs, ds).noise_plan()
 
 
 def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
