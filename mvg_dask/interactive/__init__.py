@@ -3,11 +3,15 @@
 The accessor only normalises its arguments and calls these (as pint-xarray's accessor calls
 ``conversion.py``). Its two sides are two modules that do not import each other:
 
-* :mod:`mvg_dask.interactive.write`: release an xarray object (:func:`release_xarray`,
-  :func:`dry_run_xarray`), its input written to a new Zarr store first;
-* :mod:`mvg_dask.interactive.read`: read a complete release (:func:`noise_std`,
-  :func:`confidence_intervals`, :func:`release_noise_plan`, the covariance estimators) and the
-  ledger (:func:`budget_table`).
+* :mod:`mvg_dask.interactive.write`: release an xarray object
+  (:func:`~mvg_dask.interactive.write.release_xarray`,
+  :func:`~mvg_dask.interactive.write.dry_run_xarray`), its input written to a new Zarr store
+  first;
+* :mod:`mvg_dask.interactive.read`: read a complete release
+  (:func:`~mvg_dask.interactive.read.noise_std`,
+  :func:`~mvg_dask.interactive.read.confidence_intervals`,
+  :func:`~mvg_dask.interactive.read.release_noise_plan`, the covariance estimators) and the
+  ledger (:func:`~mvg_dask.interactive.read.budget_table`).
 """
 
 from mvg_dask.interactive.read import (
