@@ -173,8 +173,8 @@ class PendingDirections:
 
     def to_dict(self) -> dict[str, Any]:
         """The published form: the direction-free terms
-        (:func:`~mvg_dask.plan.terms.release_terms`), the directions ``dp-pca`` with ``k``, the
-        rest ``null``."""
+        (:func:`~mvg_dask.plan.noise_calibration.release_terms`), the directions ``dp-pca``
+        with ``k``, the rest ``null``."""
         # DP-PCA's directions are not the standard basis
         rule = calibration_rule(
             self.query, self.algorithm, self.calibration, standard_directions=False
