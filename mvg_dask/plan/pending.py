@@ -38,7 +38,6 @@ from mvg_dask.plan.noise_plan import (
     noise_plan_from_dict,
 )
 from mvg_dask.plan.queries import MatrixQuery, query_from_dict
-from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy.calibration import Algorithm, Calibration
 from mvg_dask.privacy.registry import get_calibration
 
@@ -137,6 +136,8 @@ class PendingDirections:
         How the engine sums the query (lattice noise).
     k : int
         DP-PCA's important directions (the first ``k``).
+    low_rank : bool
+        A wide release keeps DP-PCA's top ``k`` only (no ``m x m`` matrix); for :meth:`check`.
     """
 
     query: MatrixQuery
@@ -152,6 +153,7 @@ class PendingDirections:
     noise: NoiseKind = "float"
     lattice_context: LatticeContext | None = None
     k: int
+    low_rank: bool = False
 
     #: the fields of the published form that are ``null``
     dependent = DIRECTION_DEPENDENT
@@ -164,12 +166,20 @@ class PendingDirections:
         )
 
     def check(self) -> None:
-        """Refuse now what the directions cannot change: a calibration the query or DP-PCA's
-        (non-standard) directions do not take, or an allocation that does not fit ``m``
-        directions (:exc:`ValueError`)."""
+        """Refuse at planning, before any data is read, what the release would refuse once
+        DP-PCA has chosen its directions, as far as the plan can tell: the calibration against
+        the query and non-standard directions, and a trial calibration for directions of
+        DP-PCA's shape (the first ``k`` or all ``m`` standard axes, eigenvalues ``2 .. 1``):
+        an allocation that does not fit them, a lattice that cannot absorb the float error
+        (:exc:`ValueError`). The trial plan is for the check only: the published form
+        (:meth:`to_dict`) does not depend on it."""
         self.to_dict()
-        if self.allocation.strategy == "custom" and self.allocation.theta is not None:
-            alloc.check_allocation(self.allocation.theta, self.query.shape[0])
+        m, k = self.query.shape[0], self.k
+        if self.low_rank:
+            trial = Directions.low_rank(np.eye(m, k), tuple(range(k)), np.linspace(2, 1, k))
+        else:
+            trial = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
+        self.resolve(trial)
 
     def to_dict(self) -> dict[str, Any]:
         """The published form: the direction-free terms

@@ -210,6 +210,7 @@ class ReleasePlan:
             noise=self.noise_kind,  # type: ignore[arg-type]
             lattice_context=self.lattice_context,
             k=self.dp_pca.k,
+            low_rank=self.matrix_chunk is not None,  # a wide release keeps the top k
         )
 
     def public_noise_dict(self) -> dict[str, Any]:
