@@ -214,8 +214,7 @@ class ReleasePlan:
         )
 
     def public_noise_dict(self) -> dict[str, Any]:
-        """The noise plan as published: for DP-PCA (mean-first) releases the pending form,
-        its direction- (centre-) dependent fields ``null`` (:meth:`pending_noise`)."""
+        """The noise plan as published: while it waits, :meth:`pending_noise`'s form."""
         pending = self.pending_noise()
         return self.noise_plan().to_dict() if pending is None else pending.to_dict()
 
