@@ -78,12 +78,13 @@ autodoc_pydantic_model_signature_prefix = "spec section"
 nitpicky = True
 nitpick_ignore_regex = [
     # outside this project, with no intersphinx inventory offline
-    (r"py:.*", r"(numpy|np|xarray|xr|dask|distributed|zarr|pandas|pd|pydantic|click)\..*"),
+    (r"py:.*", r"(abc|numpy|np|xarray|xr|dask|distributed|zarr|pandas|pd|pydantic|click)\..*"),
     # internals the docstrings cite, outside the public reference
     (
         r"py:.*",
-        r"mvg_dask\.(engine|noise|privacy"
-        r"|plan\.(lattice|low_rank|noise_plan|noise_calibration|queries|covariance|budget|symmetric_ratio))(\..*)?",
+        r"mvg_dask\.(engine|noise|privacy|ledger\.(base|sqlite|postgres|schema|location)"
+        r"|plan\.(lattice|low_rank|noise_plan|noise_calibration|queries|covariance|budget"
+        r"|symmetric_ratio))(\..*)?",
     ),
     # unqualified names of module-level helpers the docstrings cite
     (

@@ -459,23 +459,23 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
         ``True`` with an object-store output, a path inside the output store, an existing
         directory, or bokeh missing.
     """
-    from mvg_dask.engine.metadata import local_path
-    from mvg_dask.spec import is_local
+    from mvg_dask.engine.store import Store
 
+    output = Store(output_store)
     if option is None or option is False:
         return None
     if option is True:
-        if not is_local(output_store):
+        if not output.local:
             raise ValueError(
                 "performance_report=True writes next to a local output; the output is "
                 f"{output_store}: give the report a local file path"
             )
-        out = local_path(output_store).resolve()
+        out = output.path.resolve()
         path = out.with_name(f"{out.name}.performance-report.html")
     else:
         path = Path(option).resolve()
-        if is_local(output_store):
-            out = local_path(output_store).resolve()
+        if output.local:
+            out = output.path.resolve()
             if path == out or out in path.parents:
                 raise ValueError(
                     f"performance_report: {path} is inside the output store {out}; the report "

@@ -27,17 +27,36 @@ from pydantic import (
     model_validator,
 )
 
+from mvg_dask.privacy.accounting import BasicAccountant, GaussianDP, GaussianDPAccountant
 from mvg_dask.privacy.allocation import AllocationStrategy
 from mvg_dask.privacy.calibration import Algorithm, Calibration
-from mvg_dask.privacy.registry import CompatibilityError, check_compatible
+from mvg_dask.privacy.registry import CompatibilityError, check_compatible, get_calibration
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _GLOB_CHARACTERS = "*?["  # what makes fsspec (glob.has_magic) treat a path as a pattern
 
 
+#: the URL schemes of the local filesystem (a plain path has the first): a release is written to
+#: a staging directory renamed into place; every other scheme is written in place under a claim.
+#: The one list of them: the engine's store registry (:mod:`mvg_dask.engine.store`) gives each
+#: its local entry and every other scheme an entry of its own (see docs/howto/object-storage.md)
+LOCAL_SCHEMES = ("file",)
+
+
+def url_scheme(store: str) -> str:
+    """The scheme of a store's URL as written, parsed without fsspec: ``file`` for a plain path;
+    for a chained URL its chain (``simplecache::s3``, ``simplecache::file`` for a chain ending in
+    a plain path)."""
+    if "://" in store:
+        return store.split("://", 1)[0]
+    if "::" in store:
+        return f"{store.rsplit('::', 1)[0]}::{LOCAL_SCHEMES[0]}"
+    return LOCAL_SCHEMES[0]
+
+
 def is_local(store: str) -> bool:
-    """True for a plain path or a ``file://`` URL."""
-    return "://" not in store or store.startswith("file://")
+    """True for a plain path or a ``file://`` URL (a scheme of :data:`LOCAL_SCHEMES`)."""
+    return url_scheme(store) in LOCAL_SCHEMES
 
 
 class SpecError(ValueError):
@@ -327,7 +346,7 @@ class OutputSpec(_Strict):
     @classmethod
     def _no_pattern_in_url(cls, value: str) -> str:
         if not is_local(value):
-            magic = sorted(set(value.split("://", 1)[1]) & set(_GLOB_CHARACTERS))
+            magic = sorted(set(value.split("://", 1)[-1]) & set(_GLOB_CHARACTERS))
             if magic:
                 raise ValueError(
                     f"{value!r} holds {' '.join(magic)}: fsspec deletes paths as glob patterns, "
@@ -350,6 +369,9 @@ def _url_has_password(url: str) -> bool:
     userinfo = parts.netloc.rpartition("@")[0]
     query = parse_qsl(parts.query, keep_blank_values=True)
     return ":" in userinfo or any(k.lower() == "password" for k, _ in query)
+
+
+_LEDGER_SCHEMES = ("sqlite:///", "memory://")
 
 
 class LedgerSpec(_Strict):
@@ -377,8 +399,8 @@ class LedgerSpec(_Strict):
                 "ledger.path (a SQLite file)"
             )
         postgres = self.url is not None and self.url.startswith(("postgresql://", "postgres://"))
-        if self.url is not None and not postgres and not self.url.startswith("sqlite:///"):
-            raise ValueError("ledger.url: use postgresql://... or sqlite:///path")
+        if self.url is not None and not postgres and not self.url.startswith(_LEDGER_SCHEMES):
+            raise ValueError("ledger.url: use postgresql://..., sqlite:///path or memory://name")
         if postgres and _url_has_password(self.url or ""):
             # the URL is not repeated here: it holds a secret
             raise ValueError(
@@ -391,7 +413,7 @@ class LedgerSpec(_Strict):
 
     @property
     def location(self) -> str:
-        """The ledger's URL or path (for :func:`mvg_dask.engine.ledger.open_ledger`)."""
+        """The ledger's URL or path (for :func:`mvg_dask.ledger.open_ledger`)."""
         loc = self.url if self.url is not None else self.path
         assert loc is not None
         return loc
@@ -733,6 +755,8 @@ class ReleaseSpec(_Strict):
                 f"privacy.epsilon ({self.privacy.epsilon:g}) exceeds the dataset's whole "
                 f"ledger.budget.epsilon ({self.ledger.budget.epsilon:g})"
             )
+        if self.ledger is not None:
+            _check_fits_alone(self)
         if self.group_by is not None:
             _check_group_by(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
@@ -828,6 +852,32 @@ class ReleaseSpec(_Strict):
 SQUARE_QUERIES = ("covariance", "centered-covariance", "regression")
 #: The queries released as the second moment of the augmented record ``z = [x - c; s]``.
 MOMENT_QUERY_KINDS = ("centered-covariance", "regression")
+
+
+def _check_fits_alone(spec: ReleaseSpec) -> None:
+    """Refuse a release that alone exceeds its dataset's budget, by the composition the ledger
+    would use for it (its calibration's privacy loss), before anything is read or charged."""
+    assert spec.ledger is not None
+    p, b = spec.privacy, spec.ledger.budget
+    loss = get_calibration(spec.mechanism.calibration).loss(p.epsilon, p.delta)
+    if p.neighbours != b.neighbours and spec.ledger.convert_neighbours:
+        loss = loss.group2()  # charged by group privacy
+    gaussian = isinstance(loss, GaussianDP)
+    spent = (GaussianDPAccountant() if gaussian else BasicAccountant()).total([loss], b.delta)
+    if spent.fits(b.epsilon, b.delta):
+        return
+    if isinstance(loss, GaussianDP):
+        raise ValueError(
+            f"privacy: this release alone exceeds the dataset's budget: a Gaussian mechanism "
+            f"(mu = {loss.mu:.4g}) at epsilon = {p.epsilon:g}, delta = {p.delta:g} spends "
+            f"epsilon = {spent.epsilon:.4g} at the budget's delta = {b.delta:g}, more than "
+            f"ledger.budget.epsilon = {b.epsilon:g}; lower privacy.delta or privacy.epsilon"
+        )
+    raise ValueError(
+        f"privacy.delta ({loss.approx_dp().delta:g}) exceeds the dataset's whole "
+        f"ledger.budget.delta ({b.delta:g}): basic composition ({spec.mechanism.calibration} "
+        "calibration) adds deltas, so no sequence of releases can fit it"
+    )
 
 
 def _check_group_by(spec: ReleaseSpec) -> None:

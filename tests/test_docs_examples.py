@@ -120,7 +120,7 @@ def test_notebooks_declare_the_kernel_the_readme_registers() -> None:
 
 def test_ledger_page_numbers_are_the_ledgers_composition() -> None:
     """The ledger page's table: k releases at epsilon=1, delta=1e-6 in a budget at delta=1e-5."""
-    from mvg_dask.engine.ledger import spending
+    from mvg_dask.ledger import spending
     from mvg_dask.privacy.calibration import analytic_gaussian_mu
 
     page = (ROOT / "docs" / "guide" / "ledger.md").read_text()

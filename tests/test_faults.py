@@ -257,7 +257,6 @@ def _classify(exc, *, remote=False, lost=False, charged=True):
         release_id="rel-x",
         store="s3://bucket/out.zarr" if remote else "/data/out.zarr",
         charged=charged,
-        remote=remote,
         scheduler_lost=lost,
     )
 

@@ -25,7 +25,8 @@ import pytest
 from scipy import stats
 from scipy.optimize import brentq, linprog
 
-from mvg_dask.engine.ledger import (
+from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
+from mvg_dask.ledger import (
     Guarantee,
     convert_neighbours,
     export_ledger,
@@ -35,8 +36,8 @@ from mvg_dask.engine.ledger import (
     spending,
     summary_text,
 )
-from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import ApproxDP, GaussianDP
 
 KEY = "0123456789abcdef0123456789abcdef"
 BACKENDS = ["sqlite", "postgresql"]
@@ -139,7 +140,7 @@ def test_races_never_overspend(location):
 _CRASHER = textwrap.dedent(
     """
     import sys
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
     location, step = sys.argv[1], sys.argv[2]
     book = open_ledger(location)
     if step == "reserve":
@@ -579,7 +580,8 @@ def test_group_privacy_of_the_gaussian_matches_dp_accounting(sigma):
         delta = cal.analytic_gaussian_delta(eps, mu)
         if delta < 1e-9:
             continue  # below the PLD accountant's tail resolution
-        g = convert_neighbours(Guarantee(eps, delta, mu, "add-remove"), "replace-one", allow=True)
+        own = Guarantee(GaussianDP(mu, eps, delta), "add-remove")
+        g = convert_neighbours(own, "replace-one", allow=True)
         assert g.mu == pytest.approx(2 * mu)
         acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
         acc.compose(dp_accounting.GaussianDpEvent(noise_multiplier=sigma / 2))
@@ -624,7 +626,7 @@ def test_group_privacy_bound_is_tight_by_brute_force(eps, delta):
     res = linprog(c, A_ub=np.array(a_ub), b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(3), bounds=(0, 1))
     assert res.status == 0
     worst = -res.fun
-    g = convert_neighbours(Guarantee(eps, delta, None, "add-remove"), "replace-one", allow=True)
+    g = convert_neighbours(Guarantee(ApproxDP(eps, delta), "add-remove"), "replace-one", allow=True)
     assert g.epsilon == 2 * eps
     assert worst <= g.delta + 1e-9  # the conversion is a valid bound
     assert worst == pytest.approx(g.delta, rel=1e-6)  # and the tightest one
@@ -647,8 +649,8 @@ def test_a_version_1_file_migrates_in_place(tmp_path):
         text=True,
         check=True,
     )
-    assert "migrated from schema version 1 to 2" in out.stdout
-    assert "already at schema version 2" in migrate_ledger(path)
+    assert "migrated from schema version 1 to 3" in out.stdout
+    assert "already at schema version 3" in migrate_ledger(path)
     with open_ledger(path) as book:
         entries = {e.release_id: e for e in book.releases()}
         assert set(entries) == {"v1-committed", "v1-pending"}
@@ -675,6 +677,94 @@ def test_a_version_1_file_migrates_in_place(tmp_path):
         assert book.lookup("v1-pending").status == "aborted"
 
 
+def _without_loss_fields(summary):
+    """A summary as schema version 2 gave it (version 3 adds each release's serialised loss)."""
+    out = json.loads(json.dumps(summary))
+    for ds in out:
+        for r in ds["releases"]:
+            del r["loss"], r["charged"]["loss"]
+    return out
+
+
+def _check_migrated_v2(book):
+    """Every entry's loss and every dataset's spending are those of the version-2 ledger
+    (``tests/data/make_ledger_v2.py``)."""
+    old = json.loads((DATA / "ledger_v2_summary.json").read_text())
+    new = book.summary()
+    assert _without_loss_fields(new) == old  # entries, spending, composition, what is left
+    assert summary_text(new) == summary_text(old)  # `ledger show` unchanged
+    by_id = {r["release_id"]: r for ds in old for r in ds["releases"]}
+    for e in book.releases():
+        r = by_id.pop(e.release_id)
+        for own, key in ((e.loss, r), (e.charge, r["charged"])):
+            want = ApproxDP(key["epsilon"], key["delta"])
+            if key["mu"] is not None:  # the exact releases: Gaussian DP, mu as recorded
+                want = GaussianDP(key["mu"], key["epsilon"], key["delta"])
+            assert own == want
+    assert not by_id
+    # the budget decisions: what fits is what fitted
+    book.reserve(
+        dataset="gauss", release_id="fits", calibration="exact",
+        loss=GaussianDP.calibrated(0.5, 1e-7), spec_hash="h", output="/o",
+        noise_key="00" * 16, seeded=False,
+    )  # fmt: skip
+    with pytest.raises(BudgetError, match="would be exceeded"):
+        book.reserve(
+            dataset="addrem", release_id="too-much", calibration="mgm",
+            loss=ApproxDP(1.6, 1e-6), spec_hash="h", output="/o", noise_key="00" * 16,
+            seeded=False, neighbours="add-remove",
+        )  # fmt: skip
+
+
+def test_a_version_2_file_migrates_with_every_loss_preserved(tmp_path):
+    """``tests/data/ledger_v2.sqlite`` was written by the version-2 ledger (the script beside it
+    says how): the migration to version 3 keeps every entry's loss and every decision."""
+    path = tmp_path / "v2.sqlite"
+    shutil.copy(DATA / "ledger_v2.sqlite", path)
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match=r"schema version 2; .* ledger migrate --ledger"):
+        open_ledger(path)
+    assert path.read_bytes() == before  # refused: nothing changed
+    assert "migrated from schema version 2 to 3" in migrate_ledger(path)
+    with open_ledger(path) as book:
+        _check_migrated_v2(book)
+        assert book.lookup("m-pending").noise_key == "00" * 32  # a pending key is kept
+
+
+def test_a_version_2_postgres_ledger_migrates(pg_location):
+    """The same ledger, as version 2 made it on PostgreSQL (its tables and rows copied from the
+    SQLite file), migrates alike."""
+    import sqlite3
+
+    import psycopg
+
+    from mvg_dask.ledger import schema
+
+    src = sqlite3.connect(DATA / "ledger_v2.sqlite")
+    v2_columns = (
+        "release_id, dataset, status, epsilon, delta, calibration, mu, neighbours, "
+        "charge_epsilon, charge_delta, charge_mu, spec_hash, output, noise_key, seeded, "
+        "created, committed, aborted, reason, clipped"
+    )
+    with psycopg.connect(pg_location, autocommit=True) as pg:
+        types = ("DOUBLE PRECISION", "BOOLEAN", "BIGINT")
+        for sql in [*schema._tables(*types)[:2], schema._releases_v2("releases", *types)]:
+            pg.execute(sql)
+        pg.execute("INSERT INTO schema_version VALUES (2, 0.0)")
+        for row in src.execute("SELECT dataset, epsilon, delta, neighbours, created FROM datasets"):
+            pg.execute("INSERT INTO datasets VALUES (%s, %s, %s, %s, %s)", row)
+        for row in src.execute(f"SELECT {v2_columns} FROM releases"):
+            row = (*row[:14], bool(row[14]), *row[15:])
+            pg.execute(
+                f"INSERT INTO releases ({v2_columns}) VALUES ({', '.join(['%s'] * 20)})", row
+            )
+    with pytest.raises(LedgerError, match="schema version 2;"):
+        open_ledger(pg_location)
+    assert "migrated from schema version 2 to 3" in migrate_ledger(pg_location)
+    with open_ledger(pg_location) as book:
+        _check_migrated_v2(book)
+
+
 def test_a_newer_or_broken_schema_is_refused(location, tmp_path):
     with open_ledger(location) as book:
         book.ensure_dataset("d", 1.0, 1e-5)
@@ -691,8 +781,8 @@ def test_migrate_creates_an_empty_postgres_ledger(pg_server, pg_location):
         open_ledger(empty, create=False)
     out = _cli("show", "--ledger", empty, check=False)
     assert out.returncode == 1 and "holds no mvg_dask ledger" in out.stderr
-    assert "created at schema version 2" in migrate_ledger(pg_location)
-    assert "already at schema version 2" in migrate_ledger(pg_location)
+    assert "created at schema version 3" in migrate_ledger(pg_location)
+    assert "already at schema version 3" in migrate_ledger(pg_location)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -724,7 +814,7 @@ def test_ledger_show_and_export_cli(location, tmp_path):
     exported = json.loads(target.read_text())
     assert KEY not in target.read_text()
     assert [r["release_id"] for r in exported["releases"]] == ["r1", "r2"]
-    assert exported["schema_version"] == 2 and exported["datasets"][0]["dataset"] == "d"
+    assert exported["schema_version"] == 3 and exported["datasets"][0]["dataset"] == "d"
     assert all("noise_key" not in r for r in exported["releases"])
     out = _cli("abort", "--ledger", location, "r2", "--reason", "crashed; not resumed")
     assert "stays charged" in out.stdout
@@ -777,7 +867,7 @@ def test_passwords_never_appear_in_messages(pg_server, pg_location, tmp_path, mo
 
 
 def test_redact():
-    from mvg_dask.engine.ledger import redact
+    from mvg_dask.ledger import redact
 
     assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
     assert redact("postgresql://u@h/db?sslmode=require&password=pw") == (

@@ -155,7 +155,7 @@ def demo(
                 _synthetic_run(root, client, synthetic_records, features, seed)
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         fail(exc)
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
 
     if seed is not None:
         click.echo("seeded releases (NOT private): no ledger, nothing charged")

@@ -1,6 +1,6 @@
 """``mvg-dask ledger``: inspect, export, migrate a privacy ledger, or abort a crashed release.
 
-A thin click wrapper: the logic lives in :mod:`mvg_dask.engine.ledger`.
+A thin click wrapper: the logic lives in :mod:`mvg_dask.ledger`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _ledger_options(f: Any) -> Any:
 
 
 def _open_existing(location: str, password_file: str | None) -> Any:
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
 
     try:
         return open_ledger(location, password_file=password_file, create=False)
@@ -55,10 +55,10 @@ def ledger_show(location: str, password_file: str | None, as_json: bool) -> None
     DP (mu = sqrt of the sum of their mu^2), and the composed mu is stated as the epsilon at the
     budget's delta. That is why one release at epsilon=1, delta=1e-6 shows as spent epsilon
     0.8725 in a budget with delta=1e-5, and why releases of nominal total epsilon 5 fit a budget
-    of 3. Delta is then not spent separately: "delta=shared" means the whole budget delta goes
-    with the epsilon left. A last line per dataset says which composition was used.
+    of 3. Delta is then not spent separately: the spent and the left epsilon are both stated at
+    the budget's delta. A last line per dataset says which composition was used.
     """
-    from mvg_dask.engine.ledger import summary_text
+    from mvg_dask.ledger import summary_text
 
     with _open_existing(location, password_file) as book:
         summary = book.summary()
@@ -72,20 +72,20 @@ def ledger_show(location: str, password_file: str | None, as_json: bool) -> None
 
 
 def _composition_note(ds: dict[str, Any]) -> str:
-    """One line per dataset: how the spent epsilon was composed, and what "shared" means."""
+    """One line per dataset: how the spent epsilon was composed, and what happens to delta."""
     budget, spent, n = ds["budget"], ds["spent"], len(ds["releases"])
     head = f"dataset {ds['dataset']}: {n} release(s) composed by "
     if ds["composition"] == "gaussian-dp":
         return (
             head + f"Gaussian DP (all exact): mu = sqrt(sum mu_i^2) = {spent['mu']:.4g}, stated "
             f"as epsilon at the budget's delta={budget['delta']:.3g}; delta is not spent "
-            "separately (delta=shared: the whole budget delta goes with the epsilon left)"
+            "separately: the whole budget delta goes with the epsilon left"
         )
     if ds["composition"] == "pld":
         return (
             head + "privacy-loss distributions (dp-accounting), epsilon at the budget's "
-            f"delta={budget['delta']:.3g}, below the sum of their epsilons; delta=shared: the "
-            "whole budget delta goes with the epsilon left"
+            f"delta={budget['delta']:.3g}, below the sum of their epsilons; delta is not spent "
+            "separately: the whole budget delta goes with the epsilon left"
         )
     return head + "basic composition: the sums of their epsilons and of their deltas"
 
@@ -100,7 +100,7 @@ def _composition_note(ds: dict[str, Any]) -> str:
 )
 def ledger_export(location: str, password_file: str | None, out: str | None) -> None:
     """Write every budget and every entry as JSON (never a key)."""
-    from mvg_dask.engine.ledger import export_ledger
+    from mvg_dask.ledger import export_ledger
 
     with _open_existing(location, password_file) as book:
         text = json.dumps(export_ledger(book), indent=2)
@@ -128,7 +128,7 @@ def ledger_abort(location: str, password_file: str | None, release_id: str, reas
 @_ledger_options
 def ledger_migrate(location: str, password_file: str | None) -> None:
     """Create a ledger's schema, or upgrade it in place to this version's (back it up first)."""
-    from mvg_dask.engine.ledger import migrate_ledger
+    from mvg_dask.ledger import migrate_ledger
 
     try:
         click.echo(migrate_ledger(location, password_file=password_file))

@@ -17,58 +17,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
-import os
-import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from mvg_dask.crash import crash_point as crash_point  # the one switch (mvg_dask.crash)
+from mvg_dask.engine.store import UNREACHABLE_ERRNOS, FaultTable, Store
 from mvg_dask.errors import ChargedFailure
 
 #: errno values of a full disk (space, or a quota)
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-#: errno values of an unreachable or failing remote service (s3fs maps HTTP 500 to EREMOTEIO and
-#: 503 / SlowDown to EBUSY)
-UNREACHABLE = tuple(
-    getattr(errno, name)
-    for name in (
-        "ECONNREFUSED",
-        "ECONNRESET",
-        "ECONNABORTED",
-        "EHOSTUNREACH",
-        "ENETUNREACH",
-        "ETIMEDOUT",
-        "EREMOTEIO",
-        "EBUSY",
-        "EPIPE",
-    )
-    if hasattr(errno, name)
-)
-#: S3 error codes of refused credentials
-CREDENTIAL_CODES = (
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AccessDenied",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "AllAccessDisabled",
-)
-#: exception class names (matched by name: distributed sends an exception that cannot be pickled
-#: as its text) of a connection to an object store that could not be made or broke
-UNREACHABLE_NAMES = (
-    "EndpointConnectionError",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ConnectionClosedError",
-    "ClientConnectorError",
-    "ServerDisconnectedError",
-    "ClientOSError",
-    "ServerTimeoutError",
-)
-CREDENTIAL_NAMES = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
 #: exception class names of a lost scheduler connection
 SCHEDULER_NAMES = ("CommClosedError", "FuturesCancelledError", "FutureCancelledError")
-OBJECT_STORE_MODULES = ("botocore", "aiobotocore", "s3fs", "aiohttp", "gcsfs", "adlfs")
 
 
 class Fault(ChargedFailure):
@@ -112,15 +71,6 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         todo += [c for c in (e.__cause__, e.__context__) if c is not None]
 
 
-def _s3_code(exc: BaseException) -> str | None:
-    """The error code of a botocore ``ClientError`` (``response["Error"]["Code"]``)."""
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return None if code is None else str(code)
-    return None
-
-
 def _names(exc: BaseException) -> set[str]:
     return {c.__name__ for c in type(exc).__mro__}
 
@@ -129,12 +79,17 @@ def classify(
     exc: BaseException,
     *,
     release_id: str,
-    store: str,
+    store: Store | str,
     charged: bool,
-    remote: bool,
+    inputs: Sequence[Store | str] = (),
     scheduler_lost: bool = False,
 ) -> Fault | None:
     """The one-line error of a fault, or ``None`` when ``exc`` is not one of the known faults.
+
+    What an exception of a store's filesystem library means is the store's
+    :class:`~mvg_dask.engine.store.FaultTable` (one per scheme,
+    :data:`~mvg_dask.engine.store.SCHEMES`): the tables of the output and input stores are
+    asked.
 
     Parameters
     ----------
@@ -142,14 +97,13 @@ def classify(
         What the release raised.
     release_id : str
         The release id (named in the error, for the re-run).
-    store : str
+    store : Store or str
         The output store (named in the error).
-    remote : bool
-        Whether the input or the output is in an object store (a ``PermissionError`` is then
-        the store refusing the credentials).
     charged : bool
         Whether the release holds a reservation in a ledger (``False`` without a ledger: then
         nothing was charged and a re-run starts over).
+    inputs : sequence of Store or str
+        The stores the release reads.
     scheduler_lost : bool
         The client has lost its scheduler (its status is no longer ``running``): whatever the
         exception, the scheduler is the fault.
@@ -161,7 +115,12 @@ def classify(
         :class:`CredentialsRefused` whose ``charged`` is ``charged`` and ``release_id`` the
         release id.
     """
-    fault = _classify(exc, store, remote, scheduler_lost)
+    stores = [s if isinstance(s, Store) else Store(s) for s in (store, *inputs)]
+    table = FaultTable()
+    for s in stores:
+        table += s.faults
+    remote = not all(s.local for s in stores)
+    fault = _classify(exc, stores[0].url, table, remote, scheduler_lost)
     if fault is not None:
         fault.charged = charged
         fault.release_id = release_id or None
@@ -170,38 +129,16 @@ def classify(
     return fault
 
 
-def _classify(exc: BaseException, store: str, remote: bool, scheduler_lost: bool) -> Fault | None:
+def _classify(
+    exc: BaseException, store: str, table: FaultTable, remote: bool, scheduler_lost: bool
+) -> Fault | None:
     chain = list(_chain(exc))
-    for e in chain:
-        if isinstance(e, OSError) and e.errno in DISK_FULL:
-            return DiskFull(
-                f"disk full while writing the release to {store} ({errno.errorcode[e.errno]}): "
-                "free space, then re-run the same release id to resume"
-            )
-    if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
-        return DiskFull(
-            f"disk full while writing the release to {store}: free space, then re-run the same "
-            "release id to resume"
-        )
-    for e in chain:
-        code = _s3_code(e)
-        names = _names(e)
-        text = str(e)
-        if (
-            (remote and isinstance(e, PermissionError))
-            or code in CREDENTIAL_CODES
-            or names & set(CREDENTIAL_NAMES)
-            or any(c in text for c in (*CREDENTIAL_CODES, *CREDENTIAL_NAMES))
-        ):
-            what = code or next(
-                (c for c in (*CREDENTIAL_CODES, *CREDENTIAL_NAMES) if c in text or c in names), ""
-            )
-            detail = f" ({what})" if what else ""
-            return CredentialsRefused(
-                f"the object store refused the credentials{detail} for {store}: check the "
-                "credentials (environment or storage_options) and their permissions, then re-run "
-                "the same release id to resume"
-            )
+    full = _disk_full(exc, chain, store)
+    if full is not None:
+        return full
+    refused = _credentials_refused(chain, table, store, remote)
+    if refused is not None:
+        return refused
     if scheduler_lost or any(
         _names(e) & set(SCHEDULER_NAMES)
         or (
@@ -214,25 +151,72 @@ def _classify(exc: BaseException, store: str, remote: bool, scheduler_lost: bool
             "the Dask scheduler was lost during the release: check the cluster (or start a new "
             "scheduler and workers), then re-run the same release id to resume"
         )
+    return _unreachable(chain, table, store, remote)
+
+
+def _disk_full(exc: BaseException, chain: list[BaseException], store: str) -> DiskFull | None:
+    for e in chain:
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            return DiskFull(
+                f"disk full while writing the release to {store} ({errno.errorcode[e.errno]}): "
+                "free space, then re-run the same release id to resume"
+            )
+    if "No space left on device" in str(exc) or "Disk quota exceeded" in str(exc):
+        return DiskFull(
+            f"disk full while writing the release to {store}: free space, then re-run the same "
+            "release id to resume"
+        )
+    return None
+
+
+def _credentials_refused(
+    chain: list[BaseException], table: FaultTable, store: str, remote: bool
+) -> CredentialsRefused | None:
+    # a code or name in the text: distributed sends an exception it cannot pickle as its text
+    # (an HTTP status in a text is too common to mean anything)
+    marks = [c for c in (*table.credential_codes, *table.credential_names) if not c.isdigit()]
+    for e in chain:
+        code = table.code(e)
+        names = _names(e)
+        text = str(e)
+        if (
+            (remote and isinstance(e, PermissionError))
+            or code in table.credential_codes
+            or names & set(table.credential_names)
+            or any(c in text for c in marks)
+        ):
+            known = code if code in table.credential_codes else None
+            what = known or next((c for c in marks if c in text or c in names), "")
+            detail = f" ({what})" if what else ""
+            return CredentialsRefused(
+                f"the object store refused the credentials{detail} for {store}: check the "
+                "credentials (environment or storage_options) and their permissions, then re-run "
+                "the same release id to resume"
+            )
+    return None
+
+
+def _unreachable(
+    chain: list[BaseException], table: FaultTable, store: str, remote: bool
+) -> ObjectStoreUnreachable | None:
     for e in chain:
         module = type(e).__module__.split(".")[0]
         names = _names(e)
         text = str(e)
-        remote_errno = isinstance(e, OSError) and e.errno in UNREACHABLE
+        remote_errno = isinstance(e, OSError) and e.errno in UNREACHABLE_ERRNOS
         if (
-            module in OBJECT_STORE_MODULES
-            or names & set(UNREACHABLE_NAMES)
-            or any(n in text for n in UNREACHABLE_NAMES)
+            module in table.modules
+            or table.code(e) in table.unreachable_codes
+            or names & set(table.unreachable_names)
+            or any(n in text for n in table.unreachable_names)
             or (remote and (remote_errno or isinstance(e, ConnectionError | TimeoutError)))
         ):
-            codes = [c for c in map(_s3_code, chain) if c is not None]
+            codes = [c for c in map(table.code, chain) if c is not None]
             number = e.errno if isinstance(e, OSError) else None
             if number is not None and number in errno.errorcode:
                 codes.append(errno.errorcode[number])
-            detail = next(
-                iter(codes),
-                next((n for n in UNREACHABLE_NAMES if n in text or n in names), type(e).__name__),
-            )
+            named = (n for n in table.unreachable_names if n in text or n in names)
+            detail = next(iter(codes), next(named, type(e).__name__))
             return ObjectStoreUnreachable(
                 f"the object store of {store} is unreachable or failing ({detail}): check the "
                 "endpoint and the network, then re-run the same release id to resume"
@@ -245,35 +229,3 @@ def scheduler_lost(client: Any) -> bool:
     scheduler."""
     status = getattr(client, "status", "running")
     return status not in ("running", "newly-created")
-
-
-def crash_point(name: str, index: int | None = None) -> None:
-    """Fault injection for the crash tests; unset in production (does nothing).
-
-    ``MVG_DASK_CRASH_AT=name[:index]`` SIGKILLs this process when the release reaches that point
-    (``chunk:k``: once ``k`` tasks of the record pass have finished; the ``ledger-*`` points sit
-    inside a ledger transaction). With ``MVG_DASK_CRASH_SIGNAL=SIGSTOP`` it stops there instead
-    (until a SIGCONT: the fault tests break the scheduler meanwhile).
-
-    Parameters
-    ----------
-    name : str
-        The point (``reserved``, ``skeleton``, ``chunk``, ``before-commit``,
-        ``before-ledger-commit``, ``ledger-reserve``, ``ledger-committed``, ...).
-    index : int, optional
-        How many tasks have finished (``chunk``).
-    """
-    target = os.environ.get("MVG_DASK_CRASH_AT")
-    if not target:
-        return
-    want, _, at = target.partition(":")
-    if want == name and (not at or (index is not None and index >= int(at))):
-        if os.environ.get("MVG_DASK_CRASH_SIGNAL") != "SIGSTOP":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif target not in _STOPPED:  # once
-            _STOPPED.add(target)
-            os.kill(os.getpid(), signal.SIGSTOP)
-
-
-#: the crash points this process has stopped at
-_STOPPED: set[str] = set()

@@ -8,21 +8,16 @@ with zarr alone, checks the variable and its dimensions, and returns the plan la
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mvg_dask.engine.store import Store
 from mvg_dask.errors import DataError
 from mvg_dask.plan.input_metadata import InputMetadata
-from mvg_dask.spec import GroupBySpec, InputSpec, ReleaseSpec, is_local
+from mvg_dask.spec import GroupBySpec, InputSpec, ReleaseSpec
 
 MAX_FEATURE_NAMES = 1_000_000
-
-
-def local_path(store: str) -> Path:
-    """The filesystem path of a local store."""
-    return Path(store.removeprefix("file://"))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -67,10 +62,11 @@ def read_input_metadata(
     import zarr
 
     store = inp.store
-    if is_local(store) and not local_path(store).exists():
+    source = Store(store, inp.storage_options)
+    if source.local and not source.exists():
         raise DataError(f"input.store: {store} does not exist")
-    if not is_local(store):
-        _probe(store, inp.storage_options)
+    if not source.local:
+        _probe(source)
     try:
         group = zarr.open_group(store, mode="r", storage_options=inp.storage_options)
         arrays = dict(group.arrays())
@@ -298,7 +294,7 @@ def check_chunks_present(
         )
 
 
-def _probe(store: str, storage_options: dict[str, Any] | None) -> None:
+def _probe(source: Store) -> None:
     """Read an object store's root ``zarr.json`` once, so that an unreachable store or refused
     credentials are one clear error before anything is charged (:mod:`mvg_dask.engine.faults`),
     not the failure of Zarr's concurrent reads.
@@ -308,17 +304,14 @@ def _probe(store: str, storage_options: dict[str, Any] | None) -> None:
     ReleaseError
         A :class:`~mvg_dask.engine.faults.Fault` with ``charged = False``.
     """
-    import fsspec
-
     from mvg_dask.engine.faults import classify
 
     try:
-        fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
-        fs.cat_file(f"{root.rstrip('/')}/zarr.json")
+        source.fs.cat_file(source.key("zarr.json"))
     except FileNotFoundError:
         return  # not Zarr v3 (or no such store): Zarr says which
     except Exception as exc:
-        fault = classify(exc, release_id="", store=store, charged=False, remote=True)
+        fault = classify(exc, release_id="", store=source, charged=False)
         if fault is None:
             return
         raise fault from None

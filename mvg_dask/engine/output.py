@@ -29,11 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import numpy as np
 import xarray as xr
 
-from mvg_dask.engine.metadata import local_path
 from mvg_dask.engine.output_arrays import (
     MATRIX_CHUNK,
     NOISE_MATRIX_CHUNK,
@@ -43,6 +41,7 @@ from mvg_dask.engine.output_arrays import (
     placeholder,
 )
 from mvg_dask.engine.provenance import provenance, store_name
+from mvg_dask.engine.store import Store
 from mvg_dask.engine.zarr_io.arrays import create_scratch_matrix, write_arrays
 from mvg_dask.engine.zarr_io.consolidated import write_consolidated_root
 from mvg_dask.engine.zarr_io.skeleton import write_skeleton
@@ -87,7 +86,6 @@ from mvg_dask.release_format import (
     dims_for,
     is_complete,
 )
-from mvg_dask.spec import is_local
 
 __all__ = [
     "ATTRS",
@@ -363,14 +361,13 @@ class OutputTarget:
         self.store = store
         self.release_id = release_id
         self.storage_options = storage_options
-        self.local = is_local(store)
-        if self.local:
-            final = local_path(store)
-            self.final: Path | None = final
-            self.write_store = str(final.with_name(f"{final.name}.staging-{release_id}"))
-        else:
-            self.final = None
-            self.write_store = store
+        #: the final output store, and where the release writes (its staging directory, for a
+        #: local store: :meth:`~mvg_dask.engine.store.Store.staging`)
+        self.output = Store(store, storage_options)
+        self.writing = self.output.staging(release_id)
+        self.local = self.output.local
+        self.final: Path | None = self.output.path if self.local else None
+        self.write_store = self.writing.url
 
     @classmethod
     def for_plan(cls, rplan: ReleasePlan) -> OutputTarget:
@@ -378,13 +375,11 @@ class OutputTarget:
         return cls(rplan.output_store, rplan.release_id, rplan.output_storage_options)
 
     def _fs(self) -> tuple[Any, str]:
-        fs, root = fsspec.core.url_to_fs(self.write_store, **(self.storage_options or {}))
-        return fs, root
+        return self.writing.fs, self.writing.root
 
     def progress(self) -> ProgressLog:
         """The progress directory of the output being written (markers, saved plan, claim)."""
-        fs, root = self._fs()
-        return ProgressLog(root, fs, local=self.local)
+        return self.writing.progress()
 
     def _open(self) -> xr.Dataset | None:
         try:
@@ -419,8 +414,7 @@ class OutputTarget:
         """True when an earlier run of this release created the whole output skeleton: its
         root ``zarr.json`` and the saved plan, the last file a skeleton writes (a run
         interrupted before it, or one that left a half-written plan, starts over)."""
-        fs, root = self._fs()
-        return bool(fs.exists(f"{root}/zarr.json") and self.load_plan() is not None)
+        return self.writing.exists("zarr.json") and self.load_plan() is not None
 
     def claim(self) -> None:
         """Claim an object-store output for this release before anything is charged: a claim
@@ -434,9 +428,7 @@ class OutputTarget:
         ReleaseError
             When another release claimed the output.
         """
-        if self.local:
-            return
-        if self.progress().claim(self.release_id) != self.release_id:
+        if self.writing.claim(self.release_id) != self.release_id:
             raise ReleaseError(
                 f"output.store: {self.store} is being written by another release; choose "
                 "another output.store"
@@ -444,8 +436,7 @@ class OutputTarget:
 
     def unclaim(self) -> None:
         """Remove this release's claim (its reservation was refused: nothing was written)."""
-        if not self.local:
-            self.progress().unclaim(self.release_id)
+        self.writing.unclaim(self.release_id)
 
     def clear_abort(self) -> None:
         """Remove the abort marker a failed run of this release left (a disk that filled up, a

@@ -22,15 +22,14 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from mvg_dask.engine.ledger import LedgerEntry, open_ledger
-from mvg_dask.engine.ledger.base import NoSchemaError, check_registered_budget
-from mvg_dask.engine.ledger.location import parse_location
-from mvg_dask.engine.metadata import local_path
 from mvg_dask.engine.preview import budget_after, empty_or_missing
+from mvg_dask.engine.store import Store
 from mvg_dask.errors import BudgetError, ReleaseError
+from mvg_dask.ledger import LedgerEntry, open_ledger
+from mvg_dask.ledger.base import NoSchemaError, check_registered_budget
+from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.release_plan import LedgerCharge, ReleasePlan
-from mvg_dask.release_format import RELEASE_ID_ATTR, ProgressLog, describe, is_complete
-from mvg_dask.spec import is_local
+from mvg_dask.release_format import RELEASE_ID_ATTR, describe, is_complete
 
 __all__ = ["SCHEDULER_PROBE_SECONDS", "preflight", "probe_scheduler", "store_attributes"]
 
@@ -60,12 +59,8 @@ def store_attributes(
         The attributes of a Zarr v3 group (or v2 ``.zattrs``); ``{}`` for a store that exists
         but holds no readable Zarr group metadata; ``None`` when nothing is there.
     """
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(
-        str(local_path(store)) if is_local(store) else store, **(storage_options or {})
-    )
-    root = root.rstrip("/")
+    target = Store(store, storage_options)
+    fs, root = target.fs, target.root
     for name, key in (("zarr.json", "attributes"), (".zattrs", None)):
         try:
             raw = fs.cat_file(f"{root}/{name}")
@@ -77,8 +72,8 @@ def store_attributes(
             return {}
         attrs = doc.get(key, {}) if key is not None else doc
         return dict(attrs) if isinstance(attrs, dict) else {}
-    if is_local(store):
-        return {} if local_path(store).exists() else None
+    if target.local:
+        return {} if target.exists() else None
     return {} if fs.exists(root) and fs.ls(root) else None
 
 
@@ -88,12 +83,13 @@ def _check_output_free(rplan: ReleasePlan) -> None:
     attrs = store_attributes(store, rplan.output_storage_options)
     if attrs is None:
         return
-    if is_local(store):
+    output = Store(store, rplan.output_storage_options)
+    if output.local:
         raise ReleaseError(
             f"output.store: {store} already exists ({describe(attrs)}); choose another "
             "output.store or remove it"
         )
-    owner = _claim_owner(store, rplan.output_storage_options)
+    owner = output.claim_owner()
     if owner is not None and owner != rplan.release_id:
         raise ReleaseError(
             f"output.store: {store} is being written by another release; choose another "
@@ -104,14 +100,6 @@ def _check_output_free(rplan: ReleasePlan) -> None:
             f"output.store: {store} already holds other data ({describe(attrs)}); choose "
             "another store"
         )
-
-
-def _claim_owner(store: str, storage_options: dict[str, Any] | None) -> str | None:
-    """The release id that claimed an object-store output (its claim object), if any."""
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
-    return ProgressLog(root, fs).claim_owner()
 
 
 def _is_complete(rplan: ReleasePlan) -> bool:

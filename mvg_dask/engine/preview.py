@@ -2,8 +2,8 @@
 
 :func:`budget_after` reads the ledger without reserving anything (a missing SQLite ledger is
 read as empty and is not created) and composes this release's charge with the dataset's
-existing charges by the ledger's own rule (:func:`~mvg_dask.engine.ledger.spending`,
-:func:`~mvg_dask.engine.ledger.convert_neighbours`). :class:`PlanPreview` is what
+existing charges by the ledger's own rule (:func:`~mvg_dask.ledger.spending`,
+:func:`~mvg_dask.ledger.convert_neighbours`). :class:`PlanPreview` is what
 ``mvg-dask release --dry-run`` prints and ``ds.mvg.dry_run(...)`` shows in a notebook.
 
 Everything here is a function of the spec, public metadata and the ledger's charges, never of
@@ -15,11 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mvg_dask.engine.ledger import Guarantee, convert_neighbours, open_ledger, spending
-from mvg_dask.engine.ledger.location import parse_location
 from mvg_dask.errors import BudgetError, LedgerError
+from mvg_dask.ledger import Guarantee, convert_neighbours, open_ledger, spending
+from mvg_dask.ledger.base import check_registered_budget
+from mvg_dask.ledger.location import parse_location
 from mvg_dask.plan.presentation import Row, plan_rows, render_html, render_text
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.privacy.accounting import PrivacyLoss, loss_from_json
 
 __all__ = ["BudgetPreview", "PlanPreview", "budget_after", "preview"]
 
@@ -77,8 +79,8 @@ class BudgetPreview:
         spent = f"spent epsilon = {self.spent_epsilon:.4g} of {self.budget_epsilon:g}"
         if not self.fits:
             return (
-                f"{head}: {spent}; this release (epsilon = {self.charge_epsilon:.4g}) would "
-                "exceed the budget and be refused"
+                f"{head}: refused: this release (epsilon = {self.charge_epsilon:.4g}) would "
+                f"exceed the budget ({spent}, {self.composition} composition)"
             )
         if self.composition in _AT_BUDGET_DELTA:
             how = _AT_BUDGET_DELTA[self.composition]
@@ -130,7 +132,7 @@ def budget_after(
     rplan : ReleasePlan
         The plan (``None`` is returned when it charges no ledger).
     summary : list of dict, optional
-        The ledger's :meth:`~mvg_dask.engine.ledger.Ledger.summary`, when already read (else
+        The ledger's :meth:`~mvg_dask.ledger.Ledger.summary`, when already read (else
         the ledger is read here).
 
     Returns
@@ -151,27 +153,19 @@ def budget_after(
     mine = next((d for d in summary if d["dataset"] == charge.dataset), None)
     if mine is None:  # reserve() creates it with the spec's budget
         b_eps, b_delta, b_nb = charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours
-        existing: list[tuple[float, float, str, float | None]] = []
+        existing: list[PrivacyLoss] = []
     else:
         b = mine["budget"]
         b_eps, b_delta, b_nb = float(b["epsilon"]), float(b["delta"]), b["neighbours"]
-        existing = [
-            (
-                float(r["charged"]["epsilon"]),
-                float(r["charged"]["delta"]),
-                str(r["calibration"]),
-                r["charged"]["mu"],
-            )
-            for r in mine["releases"]
-        ]
+        existing = [loss_from_json(r["charged"]["loss"]) for r in mine["releases"]]
     before = spending(existing, b_delta) if existing else None
-    own = Guarantee(charge.epsilon, charge.delta, charge.mu, charge.neighbours)
-    refused = None
+    own = Guarantee(charge.loss, charge.neighbours)
+    refused = None if mine is None else _registered_refusal(charge, mine["budget"])
     try:
         g = convert_neighbours(own, b_nb, allow=charge.convert_neighbours)
     except BudgetError as exc:
-        refused, g = str(exc), own
-    after = spending([*existing, (g.epsilon, g.delta, charge.calibration, g.mu)], b_delta)
+        refused, g = refused or str(exc), own
+    after = spending([*existing, g.loss], b_delta)
     return BudgetPreview(
         dataset=charge.dataset,
         budget_epsilon=b_eps,
@@ -187,6 +181,25 @@ def budget_after(
         fits=refused is None and after.fits(b_eps, b_delta),
         refused=refused,
     )
+
+
+def _registered_refusal(charge: Any, registered: dict[str, Any]) -> str | None:
+    """Why the ledger refuses a spec whose budget is not the one its dataset is registered
+    with (what the release itself would say), or ``None``."""
+    try:
+        check_registered_budget(
+            charge.dataset,
+            (
+                float(registered["epsilon"]),
+                float(registered["delta"]),
+                str(registered["neighbours"]),
+            ),
+            (charge.budget_epsilon, charge.budget_delta, charge.budget_neighbours),
+            where=parse_location(charge.location).display(),
+        )
+    except BudgetError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

@@ -538,7 +538,7 @@ def budget_table(ledger: str | Path, dataset: str | None = None) -> pd.DataFrame
     """
     import pandas as pd
 
-    from mvg_dask.engine.ledger import open_ledger
+    from mvg_dask.ledger import open_ledger
 
     with open_ledger(ledger, create=False) as book:
         summary = book.summary()

@@ -18,6 +18,7 @@ import numpy as np
 from mvg_dask.plan.directions import Directions
 from mvg_dask.privacy import allocation as alloc
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import ApproxDP, GaussianDP, PrivacyLoss
 from mvg_dask.privacy.calibration import Calibration
 from mvg_dask.privacy.registry import get_calibration
 
@@ -105,6 +106,34 @@ class StepBudgets:
         """``(release_epsilon, release_delta)``."""
         return self.release_epsilon, self.release_delta
 
+    def losses(self) -> list[PrivacyLoss]:
+        """The privacy loss of each step (direction step, count, release), as typed values.
+
+        Splitting is the inverse of composition: the release's accountant
+        (:class:`~mvg_dask.privacy.accounting.LedgerAccountant`) composes these back to the
+        total ``(epsilon, delta)`` (``gaussian-dp``: exactly the total ``mu``; ``basic``: the
+        sums).
+        """
+        if self.composition == "none":
+            if self.release_mu is not None:
+                return [GaussianDP(self.release_mu, self.release_epsilon, self.release_delta)]
+            return [ApproxDP(self.release_epsilon, self.release_delta)]
+        if self.composition == "gaussian-dp":
+            mus = [m for m in (self.step_mu, self.count_mu, self.release_mu) if m is not None]
+            # each share is a Gaussian mechanism; its point: epsilon at the release's delta
+            return [
+                GaussianDP(
+                    m, cal.analytic_gaussian_epsilon(m, self.release_delta), self.release_delta
+                )
+                for m in mus
+            ]
+        steps = [
+            (self.step_epsilon, self.step_delta),
+            (self.count_epsilon, self.count_delta),
+            (self.release_epsilon, self.release_delta),
+        ]
+        return [ApproxDP(e, d) for e, d in steps if e is not None and d is not None]
+
     def to_dict(self) -> dict[str, Any]:
         """The plan's ``composition`` entry."""
         return {
@@ -159,8 +188,8 @@ def share_budget(
             f"the count's share ({count_share!r}) and the directions' share ({share!r}) must "
             "leave a positive share for the release"
         )
-    gaussian_dp = get_calibration(calibration).gaussian_dp
-    mu = cal.analytic_gaussian_mu(epsilon, delta) if gaussian_dp else None
+    total = get_calibration(calibration).loss(epsilon, delta)
+    mu = total.mu if isinstance(total, GaussianDP) else None
     if share == 0 and count_share == 0:
         return StepBudgets(
             composition="none",

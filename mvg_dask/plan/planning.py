@@ -38,6 +38,7 @@ from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy import allocation
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import GaussianDP
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
@@ -595,11 +596,8 @@ def _ledger_charge(spec: ReleaseSpec) -> LedgerCharge | None:
     mech, privacy = spec.mechanism, spec.privacy
     ledger = None
     if spec.ledger is not None:
-        mu = (
-            cal.analytic_gaussian_mu(privacy.epsilon, privacy.delta)
-            if get_calibration(mech.calibration).gaussian_dp
-            else None
-        )
+        loss = get_calibration(mech.calibration).loss(privacy.epsilon, privacy.delta)
+        mu = loss.mu if isinstance(loss, GaussianDP) else None
         ledger = LedgerCharge(
             location=spec.ledger.location,
             password_file=spec.ledger.password_file,

@@ -13,6 +13,8 @@ from typing import Any
 from mvg_dask.plan.directions import gram_sensitivity
 from mvg_dask.plan.domain import Neighbours, RecordDomain
 from mvg_dask.plan.lattice import Lattice
+from mvg_dask.privacy.accounting import PrivacyLoss
+from mvg_dask.privacy.registry import get_calibration
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +58,12 @@ class LedgerCharge:
     calibration: str
     mu: float | None
     neighbours: Neighbours
+
+    @property
+    def loss(self) -> PrivacyLoss:
+        """The release's privacy loss, as its calibration gives it
+        (:meth:`~mvg_dask.privacy.registry.CalibrationRule.loss`)."""
+        return get_calibration(self.calibration).loss(self.epsilon, self.delta, self.mu)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (without the location)."""

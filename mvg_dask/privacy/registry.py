@@ -44,6 +44,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import ApproxDP, GaussianDP, PrivacyLoss
 from mvg_dask.privacy.calibration import (
     ALGORITHMS,
     EQUI_MODAL_NEEDS_SQUARE,
@@ -180,6 +181,29 @@ class CalibrationRule:
     def label(self) -> str:
         """``name (theorem)``, as error messages name the calibration."""
         return f"{self.name} ({self.theorem})"
+
+    def loss(self, epsilon: float, delta: float, mu: float | None = None) -> PrivacyLoss:
+        """The privacy loss of a release with this calibration at ``(epsilon, delta)``.
+
+        Parameters
+        ----------
+        epsilon, delta : float
+            The release's guarantee.
+        mu : float, optional
+            Its Gaussian-DP parameter when already computed (a share of a budget); else the
+            analytic Gaussian ``mu*(epsilon, delta)``.
+
+        Returns
+        -------
+        PrivacyLoss
+            :class:`~mvg_dask.privacy.accounting.GaussianDP` for a Gaussian-DP calibration
+            (``exact``), else :class:`~mvg_dask.privacy.accounting.ApproxDP`.
+        """
+        if self.gaussian_dp:
+            if mu is None:
+                return GaussianDP.calibrated(epsilon, delta)
+            return GaussianDP(mu, epsilon, delta)
+        return ApproxDP(epsilon, delta)
 
     @property
     def has_precision_budget(self) -> bool:

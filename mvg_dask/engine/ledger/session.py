@@ -7,7 +7,7 @@ is complete. A clean failure (:class:`~mvg_dask.errors.DataError`,
 aborts the release when data was read (it stays charged) and cancels it when not (refunded);
 any other fault of the machinery leaves a charged release pending, for a resume
 (:func:`~mvg_dask.engine.faults.classify`). The protocol's rules are stated in
-:mod:`mvg_dask.engine.ledger.base`.
+:mod:`mvg_dask.ledger.base`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mvg_dask.engine.faults import classify, crash_point, scheduler_lost
-from mvg_dask.engine.ledger import Ledger, LedgerEntry, open_ledger
 from mvg_dask.engine.output import OutputTarget
 from mvg_dask.errors import (
     BudgetError,
@@ -29,9 +28,9 @@ from mvg_dask.errors import (
     ReleaseError,
     charged_clause,
 )
+from mvg_dask.ledger import Ledger, LedgerEntry, open_ledger
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.release_plan import ReleasePlan
-from mvg_dask.spec import is_local
 
 log = logging.getLogger("mvg_dask")
 
@@ -200,9 +199,9 @@ def ledger_session(
         fault = classify(
             exc,
             release_id=rplan.release_id,
-            store=rplan.output_store,
+            store=target.output,
             charged=reserved,
-            remote=not (is_local(rplan.output_store) and is_local(rplan.input.store)),
+            inputs=(rplan.input.store,),
             scheduler_lost=scheduler_lost(client),
         )
         if fault is None:
@@ -360,10 +359,8 @@ def reserve(
         ledger.reserve(
             dataset=charge.dataset,
             release_id=rplan.release_id,
-            epsilon=charge.epsilon,
-            delta=charge.delta,
             calibration=charge.calibration,
-            mu=charge.mu,
+            loss=charge.loss,
             spec_hash=rplan.spec_hash,
             output=rplan.output_store,
             noise_key=fresh.to_hex(),

@@ -8,10 +8,9 @@ import numpy as np
 
 from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.records import ZarrMatrix
+from mvg_dask.engine.store import Store
 from mvg_dask.engine.tasks.outcome import (
     Outcome,
-    abort_marker,
-    progress_marker,
     read_marker,
     write_marker,
 )
@@ -54,16 +53,13 @@ def identity_task(
     """
     import json
 
-    import fsspec
-
-    fs, abort_path = fsspec.core.url_to_fs(abort_marker(sink.store), **(sink.storage_options or {}))
+    target = Store(sink.store, sink.storage_options)
+    fs, abort_path = target.fs, target.abort_marker
     step = stop - start if step is None else step
     total = np.zeros(2, dtype=np.int64)
     for a in range(start, stop, step):
         b = min(a + step, stop)
-        _, marker = fsspec.core.url_to_fs(
-            progress_marker(sink.store, a), **(sink.storage_options or {})
-        )
+        marker = target.chunk_marker(a)
         done = read_marker(fs, marker)
         if done is not None:
             total += [done["clipped"], done["records"]]

@@ -9,10 +9,9 @@ import numpy as np
 
 from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.records import PanelReads, ZarrMatrix
+from mvg_dask.engine.store import Store
 from mvg_dask.engine.tasks.outcome import (
     Outcome,
-    abort_marker,
-    progress_marker,
     read_marker,
     write_marker,
 )
@@ -204,17 +203,16 @@ def low_rank_publish_task(
     Outcome
         ``[0, 0]`` (int64): the clipped values were counted by the second pass.
     """
-    import fsspec
     import zarr
 
     from mvg_dask.noise.tiles import NOISE_TILE_FEATURES, feature_blocks
 
     r0 = rows[0]
-    fs, marker = fsspec.core.url_to_fs(progress_marker(sink, r0), **(storage_options or {}))
+    target = Store(sink, storage_options)
+    fs, marker = target.fs, target.chunk_marker(r0)
     if read_marker(fs, marker) is not None:
         return Outcome(np.array([0, 0], dtype=np.int64))
-    _, abort_path = fsspec.core.url_to_fs(abort_marker(sink), **(storage_options or {}))
-    if fs.exists(abort_path):
+    if fs.exists(target.abort_marker):
         return Outcome(skipped=True)
     m = lattice.basis.shape[0]
     blocks = feature_blocks(m)

@@ -11,10 +11,9 @@ import numpy as np
 
 from mvg_dask.engine.clipping import Clipper
 from mvg_dask.engine.records import PanelReads, ZarrMatrix
+from mvg_dask.engine.store import Store
 from mvg_dask.engine.tasks.outcome import (
     Outcome,
-    abort_marker,
-    progress_marker,
     read_marker,
     write_marker,
 )
@@ -229,15 +228,13 @@ def covariance_panel_task(
     """
     import json
 
-    import fsspec
-
     r0 = rows[0]
-    fs, marker = fsspec.core.url_to_fs(progress_marker(sink, r0), **(storage_options or {}))
+    target = Store(sink, storage_options)
+    fs, marker = target.fs, target.chunk_marker(r0)
     done = read_marker(fs, marker)
     if done is not None:
         return Outcome(np.array([done["clipped"], done["records"]], dtype=np.int64))
-    _, abort_path = fsspec.core.url_to_fs(abort_marker(sink), **(storage_options or {}))
-    if fs.exists(abort_path):
+    if fs.exists(target.abort_marker):
         return Outcome(skipped=True)
     m = noise.variances.size
     panel = _gram_panel(rows, m, source, clipper, reads, inner)

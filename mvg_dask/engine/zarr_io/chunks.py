@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from mvg_dask.engine.store import Store
+
 _DTYPES = {"float64": "<f8", "float32": "<f4"}
 
 
@@ -66,11 +68,10 @@ class ChunkLayout:
 
 def _local_root(store: str, path: str) -> str | None:
     """The array directory of a local store, or ``None`` for a remote one."""
-    if store.startswith("file://"):
-        store = store[len("file://") :]
-    elif "://" in store or "::" in store:
+    where = Store(store)
+    if not where.local:
         return None
-    return os.path.join(store, path) if path else store
+    return os.path.join(where.path, path) if path else str(where.path)
 
 
 def layout(store: str, path: str, storage_options: dict[str, Any] | None) -> ChunkLayout | None:

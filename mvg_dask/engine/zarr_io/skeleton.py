@@ -24,12 +24,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import fsspec
 import numpy as np
 import xarray as xr
 
-from mvg_dask.engine.metadata import local_path
-from mvg_dask.spec import is_local
+from mvg_dask.engine.store import Store
 
 
 def write_skeleton(
@@ -60,13 +58,11 @@ def write_skeleton(
         When ``store`` already holds a Zarr group or array.
     """
     files = skeleton_files(ds, encoding or {})
-    fs, root = fsspec.core.url_to_fs(
-        str(local_path(store)) if is_local(store) else store, **(storage_options or {})
-    )
-    root = root.rstrip("/")
+    target = Store(store, storage_options)
+    fs, root = target.fs, target.root
     if fs.exists(f"{root}/zarr.json"):
         raise FileExistsError(f"{store} already holds a Zarr node")
-    if is_local(store):  # a local filesystem writes into existing directories only
+    if target.local:  # a local filesystem writes into existing directories only
         parents = {f"{root}/{key}".rsplit("/", 1)[0] for key in files}
         for parent in sorted(parents):  # the deepest ones (makedirs makes their ancestors)
             if not any(other.startswith(f"{parent}/") for other in parents):

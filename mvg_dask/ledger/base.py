@@ -21,20 +21,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from mvg_dask.engine.faults import crash_point
-from mvg_dask.engine.ledger import schema
-from mvg_dask.engine.ledger.composition import (
+from mvg_dask.crash import crash_point
+from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
+from mvg_dask.ledger import schema
+from mvg_dask.ledger.composition import (
     NEIGHBOURS,
     Guarantee,
     Neighbours,
     Spending,
+    charge_loss,
     spending,
 )
-from mvg_dask.engine.ledger.composition import (
+from mvg_dask.ledger.composition import (
     convert_neighbours as _convert,
 )
-from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
 from mvg_dask.privacy import calibration as cal
+from mvg_dask.privacy.accounting import GaussianDP, PrivacyLoss, loss_from_json, loss_to_json
 
 T = TypeVar("T")
 
@@ -99,19 +101,19 @@ class Executor(Protocol):
 class LedgerEntry:
     """One release in the ledger (``noise_key`` only while pending).
 
-    ``epsilon``, ``delta``, ``mu`` and ``neighbours`` are the release's own guarantee; the
-    ``charge_*`` values are what it counts against its budget (equal unless converted to the
-    budget's neighbour relation). ``reason`` (aborts) and ``clipped`` (the exact clipped count)
-    are curator-side facts: they are shown by ``ledger show`` and never published.
+    ``loss`` and ``neighbours`` are the release's own guarantee (its ``epsilon``, ``delta`` and
+    ``mu`` are read from it); ``charge`` is what it counts against its budget (the same loss
+    unless converted to the budget's neighbour relation; ``charge_epsilon``, ``charge_delta``,
+    ``charge_mu``). ``reason`` (aborts) and ``clipped`` (the exact clipped count) are
+    curator-side facts: they are shown by ``ledger show`` and never published.
     """
 
     release_id: str
     dataset: str
     status: str
-    epsilon: float
-    delta: float
     calibration: str
-    mu: float | None
+    loss: PrivacyLoss
+    charge: PrivacyLoss
     spec_hash: str
     output: str
     noise_key: str | None
@@ -119,12 +121,39 @@ class LedgerEntry:
     created: float
     committed: float | None
     neighbours: str = "replace-one"
-    charge_epsilon: float | None = None
-    charge_delta: float | None = None
-    charge_mu: float | None = None
     aborted: float | None = None
     reason: str | None = None
     clipped: int | None = None
+
+    @property
+    def epsilon(self) -> float:
+        """The release's own epsilon."""
+        return self.loss.approx_dp().epsilon
+
+    @property
+    def delta(self) -> float:
+        """The release's own delta."""
+        return self.loss.approx_dp().delta
+
+    @property
+    def mu(self) -> float | None:
+        """The release's own mu (Gaussian DP), else None."""
+        return _mu(self.loss)
+
+    @property
+    def charge_epsilon(self) -> float:
+        """The epsilon it counts against its budget."""
+        return self.charge.approx_dp().epsilon
+
+    @property
+    def charge_delta(self) -> float:
+        """The delta it counts against its budget."""
+        return self.charge.approx_dp().delta
+
+    @property
+    def charge_mu(self) -> float | None:
+        """The mu it counts against its budget (Gaussian DP), else None."""
+        return _mu(self.charge)
 
     def public(self) -> dict[str, Any]:
         """The entry without its key (for ``ledger show`` and ``ledger export``)."""
@@ -135,11 +164,13 @@ class LedgerEntry:
             "epsilon": self.epsilon,
             "delta": self.delta,
             "mu": self.mu,
+            "loss": self.loss.to_json(),
             "neighbours": self.neighbours,
             "charged": {
                 "epsilon": self.charge_epsilon,
                 "delta": self.charge_delta,
                 "mu": self.charge_mu,
+                "loss": self.charge.to_json(),
             },
             "calibration": self.calibration,
             "spec_hash": self.spec_hash,
@@ -153,6 +184,10 @@ class LedgerEntry:
         }
 
 
+def _mu(loss: PrivacyLoss) -> float | None:
+    return loss.mu if isinstance(loss, GaussianDP) else None
+
+
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -162,34 +197,26 @@ def _entry(row: Sequence[Any]) -> LedgerEntry:
         release_id=row[0],
         dataset=row[1],
         status=row[2],
-        epsilon=row[3],
-        delta=row[4],
-        calibration=row[5],
-        mu=row[6],
-        neighbours=row[7],
-        charge_epsilon=row[8],
-        charge_delta=row[9],
-        charge_mu=row[10],
-        spec_hash=row[11],
-        output=row[12],
-        noise_key=row[13],
-        seeded=bool(row[14]),
-        created=row[15],
-        committed=row[16],
-        aborted=row[17],
-        reason=row[18],
-        clipped=row[19],
+        calibration=row[3],
+        loss=loss_from_json(row[4]),
+        neighbours=row[5],
+        charge=loss_from_json(row[6]),
+        spec_hash=row[7],
+        output=row[8],
+        noise_key=row[9],
+        seeded=bool(row[10]),
+        created=row[11],
+        committed=row[12],
+        aborted=row[13],
+        reason=row[14],
+        clipped=row[15],
     )
 
 
-def _charges(ex: Executor, dataset: str) -> list[tuple[Any, ...]]:
+def _charges(ex: Executor, dataset: str) -> list[PrivacyLoss]:
     """What every release of ``dataset`` counts against its budget."""
-    rows = ex.execute(
-        "SELECT charge_epsilon, charge_delta, calibration, charge_mu FROM releases "
-        "WHERE dataset = ?",
-        (dataset,),
-    ).fetchall()
-    return [tuple(r) for r in rows]
+    rows = ex.execute("SELECT charge FROM releases WHERE dataset = ?", (dataset,)).fetchall()
+    return [loss_from_json(r[0]) for r in rows]
 
 
 def _already_reserved(ex: Executor, release_id: str, own: tuple[str, str], retrying: bool) -> bool:
@@ -210,9 +237,8 @@ def _already_reserved(ex: Executor, release_id: str, own: tuple[str, str], retry
 
 def _check_fits(
     dataset: str,
-    charges: list[tuple[Any, ...]],
+    charges: list[PrivacyLoss],
     charge: Guarantee,
-    calibration: str,
     budget: tuple[float, float],
     *,
     converted: bool,
@@ -221,7 +247,7 @@ def _check_fits(
     relation); refused when it exceeds the budget."""
     b_eps, b_delta = budget
     before = spending(charges, b_delta)
-    after = spending([*charges, (charge.epsilon, charge.delta, calibration, charge.mu)], b_delta)
+    after = spending([*charges, charge.loss], b_delta)
     if not after.fits(b_eps, b_delta):
         how = " after conversion to replace-one" if converted else ""
         raise BudgetError(
@@ -242,24 +268,19 @@ def _insert_release(
 ) -> None:
     """The pending entry: the release's own guarantee (``row``), its charge, and its spec hash,
     output and key (``recorded``)."""
-    release_id, dataset, epsilon, delta, calibration, mu, neighbours = row
+    release_id, dataset, calibration, loss, neighbours = row
     spec_hash, output, noise_key = recorded
     ex.execute(
-        "INSERT INTO releases (release_id, dataset, status, epsilon, delta, calibration, "
-        "mu, neighbours, charge_epsilon, charge_delta, charge_mu, spec_hash, output, "
-        "noise_key, seeded, created) "
-        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO releases (release_id, dataset, status, calibration, loss, neighbours, "
+        "charge, spec_hash, output, noise_key, seeded, created) "
+        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             release_id,
             dataset,
-            epsilon,
-            delta,
             calibration,
-            mu,
+            loss_to_json(loss),
             neighbours,
-            charge.epsilon,
-            charge.delta,
-            charge.mu,
+            loss_to_json(charge.loss),
             spec_hash,
             output,
             noise_key,
@@ -267,6 +288,20 @@ def _insert_release(
             time.time(),
         ),
     )
+
+
+def _given_loss(
+    loss: PrivacyLoss | None, legacy: tuple[float | None, float | None, str, float | None]
+) -> PrivacyLoss:
+    """The loss given to :meth:`Ledger.reserve`: ``loss``, or ``(epsilon, delta, calibration,
+    mu)`` read by :func:`~mvg_dask.ledger.composition.charge_loss`."""
+    epsilon, delta, calibration, mu = legacy
+    if (loss is None) == (epsilon is None or delta is None):
+        raise ValueError("reserve: give either loss, or epsilon and delta (and mu)")
+    if loss is None:
+        assert epsilon is not None and delta is not None
+        return charge_loss(epsilon, delta, calibration, mu)
+    return loss
 
 
 def _schema_version(ex: Executor, table_exists: Callable[[Executor, str], bool], where: str) -> int:
@@ -320,15 +355,18 @@ def _create_or_upgrade(
                 f"migrate --ledger {where}`"
             )
         for step in range(found, schema.CURRENT):
-            for statement in schema.UPGRADE[backend][step]:
-                ex.execute(statement)
+            for change in schema.UPGRADE[backend][step]:
+                if callable(change):
+                    change(ex)
+                else:
+                    ex.execute(change)
             ex.execute("INSERT INTO schema_version VALUES (?, ?)", (step + 1, time.time()))
 
 
 class Ledger(ABC):
     """A privacy ledger: per-dataset budgets, reservations, commits and aborts.
 
-    Open one with :func:`mvg_dask.engine.ledger.open_ledger`. Every method is one transaction;
+    Open one with :func:`mvg_dask.ledger.open_ledger`. Every method is one transaction;
     reservations of one dataset are serialised, so two releases can never both pass a budget
     check that only one of them fits. A ledger is a context manager (closes on exit).
     """
@@ -438,16 +476,17 @@ class Ledger(ABC):
         *,
         dataset: str,
         release_id: str,
-        epsilon: float,
-        delta: float,
         calibration: str,
-        mu: float | None,
         spec_hash: str,
         output: str,
         noise_key: str,
         seeded: bool,
         neighbours: Neighbours = "replace-one",
         convert_neighbours: bool = False,
+        loss: PrivacyLoss | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        mu: float | None = None,
     ) -> Spending:
         """Reserve a release against its dataset's budget (atomic; nothing changes on refusal).
 
@@ -455,10 +494,8 @@ class Ledger(ABC):
         ----------
         dataset, release_id : str
             Where it is charged, and its id (unique in the ledger).
-        epsilon, delta, mu : float
-            The release's guarantee (``mu`` for Gaussian releases, else None).
         calibration : str
-            The noise calibration (``exact`` releases may compose as Gaussian DP).
+            The noise calibration (a label; the loss says how the release composes).
         spec_hash, output : str
             To recognise a resume, and where the output goes.
         noise_key : str
@@ -471,7 +508,13 @@ class Ledger(ABC):
             The relation of the release's guarantee.
         convert_neighbours : bool
             Charge an add-remove release to a replace-one budget by group privacy
-            (:func:`~mvg_dask.engine.ledger.composition.convert_neighbours`).
+            (:func:`~mvg_dask.ledger.composition.convert_neighbours`).
+        loss : PrivacyLoss, optional
+            The release's privacy loss (its calibration's,
+            :meth:`~mvg_dask.privacy.registry.CalibrationRule.loss`).
+        epsilon, delta, mu : float, optional
+            Instead of ``loss``: the guarantee as ``(epsilon, delta)`` and ``mu`` (Gaussian
+            releases), read by :func:`~mvg_dask.ledger.composition.charge_loss`.
 
         Returns
         -------
@@ -493,8 +536,9 @@ class Ledger(ABC):
                 f"release {release_id!r} is seeded, so not private: the ledger does not charge "
                 "it; release without a seed, or without a ledger for test or demo data"
             )
-        own = Guarantee(epsilon, delta, mu, neighbours)
-        row = (release_id, dataset, epsilon, delta, calibration, mu, neighbours)
+        loss = _given_loss(loss, (epsilon, delta, calibration, mu))
+        own = Guarantee(loss, neighbours)
+        row = (release_id, dataset, calibration, loss, neighbours)
         recorded = (spec_hash, output, noise_key)
 
         def fn(ex: Executor, retrying: bool) -> Spending:
@@ -507,7 +551,7 @@ class Ledger(ABC):
                 return spending(charges, b_delta)
             charge = _convert(own, b_neighbours, allow=convert_neighbours)
             after = _check_fits(
-                dataset, charges, charge, calibration, (b_eps, b_delta), converted=charge is not own
+                dataset, charges, charge, (b_eps, b_delta), converted=charge is not own
             )
             _insert_release(ex, row, charge, recorded)
             crash_point("ledger-reserve")
@@ -623,11 +667,7 @@ def _dataset_summary(dataset: tuple[Any, ...], mine: list[LedgerEntry]) -> dict[
     """One dataset's budget (``(name, epsilon, delta, neighbours)``), spending and what is
     left, with its releases."""
     name, eps, delta, neighbours = dataset
-    spent = spending(
-        [(_charged(e.charge_epsilon), _charged(e.charge_delta), e.calibration, e.charge_mu)
-         for e in mine],
-        delta,
-    )  # fmt: skip
+    spent = spending([e.charge for e in mine], delta)
     return {
         "dataset": name,
         "budget": {"epsilon": eps, "delta": delta, "neighbours": neighbours},
@@ -640,9 +680,3 @@ def _dataset_summary(dataset: tuple[Any, ...], mine: list[LedgerEntry]) -> dict[
         },
         "releases": [e.public() for e in mine],
     }
-
-
-def _charged(x: float | None) -> float:
-    """A charge column of an entry, which every entry has since the schema gained them."""
-    assert x is not None
-    return float(x)

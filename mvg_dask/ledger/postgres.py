@@ -33,9 +33,9 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerrors
 
-from mvg_dask.engine.ledger.base import SCHEMA_LOCK_ID, Executor, Ledger, T
-from mvg_dask.engine.ledger.location import check_no_password, redact
 from mvg_dask.errors import LedgerError
+from mvg_dask.ledger.base import SCHEMA_LOCK_ID, Executor, Ledger, T
+from mvg_dask.ledger.location import check_no_password, redact
 
 log = logging.getLogger(__name__)
 

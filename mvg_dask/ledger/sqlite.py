@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mvg_dask.engine.ledger.base import Executor, Ledger, T
 from mvg_dask.errors import LedgerError
+from mvg_dask.ledger.base import Executor, Ledger, T
 
 
 class SQLiteLedger(Ledger):

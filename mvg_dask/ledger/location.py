@@ -1,4 +1,5 @@
-"""Where a ledger lives: a SQLite path, a ``sqlite:///`` URL or a ``postgresql://`` URL.
+"""Where a ledger lives: a SQLite path, a ``sqlite:///`` URL, a ``postgresql://`` URL, or
+``memory://name`` (in this process's memory: notebooks and tests).
 
 Passwords never travel in a URL: :func:`check_location` refuses one (set ``PGPASSWORD``, use a
 libpq passfile, or give a password file), and every message that names a ledger goes through
@@ -15,10 +16,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 from mvg_dask.errors import LedgerError
 
-Backend = Literal["sqlite", "postgresql"]
+Backend = Literal["sqlite", "postgresql", "memory"]
 
 _PG_SCHEMES = ("postgresql://", "postgres://")
 _SQLITE_SCHEME = "sqlite:///"
+_MEMORY_SCHEME = "memory://"
+_MEMORY_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # user:password@ in the authority of any URL
 _USERINFO_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#]*):[^@/?#]*@")
 # password=... in a URL query or a key=value conninfo string
@@ -53,10 +56,11 @@ class LedgerLocation:
 
     Attributes
     ----------
-    backend : {"sqlite", "postgresql"}
+    backend : {"sqlite", "postgresql", "memory"}
         The database.
     target : str
-        The SQLite file path, or the PostgreSQL URL (without a password).
+        The SQLite file path, the PostgreSQL URL (without a password), or the in-memory
+        ledger's name.
     """
 
     backend: Backend
@@ -74,8 +78,8 @@ def parse_location(location: str | Path) -> LedgerLocation:
     ----------
     location : str or Path
         ``postgresql://...`` / ``postgres://...`` (a libpq URI, unix-socket hosts included),
-        ``sqlite:///relative.sqlite`` or ``sqlite:////absolute.sqlite``, or a plain file path
-        (SQLite).
+        ``sqlite:///relative.sqlite`` or ``sqlite:////absolute.sqlite``, ``memory://name`` (an
+        in-memory ledger of this process), or a plain file path (SQLite).
 
     Returns
     -------
@@ -96,10 +100,18 @@ def parse_location(location: str | Path) -> LedgerLocation:
         if not path:
             raise LedgerError("ledger url sqlite:/// names no file: use sqlite:///path/to/ledger")
         return LedgerLocation("sqlite", path)
+    if text.startswith(_MEMORY_SCHEME):
+        name = text[len(_MEMORY_SCHEME) :]
+        if not _MEMORY_NAME_RE.fullmatch(name):
+            raise LedgerError(
+                f"ledger url {text!r}: name the in-memory ledger with 1-128 letters, digits, "
+                "'.', '_' or '-' (memory://name)"
+            )
+        return LedgerLocation("memory", name)
     if "://" in text or text.startswith("sqlite:"):
         raise LedgerError(
-            f"ledger {redact(text)!r}: unknown scheme; use postgresql://..., sqlite:///path "
-            "or a file path"
+            f"ledger {redact(text)!r}: unknown scheme; use postgresql://..., sqlite:///path, "
+            "memory://name or a file path"
         )
     if not text:
         raise LedgerError("ledger: empty path")
