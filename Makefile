@@ -42,8 +42,11 @@ test: $(STAMP) lint typecheck docs
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
-## The release benchmarks (docs/guide/performance.md).
+## Benchmarks (ratios against baselines measured in the same run; never asserted;
+## docs/guide/performance.md).
 bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
+	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
 
 ## The paper's experiments (docs/guide/paper.md) and the covariance benchmark, from the lab.
