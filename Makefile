@@ -40,7 +40,10 @@ test: $(STAMP) lint typecheck docs
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
+## Benchmarks (ratios against baselines measured in the same run; never asserted).
 bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
+	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
 
 clean:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xarray as xr
 
-from mvg_dask import interactive
+from mvg_dask.interactive import read, write
 from mvg_dask.plan.estimators import moment_regression
 from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.release_format import (
@@ -72,14 +72,14 @@ class _ReleaseAccessor:
         **kwargs
             ``query``, ``domain``, ``privacy``, ``mechanism``, ``ledger``, ``name``,
             ``release_id``, ``record_dim``, ``feature_dim``, ``record_chunk``
-            (:func:`mvg_dask.interactive.dry_run_xarray`).
+            (:func:`mvg_dask.interactive.write.dry_run_xarray`).
 
         Returns
         -------
         PlanPreview
             The plan (``.plan``) and the budget left after it; a table in a notebook.
         """
-        return interactive.dry_run_xarray(self._obj, directory, variable=variable, **kwargs)
+        return write.dry_run_xarray(self._obj, directory, variable=variable, **kwargs)
 
     def release(
         self, directory: str | Path, *, variable: str | None = None, **kwargs: Any
@@ -101,7 +101,7 @@ class _ReleaseAccessor:
         xarray.Dataset
             The release.
         """
-        return interactive.release_xarray(self._obj, directory, variable=variable, **kwargs)
+        return write.release_xarray(self._obj, directory, variable=variable, **kwargs)
 
     def budget(self, ledger: str | Path, dataset: str | None = None) -> pd.DataFrame:
         """Spent and left per dataset in ``ledger`` (read only).
@@ -118,7 +118,7 @@ class _ReleaseAccessor:
         pandas.DataFrame
             One row per dataset.
         """
-        return interactive.budget_table(ledger, dataset)
+        return read.budget_table(ledger, dataset)
 
 
 @xr.register_dataarray_accessor("mvg")
@@ -192,7 +192,7 @@ class MvgAccessor(_ReleaseAccessor):
 
     def noise_std(self, variable: str | None = None) -> xr.DataArray:
         """Standard deviation of the noise of each released entry, as published
-        (:func:`mvg_dask.interactive.noise_std`): unimodal noise ``sqrt(Sigma_ii)`` for every
+        (:func:`mvg_dask.interactive.read.noise_std`): unimodal noise ``sqrt(Sigma_ii)`` for every
         entry of row ``i``; a covariance's symmetric noise has its own std on and off the
         diagonal. With a noisy record count the Gaussian noise is that of ``gram`` (the
         default then).
@@ -202,38 +202,36 @@ class MvgAccessor(_ReleaseAccessor):
         xarray.DataArray
             Aligned with the released variable.
         """
-        return interactive.noise_std(self._ds, variable)
+        return read.noise_std(self._ds, variable)
 
     def confidence_intervals(
         self, level: float = 0.95, variable: str | None = None, *, simultaneous: bool = False
     ) -> xr.Dataset:
         """Intervals ``value +- z std`` that cover the non-private value with probability
         ``level``: per entry, or with ``simultaneous=True`` every entry at once
-        (:func:`mvg_dask.interactive.confidence_intervals`)."""
-        return interactive.confidence_intervals(
-            self._ds, level, variable, simultaneous=simultaneous
-        )
+        (:func:`mvg_dask.interactive.read.confidence_intervals`)."""
+        return read.confidence_intervals(self._ds, level, variable, simultaneous=simultaneous)
 
     def psd_covariance(self) -> xr.DataArray:
         """The nearest PSD matrix to the released covariance (a new variable; no privacy cost:
-        :func:`mvg_dask.interactive.psd_covariance`)."""
-        return interactive.psd_covariance(self._ds)
+        :func:`mvg_dask.interactive.read.psd_covariance`)."""
+        return read.psd_covariance(self._ds)
 
     def shrunk_covariance(self, target: str = "spiked", *, bulk: str = "zero") -> xr.DataArray:
         """The released covariance shrunk with the noise's public std (a new variable; the
         spiked shrinker helps a spiked spectrum and hurts a flat one, the identity target suits a
-        flat one: :func:`mvg_dask.interactive.shrunk_covariance`)."""
-        return interactive.shrunk_covariance(self._ds, target, bulk=bulk)
+        flat one: :func:`mvg_dask.interactive.read.shrunk_covariance`)."""
+        return read.shrunk_covariance(self._ds, target, bulk=bulk)
 
     def correlation(self, level: float = 0.95) -> xr.Dataset:
         """Correlations with approximate per-entry intervals (new variables; no privacy cost:
-        :func:`mvg_dask.interactive.correlation`)."""
-        return interactive.correlation(self._ds, level)
+        :func:`mvg_dask.interactive.read.correlation`)."""
+        return read.correlation(self._ds, level)
 
     def noise_plan(self) -> Any:
         """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
         its published ``row_cov``)."""
-        return interactive.release_noise_plan(self._ds)
+        return read.release_noise_plan(self._ds)
 
     def regression(self, intercept: bool = False, ridge: float | str = "adassp") -> xr.DataArray:
         """Ridge regression of the release's target on the other features from the released
@@ -319,4 +317,4 @@ class MvgAccessor(_ReleaseAccessor):
     def covariance(self) -> xr.DataArray:
         """Unbiased ``X X^T / N``: ``(Y Y^T - N Sigma) / N`` from an identity release, the
         released ``covariance`` from a covariance release."""
-        return interactive.covariance_estimate(self._ds)
+        return read.covariance_estimate(self._ds)

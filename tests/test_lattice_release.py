@@ -143,3 +143,49 @@ def test_fused_diagonal_kernel_gives_the_numpy_bytes() -> None:
         k = int(rng.integers(-40, -5))
         reference = from_lattice(to_lattice(x * w[:, None], k) + K, k) * d[:, None]
         assert diagonal_release(x, w, d, K, k).tobytes() == reference.tobytes()
+
+
+def test_kernel_warmup_is_asked_for_lattice_identity_releases_only(tmp_path: Path) -> None:
+    """The workers load numba's kernels ahead of the first task only for a release whose tasks
+    run them: an identity release with lattice noise (not its float twin, not a covariance)."""
+    from mvg_dask.engine.warmup import needs_kernels
+    from tests.pipeline_helpers import spec_dict
+
+    store = make_input(tmp_path / "in.zarr", np.random.default_rng(3).uniform(0, 1, (4, 50)))
+    out = str(tmp_path / "out.zarr")
+
+    def plan(query: str, noise: str) -> Any:
+        return api.dry_run(spec_dict(store, out, query=query, mechanism={"noise": noise}))
+
+    assert needs_kernels(plan("identity", "lattice"))
+    assert not needs_kernels(plan("identity", "float"))
+    assert not needs_kernels(plan("covariance", "lattice"))
+
+
+def test_kernel_warmup_loads_both_kernels_in_a_fresh_process() -> None:
+    """``load_kernels`` leaves a fresh process with the sampler's kernel compiled (or loaded
+    from numba's cache) for the signature a release calls it with, and the diagonal kernel too;
+    and the sampler draws the same bits after it (the warm-up's throwaway draw reads no shared
+    state)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from mvg_dask.noise import NoiseKey, lattice as L\n"
+        "from mvg_dask.engine import lattice as EL\n"
+        "before = NoiseKey.from_seed(5).tile_lattice(7, (3, 50), 2.5).tolist()\n"
+        "assert not L._compiled\n"
+        "from mvg_dask.engine.warmup import load_kernels\n"
+        "load_kernels()\n"
+        "assert len(L._compiled[0].signatures) == 1, L._compiled[0].signatures\n"
+        "assert len(EL._diagonal_kernel().signatures) == 1\n"
+        "L._uncompiled_left[0] = 0\n"
+        "after = NoiseKey.from_seed(5).tile_lattice(7, (3, 50), 2.5).tolist()\n"
+        "assert after == before\n"
+        "assert len(L._compiled[0].signatures) == 1, L._compiled[0].signatures\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -256,3 +256,39 @@ def test_uncompiled_kernel_draws_the_compiled_bits(scale, forced, monkeypatch):
     assert not lattice._compiled  # the Python source ran
     for a, b in zip(compiled, uncompiled, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("scale", [MIN_SCALE, 0.8, 3.7, 2.0**20, MAX_SCALE])
+@pytest.mark.parametrize("margin", [2.0**-40, 0.125])
+def test_sub_block_bounds_decide_as_the_exponential_path(scale, margin):
+    """The kernel's sub-block integer bounds only take decisions its exponential path would take
+    the same way (so the undecided trials, and the bytes, are those of the exponential path):
+    for random trials and trials at the sub-block and bound edges, ``wq < accept`` implies
+    ``(wq + 1) 2^-32 <= plo`` and ``wq >= reject`` implies ``wq 2^-32 >= phi``, with ``plo`` and
+    ``phi`` computed as the kernel computes them (seed 18)."""
+    from mvg_dask.noise import lattice
+
+    tab = lattice._table(scale, margin)
+    rng = np.random.default_rng(18)
+    sub_bits = lattice._SUB_BITS
+    ulp = math.ldexp(1.0, -(63 - tab.b + tab.e))
+    decided = 0
+    for _ in range(4000):
+        j = int(rng.integers(tab.nblocks))
+        edge = int(rng.integers(0, 1 << sub_bits)) << (63 - sub_bits)
+        low = int(rng.choice([int(rng.integers(0, 2**63)), edge, max(edge - 1, 0), edge + 1]))
+        sb = tab.nblocks + 1 + (j << sub_bits) + (low >> (63 - sub_bits))
+        acc, rej = int(tab.accept[sb]), int(tab.reject[sb])
+        band = int(rng.integers(tab.accept[j], tab.reject[j]))
+        for wq in (acc - 1, acc, rej - 1, rej, band):
+            ylo = j * tab.w + float(low) * ulp
+            yhi = ylo + ulp
+            plo = lattice._exp_neg_py((yhi * yhi) * tab.inv2s2) * tab.beta[j] * (1 - margin)
+            phi = lattice._exp_neg_py((ylo * ylo) * tab.inv2s2) * tab.beta[j] * (1 + margin)
+            if wq < acc:
+                assert (wq + 1) * 2.0**-32 <= plo
+                decided += 1
+            if wq >= rej:
+                assert wq * 2.0**-32 >= phi
+                decided += 1
+    assert decided >= 8000  # the bounds are tight enough to decide at their edges

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ from mvg_dask.errors import IncompleteReleaseError, ReleaseError
 from mvg_dask.plan.covariance import Diagonal, LowRank
 from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.noise_plan import NoisePlan
-from mvg_dask.plan.release_plan import ReleasePlan, resolve_about_mean
+from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.release_codec import PlanMismatchError, ReleaseCodec
 from mvg_dask.release_format import (
     ATTRS,
     CENTRE,
@@ -81,7 +83,6 @@ from mvg_dask.release_format import (
     describe,
     dims_for,
     is_complete,
-    stored_directions,
 )
 
 __all__ = [
@@ -691,18 +692,13 @@ def _open_consolidated_first(store: str, kwargs: dict[str, Any]) -> xr.Dataset:
 def stored_plan(rplan: ReleasePlan, ds: xr.Dataset) -> ReleasePlan:
     """The plan a complete release was made with, reloaded from the release itself.
 
-    The published plan is checked against ``rplan`` (planned again from the same spec); DP-PCA
-    directions and eigenvalues come from the release's noisy data variables
-    (:func:`~mvg_dask.release_format.stored_directions`).
+    The published plan is checked against ``rplan`` (planned again from the same spec); a
+    pending plan is resolved with the release's DP-PCA directions and eigenvalues, or its
+    mean-first centre, from its noisy data variables, as the readers resolve it
+    (:meth:`ReleaseCodec.plan_for <mvg_dask.release_codec.ReleaseCodec.plan_for>`).
     """
-    public = json.loads(ds.attrs[PLAN_ATTR])
-    if public != rplan.public_noise_dict():
-        raise ReleaseError(
-            f"release {rplan.release_id!r} at {rplan.output_store} was made with another plan "
-            "than this spec gives; choose a new release_id"
-        )
-    if rplan.mean_first is not None:  # step 2's plan about the stored (noisy) centre
-        return resolve_about_mean(rplan, np.asarray(ds[CENTRE].values))
-    if not rplan.uses_dp_pca:
-        return rplan
-    return rplan.resolve(stored_directions(ds, public))
+    try:
+        noise = ReleaseCodec(ds.attrs, ds).plan_for(rplan)
+    except PlanMismatchError as exc:
+        raise ReleaseError(str(exc)) from None
+    return rplan if noise is rplan.noise else replace(rplan, noise=noise)

@@ -9,6 +9,7 @@ from typing import Any
 from mvg_dask._version import __version__
 from mvg_dask.plan.plan_json import missing_entry
 from mvg_dask.plan.release_plan import ReleasePlan
+from mvg_dask.release_codec import ReleaseCodec
 from mvg_dask.release_format import provenance_attrs
 
 
@@ -19,7 +20,6 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
     For DP-PCA releases the direction-dependent quantities (``Delta_M`` of a paper calibration,
     the noise variances) are not attributes: they are in the noisy data variables.
     """
-    public = rplan.public_noise_dict()
     values: dict[str, Any] = {
         "release_id": rplan.release_id,
         "name": rplan.name,
@@ -31,15 +31,9 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         "epsilon": rplan.epsilon,
         "delta": rplan.delta,
         "neighbours": rplan.neighbours,
-        "sensitivity": public["sensitivity"],
-        "gamma": public["gamma"],
-        "mahalanobis_sensitivity": public["mahalanobis_sensitivity"],
-        "precision_budget": public["precision_budget"],
         "composition": rplan.budgets.composition,
-        # lattice (floating-point safe) or float; the grid 2^k of a lattice release (null while
-        # DP-PCA's directions are pending: it follows their whitening)
+        # lattice (floating-point safe) or float
         "noise": rplan.noise_kind,
-        "lattice_log2_grid": (public.get("lattice") or {}).get("log2_grid"),
         "record_domain": json.dumps(rplan.domain.to_dict()),
         "on_violation": rplan.on_violation,
         # domain.missing: {fill: ...} as declared (a function of the spec); absent for the
@@ -56,11 +50,12 @@ def provenance(rplan: ReleasePlan, *, seeded: bool) -> dict[str, Any]:
         # ledger and the dry run, curator-side, name the full location)
         "input_store": store_name(rplan.input.store),
         "input_variable": rplan.input.variable,
-        "plan": json.dumps(public),
         # a regression's response feature (a label from the spec, public)
         "target": getattr(rplan.query, "target_label", None),
         "route": None if rplan.mean_first is None else "mean-first",
         "mean_step": None if rplan.mean_first is None else json.dumps(rplan.mean_first.to_dict()),
+        # the published noise plan and its terms (sensitivity, gamma, Delta_M, ...): the codec's
+        **ReleaseCodec.encode(rplan),
     }
     return provenance_attrs(values)
 

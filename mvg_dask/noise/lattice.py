@@ -30,6 +30,10 @@ bits are the leading bits of the position of ``|Y|`` inside the block. As ``w`` 
 edges are dyadic, ``|Y| = (A + U) 2^{-e}`` with an integer ``A`` read from the bits, ``e >= 1``
 and ``U`` the unread rest of the position, so ``round(|Y|) = (A + 2^{e-1}) >> e`` is exact. The
 trial accepts when ``W < f(|Y|) w / (C c_j)`` (tail: ``W < f(|Y|) / (C c_T q_T(|Y|))``).
+Most trials are decided by integer bounds of the 32 read bits of ``W`` for the block, the
+few left open by bounds for the block's sixteenth the position falls in (:func:`_sub_bounds`:
+they take exactly the decisions the exponential below would take), the rest by that
+exponential.
 
 Why the law is exact
 --------------------
@@ -72,6 +76,7 @@ C. F. F. Karney, "Sampling exactly from the normal distribution", ACM Trans. Mat
 from __future__ import annotations
 
 import math
+import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,7 +111,13 @@ _COVER = 7.0
 _SIDE_WORDS = 1 << 64
 _MASK63 = (1 << 63) - 1
 _MASK32 = (1 << 32) - 1
-_GUIDE_BITS = 8
+#: The guide table has ``2^_GUIDE_BITS`` buckets of the 32-bit block index (16 KiB of int32): a
+#: bucket holds a block boundary for a few per cent of the trials only, so the search after the
+#: guide rarely loops (a mispredicted branch costs more than the rest of a trial).
+_GUIDE_BITS = 12
+#: Words are generated and consumed a chunk at a time (256 KiB), so that they are still in the
+#: core's cache when the kernel reads them; the words read, in order, do not depend on it.
+_CHUNK_WORDS = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -122,10 +133,16 @@ class _Table:
     big_c: float
     counts: tuple[int, ...]  # c_0 .. c_{J-1}, c_T
     cum: npt.NDArray[np.int64]  # inclusive cumulative counts, length J + 1
-    guide: npt.NDArray[np.int64]
+    guide: npt.NDArray[np.int32]
     beta: npt.NDArray[np.float64]  # w / (C c_j)
     lam32: npt.NDArray[np.float64]  # 2^32 x certain lower bound of the acceptance on block j
     mu32: npt.NDArray[np.float64]  # 2^32 x certain upper bound of the acceptance on block j
+    # the same bounds for the 32-bit integer W: accept when wq < accept[j], reject when
+    # wq >= reject[j] (floor(lam32), ceil(mu32); the tail, j = J, is never decided: 0 and 2^33);
+    # then, from index J + 1, the bounds of the 2^_SUB_BITS sub-blocks of each block
+    # (:func:`_sub_bounds`)
+    accept: npt.NDArray[np.int64]
+    reject: npt.NDArray[np.int64]
     inv2s2: float
     margin: float
     acceptance: float  # probability that a trial accepts
@@ -195,11 +212,9 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
     if total > 1 << 32:  # cannot happen: each count is rounded up by at most 2 in 2^32 Z
         raise AssertionError("envelope counts overflow the 32-bit index")
     cum = np.cumsum(np.asarray(counts, dtype=np.int64))
-    guide = np.full(1 << _GUIDE_BITS, nblocks, dtype=np.int64)
-    for gi in range(1 << _GUIDE_BITS):
-        start = gi << (32 - _GUIDE_BITS)
-        if start < total:
-            guide[gi] = int(np.searchsorted(cum, start, side="right"))
+    # guide[g]: the first block whose cumulative count exceeds the bucket's first index
+    starts = np.arange(1 << _GUIDE_BITS, dtype=np.int64) << (32 - _GUIDE_BITS)
+    guide = np.minimum(np.searchsorted(cum, starts, side="right"), nblocks).astype(np.int32)
     beta = np.array([w / (big_c * c) for c in counts[:nblocks]])
     inv2s2 = 1.0 / (2 * s * s)
     lam32 = np.array(
@@ -214,6 +229,9 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
             for j in range(nblocks)
         ]
     )
+    sub_accept, sub_reject = _sub_bounds(beta, w, inv2s2, margin)
+    accept = np.concatenate([np.floor(lam32), [0], sub_accept]).astype(np.int64)
+    reject = np.concatenate([np.ceil(mu32), [2.0**33], sub_reject]).astype(np.int64)
     return _Table(
         scale=s,
         k=k,
@@ -228,10 +246,48 @@ def _table(scale: float, margin: float = _MARGIN, cover: float = _COVER) -> _Tab
         beta=beta,
         lam32=lam32,
         mu32=mu32,
+        accept=accept,
+        reject=reject,
         inv2s2=inv2s2,
         margin=margin,
         acceptance=s * math.sqrt(math.pi / 2) / (big_c * 2.0**32),
     )
+
+
+#: Sub-blocks per block of the second, finer integer bounds (consulted for the few per cent of
+#: the trials the block's bounds leave open, before the exact exponential is computed).
+_SUB_BITS = 4
+#: Relative slack of the sub-block bounds: far above every float error between them and the
+#: exponential path's own ``plo`` and ``phi`` (below ``2^-46``).
+_SUB_SLACK = 2.0**-30
+
+
+def _sub_bounds(
+    beta: npt.NDArray[np.float64], w: float, inv2s2: float, margin: float
+) -> tuple[list[float], list[float]]:
+    """Integer bounds of ``W`` on each sub-block ``[l, r)`` of each block (``r - l = w/2^4``):
+    ``wq < floor(2^32 plo(r'))`` implies the fast path's own ``(wq + 1) 2^-32 <= plo`` for every
+    ``|Y|`` of the sub-block, and ``wq >= ceil(2^32 phi(l))`` its ``wq 2^-32 >= phi``; so they
+    decide exactly the trials the exponential path would decide, the same way (the undecided
+    trials, hence the side stream, do not change).
+
+    Why: the kernel's ``ylo = fl(j w + fl(low) ulp)`` is at least ``l`` and its ``yhi`` at most
+    ``r (1 + 2^-52 + 2^-59) < r' = r (1 + 2^-40)`` (``l``, ``r`` are dyadic with few bits, hence
+    floats; rounding is monotone); ``_exp_neg_py`` is within ``2^-50`` of ``exp``, which is
+    decreasing; the remaining roundings are below ``2^-50`` each; ``_SUB_SLACK`` (``2^-30``)
+    covers them all many times over.
+    """
+    sub = 1 << _SUB_BITS
+    lo_f, hi_f = (1.0 - margin) * (1.0 - _SUB_SLACK), (1.0 + margin) * (1.0 + _SUB_SLACK)
+    acc: list[float] = []
+    rej: list[float] = []
+    for j, bj in enumerate(beta.tolist()):
+        for t in range(sub):
+            left = j * w + t * (w / sub)
+            right = (j * w + (t + 1) * (w / sub)) * (1.0 + 2.0**-40)
+            acc.append(math.floor(2.0**32 * bj * _exp_neg_py((right * right) * inv2s2) * lo_f))
+            rej.append(math.ceil(2.0**32 * bj * _exp_neg_py((left * left) * inv2s2) * hi_f))
+    return acc, rej
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,11 +325,11 @@ def _kernel_py(
     out: npt.NDArray[np.int64],
     opos: int,
     amb: npt.NDArray[np.int64],
-    guide: npt.NDArray[np.int64],
+    guide: npt.NDArray[np.int32],
     cum: npt.NDArray[np.int64],
     beta: npt.NDArray[np.float64],
-    lam32: npt.NDArray[np.float64],
-    mu32: npt.NDArray[np.float64],
+    accept: npt.NDArray[np.int64],
+    reject: npt.NDArray[np.int64],
     nblocks: int,
     b: int,
     e: int,
@@ -285,14 +341,18 @@ def _kernel_py(
 
     Returns ``(wpos, opos, namb)``; stops when ``out`` is full, fewer than two words are left or
     ``amb`` is full. A row of ``amb`` is ``(element, kind, block, low63, w32, negative)``, kind
-    0 for an undecided block trial and 1 for the tail.
+    0 for an undecided block trial and 1 for the tail. The common trial (a block and an
+    acceptance certain from the integer bounds ``accept``) takes no unpredictable branch: the
+    guide rarely needs the search, and the sign is applied without a branch.
     """
     n = out.shape[0]
     nw = words.shape[0]
     cap = amb.shape[0]
-    nu = 63 - b
-    ulp = math.ldexp(1.0, -(nu + e))
+    nu = np.int64(63 - b)
+    ulp = math.ldexp(1.0, -(63 - b + e))
     half = np.int64(1) << np.int64(e - 1)
+    eb = np.int64(e)
+    bb = np.int64(b)
     total = cum[nblocks]
     shift_g = np.uint64(64 - _GUIDE_BITS)
     lo_f = 1.0 - margin
@@ -307,40 +367,41 @@ def _kernel_py(
         if r >= total:
             continue
         wq = np.int64(w1 & np.uint64(_MASK32))
-        j = guide[np.int64(w1 >> shift_g)]
+        j = np.int64(guide[np.int64(w1 >> shift_g)])
         while cum[j] <= r:
             j += 1
         neg = np.int64(w2 >> np.uint64(63))
         low = np.int64(w2 & np.uint64(_MASK63))
-        decided = False
-        if j < nblocks:
-            if wq + 1 <= lam32[j]:
-                decided = True
-            elif wq >= mu32[j]:
+        if wq >= accept[j]:  # not certainly accepted (always so for the tail)
+            if wq >= reject[j]:
                 continue
-            else:
-                ylo = j * w + low * ulp
-                yhi = ylo + ulp
-                plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
-                if (wq + 1) * inv32 <= plo:
-                    decided = True
-                else:
-                    phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
-                    if wq * inv32 >= phi:
-                        continue
-        if decided:
-            a = (j << np.int64(b)) + (low >> np.int64(nu))
-            mag = (a + half) >> np.int64(e)
-            out[opos] = -mag if neg else mag
-        else:
-            out[opos] = 0
-            amb[namb, 0] = opos
-            amb[namb, 1] = 0 if j < nblocks else 1
-            amb[namb, 2] = j
-            amb[namb, 3] = low
-            amb[namb, 4] = wq
-            amb[namb, 5] = neg
-            namb += 1
+            undecided = j == nblocks
+            if not undecided:  # the sub-block's bounds, then the exponential
+                sb = nblocks + 1 + (j << np.int64(_SUB_BITS)) + (low >> np.int64(63 - _SUB_BITS))
+                if wq >= reject[sb]:
+                    continue
+                if wq >= accept[sb]:
+                    ylo = j * w + low * ulp
+                    yhi = ylo + ulp
+                    plo = _exp_neg((yhi * yhi) * inv2s2) * beta[j] * lo_f
+                    if not (wq + 1) * inv32 <= plo:
+                        phi = _exp_neg((ylo * ylo) * inv2s2) * beta[j] * hi_f
+                        if wq * inv32 >= phi:
+                            continue
+                        undecided = True
+            if undecided:
+                out[opos] = 0
+                amb[namb, 0] = opos
+                amb[namb, 1] = 0 if j < nblocks else 1
+                amb[namb, 2] = j
+                amb[namb, 3] = low
+                amb[namb, 4] = wq
+                amb[namb, 5] = neg
+                namb += 1
+                opos += 1
+                continue
+        mag = (((j << bb) + (low >> nu)) + half) >> eb
+        out[opos] = (mag ^ -neg) + neg  # -mag when neg (two's complement), without a branch
         opos += 1
     return wpos, opos, namb
 
@@ -355,15 +416,28 @@ UNCOMPILED_ELEMENTS = 16_384
 _uncompiled_left = [UNCOMPILED_ELEMENTS]
 
 
+_compile_lock = threading.Lock()
+
+
 def _kernel() -> Callable[..., tuple[int, int, int]]:
-    """The numba-compiled kernel (numba is imported on first use only)."""
+    """The numba-compiled kernel (numba is imported on first use only; one thread makes it)."""
     global _exp_neg
     if not _compiled:
-        import numba
+        with _compile_lock:
+            if not _compiled:
+                import numba
 
-        _exp_neg = numba.njit(cache=True, nogil=True)(_exp_neg_py)
-        _compiled.append(numba.njit(cache=True, nogil=True)(_kernel_py))
+                _exp_neg = numba.njit(cache=True, nogil=True)(_exp_neg_py)
+                _compiled.append(numba.njit(cache=True, nogil=True)(_kernel_py))
     return _compiled[0]
+
+
+def load_kernel(key: TileKey) -> None:
+    """Import numba and load the compiled kernel now (from numba's on-disk cache, or compile
+    it), by drawing one element with it: a worker can do this while a release is prepared
+    (:mod:`mvg_dask.engine.warmup`) instead of at its first large tile."""
+    _kernel()
+    _draw(key, 0, (1,), 1.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,8 +583,8 @@ def _draw(
         kernel = _kernel()
     per = 2.0 / tab.acceptance
 
-    def batch(m: int) -> int:
-        return 2 * math.ceil(per / 2 * m + 4 * math.sqrt(m) + 16)
+    def batch(m: int) -> int:  # words for m more elements (rarely too few), at most a chunk
+        return min(2 * math.ceil(per / 2 * m + 4 * math.sqrt(m) + 16), _CHUNK_WORDS)
 
     words = bitgen.random_raw(batch(n))
     consumed = 0
@@ -527,8 +601,8 @@ def _draw(
             tab.guide,
             tab.cum,
             tab.beta,
-            tab.lam32,
-            tab.mu32,
+            tab.accept,
+            tab.reject,
             tab.nblocks,
             tab.b,
             tab.e,

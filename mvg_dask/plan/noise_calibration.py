@@ -42,6 +42,39 @@ def check_plan_compatible(
 ) -> CalibrationRule:
     """The calibration's rule, once the query, noise and directions are checked compatible with
     it (a ``ValueError`` otherwise)."""
+    rule = calibration_rule(
+        query, algorithm, calibration, standard_directions=directions.is_standard
+    )
+    m = query.shape[0]
+    if directions.dim != m:
+        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
+    return rule
+
+
+def calibration_rule(
+    query: MatrixQuery,
+    algorithm: Algorithm,
+    calibration: Calibration,
+    *,
+    standard_directions: bool,
+) -> CalibrationRule:
+    """The calibration's rule, checked against the query, the noise type and whether the
+    directions are the standard basis (directions not yet chosen, DP-PCA's, are not).
+
+    Parameters
+    ----------
+    query : MatrixQuery
+        The query.
+    algorithm, calibration : str
+        The noise type and the calibration.
+    standard_directions : bool
+        The noise directions are the standard basis.
+
+    Returns
+    -------
+    CalibrationRule
+        The rule (:func:`mvg_dask.privacy.registry.check_compatible`).
+    """
     m, n = query.shape
     rule = check_compatible(
         calibration,
@@ -49,11 +82,9 @@ def check_plan_compatible(
         query_kind=query.kind,
         psd=query.is_psd,
         square=m == n,
-        standard_directions=directions.is_standard,
+        standard_directions=standard_directions,
         symmetric=query.is_symmetric,
     )
-    if directions.dim != m:
-        raise ValueError(f"directions are {directions.dim}-dimensional but the query has {m} rows")
     if query.column_noise_variances is not None and rule.has_precision_budget:
         raise ValueError(
             f"a cross-covariance with a column allocation (Psi != I) is calibrated exactly "
@@ -107,6 +138,63 @@ def paper_budget(
         gamma=query.sup_frobenius(domain) if rule.uses_gamma else None,
         entry_range=query.output_entry_range(domain) if rule.uses_entry_range else None,
     )
+
+
+class ReleaseTerms(NamedTuple):
+    """What a noise plan states before its directions are known: the calibration's rule,
+    ``s_2``, ``gamma`` and a paper calibration's precision budget."""
+
+    rule: CalibrationRule
+    sensitivity: float
+    gamma: float | None
+    budget: cal.PrecisionBudget | None
+
+    @property
+    def budget_kind(self) -> str | None:
+        """What the allocation's precisions sum: the budget's kind, or the rule's."""
+        return self.rule.allocation_kind if self.budget is None else self.budget.kind
+
+
+def release_terms(
+    query: MatrixQuery,
+    domain: RecordDomain,
+    neighbours: Neighbours,
+    algorithm: Algorithm,
+    calibration: Calibration,
+    budgets: StepBudgets,
+    rule: CalibrationRule,
+) -> ReleaseTerms:
+    """The direction-free terms of a noise plan.
+
+    Parameters
+    ----------
+    query : MatrixQuery
+        The query.
+    domain : BoxDomain or L2BallDomain
+        What one record contributes through.
+    neighbours : {"replace-one", "add-remove"}
+        Neighbouring relation.
+    algorithm, calibration : str
+        The noise type and the calibration.
+    budgets : StepBudgets
+        The budget shares (:func:`~mvg_dask.plan.budget.share_budget`).
+    rule : CalibrationRule
+        The calibration's rule, checked against the query and the directions
+        (:func:`calibration_rule`).
+
+    Returns
+    -------
+    ReleaseTerms
+        The terms.
+    """
+    sensitivity = query.l2_sensitivity(domain, neighbours)
+    if not rule.has_precision_budget:
+        return ReleaseTerms(rule, sensitivity, None, None)
+    budget = paper_budget(
+        query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
+    )
+    gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
+    return ReleaseTerms(rule, sensitivity, gamma, budget)
 
 
 def choose_symmetric_ratio(

@@ -40,6 +40,7 @@ from mvg_dask.plan.noise_calibration import (
     paper_budget,
     plan_mahalanobis,
     release_float_error,
+    release_terms,
 )
 from mvg_dask.plan.queries import MatrixQuery, query_from_dict
 from mvg_dask.plan.symmetric_ratio import best_symmetric_ratio, symmetric_error_factors
@@ -468,25 +469,20 @@ def build_noise_plan(
     allocation = allocation or Allocation()
     rule = check_plan_compatible(query, algorithm, calibration, directions)
     budgets = share_budget(calibration, epsilon, delta, direction_share, count_share)
-    s2 = query.l2_sensitivity(domain, neighbours)
+    terms = release_terms(query, domain, neighbours, algorithm, calibration, budgets, rule)
+    budget = terms.budget
     setting = CalibrationSetting(query, domain, neighbours, algorithm, directions, None)
     setting = setting._replace(
         ratio=choose_symmetric_ratio(setting, allocation, rule, symmetric_ratio)
     )
-    budget: cal.PrecisionBudget | None = None
-    gamma: float | None = None
-    if not rule.has_precision_budget:  # exact: scale the precisions to Delta_M = mu*
+    if budget is None:  # exact: scale the precisions to Delta_M = mu*
         theta, row_variances = exact_variances(setting, allocation, rule, budgets)
     else:
-        budget = paper_budget(
-            query, domain, neighbours, algorithm, calibration, *budgets.release_privacy
-        )
         total = math.sqrt(budget.budget) if budget.kind == "squared" else budget.budget
         theta = resolve_allocation(
             allocation, directions, kind=budget.kind, total_precision=total, weights=None
         )
         row_variances = budget.variances(theta)
-        gamma = query.sup_frobenius(domain) if rule.uses_gamma else None
     d_m = plan_mahalanobis(setting, row_variances)
     lattice = None
     if noise == "lattice":
@@ -510,9 +506,9 @@ def build_noise_plan(
         theta=theta,
         row_variances=np.asarray(row_variances),
         precision_budget=None if budget is None else budget.budget,
-        budget_kind=rule.allocation_kind if budget is None else budget.kind,
-        sensitivity=s2,
-        gamma=gamma,
+        budget_kind=terms.budget_kind,
+        sensitivity=terms.sensitivity,
+        gamma=terms.gamma,
         mahalanobis_sensitivity=d_m,
         budgets=budgets,
         budget_detail=budget,

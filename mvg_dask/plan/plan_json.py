@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mvg_dask.plan.budget import Allocation, share_budget
+from mvg_dask.plan.budget import Allocation
 from mvg_dask.plan.domain import domain_from_dict
 from mvg_dask.plan.lattice import LatticeContext
 from mvg_dask.plan.mean_first import MeanStep
 from mvg_dask.plan.noise_plan import NoisePlan, noise_plan_from_dict
+from mvg_dask.plan.pending import PendingNoise, published_noise_plan
 from mvg_dask.plan.queries import query_from_dict
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 
@@ -29,11 +30,11 @@ def _allocation(a: dict[str, Any]) -> Allocation:
     )
 
 
-def _noise(data: dict[str, Any], dp: DpPcaStep | None, mean: MeanStep | None) -> NoisePlan | None:
+def _noise(data: dict[str, Any], published: NoisePlan | PendingNoise) -> NoisePlan | None:
     """The complete noise plan: the published one, or a DP-PCA (mean-first) release's resolved
     one (``None`` while its directions, or its centre, are pending)."""
-    if dp is None and mean is None:
-        return noise_plan_from_dict(data["plan"])
+    if isinstance(published, NoisePlan):
+        return published
     if "resolved" in data:
         return noise_plan_from_dict(data["resolved"])
     return None
@@ -114,13 +115,8 @@ def plan_fields(
     mean = data.get("mean_first")
     mean_step = None if mean is None else MeanStep.from_dict(mean)
     ctx = noise_d.get("lattice_context")
-    budgets = share_budget(
-        noise_d["calibration"],
-        float(noise_d["epsilon"]),
-        float(noise_d["delta"]),
-        mean_step.share if mean_step is not None else 0.0 if dp is None else dp.budget_share,
-        float(noise_d["composition"].get("count_share", 0.0)),
-    )
+    # the published plan, decoded as a release's readers decode it (complete or pending)
+    published = published_noise_plan(noise_d, mean_first=mean_step is not None)
     output = data["output"]
     return {
         "release_id": data["release_id"],
@@ -143,9 +139,9 @@ def plan_fields(
         "algorithm": noise_d["algorithm"],
         "calibration": noise_d["calibration"],
         "allocation": _allocation(noise_d["allocation"]),
-        "budgets": budgets,
+        "budgets": published.budgets,
         "dp_pca": dp,
-        "noise": _noise(data, dp, mean_step),
+        "noise": _noise(data, published),
         "mean_first": mean_step,
         "tile_records": int(data["tile_records"]),
         "noise_kind": noise_d.get("noise", "float"),

@@ -382,9 +382,10 @@ def plan_release(
         stages=stages,
         mean_first=mean_step,
     )
-    if step is not None:
-        try:  # the pending form must build (it checks the calibration against the query)
-            plan.public_noise_dict()
+    pending = plan.pending_noise()
+    if step is not None and pending is not None:
+        try:  # what DP-PCA's directions cannot change: the calibration, the allocation
+            pending.check()
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan

@@ -27,24 +27,15 @@ from mvg_dask.plan.directions import Directions
 from mvg_dask.plan.domain import BoxDomain, Neighbours, RecordDomain
 from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.lattice import LatticeContext
-from mvg_dask.plan.mean_first import MeanStep, second_step_noise
+from mvg_dask.plan.mean_first import MeanStep
 from mvg_dask.plan.noise_plan import NoisePlan, build_noise_plan
+from mvg_dask.plan.pending import PendingCentre, PendingDirections, PendingNoise
 from mvg_dask.plan.plan_json import plan_fields, violation_dict
 from mvg_dask.plan.queries import MatrixQuery
 from mvg_dask.plan.release_parts import DpPcaStep, LedgerCharge
 from mvg_dask.plan.stages import release_stages
 from mvg_dask.privacy.registry import get_calibration
 from mvg_dask.spec import SpecError
-
-# plan fields that depend on the directions, unknown before DP-PCA has run
-_DIRECTION_DEPENDENT = (
-    "lattice",  # its float error and grid follow the directions' whitening
-    "row_variances",
-    "col_variances",
-    "mahalanobis_sensitivity",
-    "implied_epsilon",
-    "symmetric_ratio",  # symmetric noise: chosen for the directions (best_symmetric_ratio)
-)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -171,23 +162,9 @@ class ReleasePlan:
 
     def build(self, directions: Directions) -> NoisePlan:
         """The noise plan for DP-PCA's ``directions``."""
-        if self.dp_pca is None:
+        if not isinstance(pending := self.pending_noise(), PendingDirections):
             raise ValueError("this release has fixed directions; its noise plan is `noise`")
-        return build_noise_plan(
-            self.query,
-            self.query.record_domain(self.domain),  # what one record contributes through
-            epsilon=self.epsilon,
-            delta=self.delta,
-            algorithm=self.algorithm,  # type: ignore[arg-type]
-            calibration=self.calibration,  # type: ignore[arg-type]
-            directions=directions,
-            allocation=self.allocation,
-            neighbours=self.neighbours,  # type: ignore[arg-type]
-            direction_share=self.budgets.share,
-            count_share=self.budgets.count_share,
-            noise=self.noise_kind,  # type: ignore[arg-type]
-            lattice_context=self.lattice_context,
-        )
+        return pending.resolve(directions)
 
     def resolve(self, directions: Directions) -> ReleasePlan:
         """This plan with DP-PCA's directions filled in."""
@@ -200,32 +177,46 @@ class ReleasePlan:
         return self.noise
 
     # -- serialisation -----------------------------------------------------------------------
-    def public_noise_dict(self) -> dict[str, Any]:
-        """The noise plan as published: for DP-PCA (mean-first) releases the pending form, its
-        direction- (centre-) dependent fields ``null`` (noisy data variables, not attributes)."""
+    def pending_noise(self) -> PendingNoise | None:
+        """The noise plan waiting for DP-PCA's directions or the mean-first centre
+        (:mod:`mvg_dask.plan.pending`); ``None`` for a noise plan the spec fixes."""
         if self.mean_first is not None:
-            return mean_first_public_dict(self)
+            assert isinstance(self.domain, BoxDomain)
+            return PendingCentre(
+                query=self.query,
+                box=self.domain,
+                records=self.input.records,
+                epsilon=self.epsilon,
+                delta=self.delta,
+                share=self.mean_first.share,
+                algorithm=self.algorithm,  # type: ignore[arg-type]
+                allocation=self.allocation,
+                noise=self.noise_kind,  # type: ignore[arg-type]
+                lattice_context=self.lattice_context,
+            )
         if self.dp_pca is None:
-            return self.noise_plan().to_dict()
-        m = self.query.shape[0]
-        k = self.dp_pca.k
-        if self.matrix_chunk is not None:  # a wide release keeps DP-PCA's top k: no m x m matrix
-            stand_in = Directions.low_rank(np.eye(m, k), tuple(range(k)), np.linspace(2, 1, k))
-        else:
-            stand_in = Directions("dp-pca", np.eye(m), tuple(range(k)), np.linspace(2, 1, m))
-        preview = self.build(stand_in).to_dict()
-        for name in _DIRECTION_DEPENDENT:
-            if name in preview:
-                preview[name] = None
-        preview["allocation"]["theta"] = None
-        preview["directions"] = {
-            "method": "dp-pca",
-            "k": k,
-            "matrix": None,
-            "important": list(range(k)),
-            "eigenvalues": None,
-        }
-        return preview
+            return None  # the directions the spec fixes
+        return PendingDirections(
+            query=self.query,
+            domain=self.query.record_domain(self.domain),  # what one record contributes through
+            neighbours=self.neighbours,  # type: ignore[arg-type]
+            epsilon=self.epsilon,
+            delta=self.delta,
+            algorithm=self.algorithm,  # type: ignore[arg-type]
+            calibration=self.calibration,  # type: ignore[arg-type]
+            allocation=self.allocation,
+            direction_share=self.budgets.share,
+            count_share=self.budgets.count_share,
+            noise=self.noise_kind,  # type: ignore[arg-type]
+            lattice_context=self.lattice_context,
+            k=self.dp_pca.k,
+            low_rank=self.matrix_chunk is not None,  # a wide release keeps the top k
+        )
+
+    def public_noise_dict(self) -> dict[str, Any]:
+        """The noise plan as published: while it waits, :meth:`pending_noise`'s form."""
+        pending = self.pending_noise()
+        return self.noise_plan().to_dict() if pending is None else pending.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain data (never a key, storage options or the ledger's location).
@@ -350,54 +341,6 @@ class ReleasePlan:
         return "<pre>" + html.escape(self.summary()) + "</pre>"
 
 
-#: noise-plan fields of the mean-first route that depend on the released centre
-_CENTRE_DEPENDENT = (*_DIRECTION_DEPENDENT, "sensitivity", "gamma", "precision_budget")
-
-
-def mean_first_public_dict(rplan: ReleasePlan) -> dict[str, Any]:
-    """The published noise plan of a mean-first release: step 2's plan with the box's centre
-    standing in for the released one, every field that depends on the centre ``null`` (the
-    centre is a noisy data variable of the output, never an attribute), the query the first
-    pass sums and the declared box.
-
-    Parameters
-    ----------
-    rplan : ReleasePlan
-        A plan with a ``mean_first`` step.
-
-    Returns
-    -------
-    dict
-        The data-independent form.
-    """
-    step = rplan.mean_first
-    assert step is not None
-    stand_in = _about_mean_noise(rplan, np.asarray(step.centre)).to_dict()
-    for name in _CENTRE_DEPENDENT:
-        if name in stand_in:
-            stand_in[name] = None
-    return {**stand_in, "query": rplan.query.to_dict(), "domain": rplan.domain.to_dict()}
-
-
-def _about_mean_noise(rplan: ReleasePlan, centre: np.ndarray) -> NoisePlan:
-    """Step 2's noise plan about ``centre`` (:func:`~mvg_dask.plan.mean_first.
-    second_step_noise`)."""
-    step = rplan.mean_first
-    assert step is not None and isinstance(rplan.domain, BoxDomain)
-    return second_step_noise(
-        rplan.domain,
-        centre,
-        rplan.input.records,
-        epsilon=rplan.epsilon,
-        delta=rplan.delta,
-        share=step.share,
-        algorithm=rplan.algorithm,
-        allocation=rplan.allocation,
-        noise=rplan.noise_kind,
-        lattice_context=rplan.lattice_context,
-    )
-
-
 def resolve_about_mean(rplan: ReleasePlan, centre: np.ndarray) -> ReleasePlan:
     """A mean-first plan with step 2's noise plan about ``centre`` (the released mean clamped
     into the box: public), made after step 1 as DP-PCA's plan is after its step.
@@ -414,7 +357,9 @@ def resolve_about_mean(rplan: ReleasePlan, centre: np.ndarray) -> ReleasePlan:
     ReleasePlan
         The resolved plan.
     """
-    return replace(rplan, noise=_about_mean_noise(rplan, centre))
+    pending = rplan.pending_noise()
+    assert isinstance(pending, PendingCentre)
+    return replace(rplan, noise=pending.resolve(centre))
 
 
 def plan_summary(rplan: ReleasePlan) -> str:
