@@ -178,7 +178,9 @@ class MvgAccessor(_ReleaseAccessor):
 
     @property
     def plan(self) -> dict[str, Any]:
-        """The noise plan the release was made with."""
+        """The plan as published (the release's plan attribute, a plain dict: what the dry run's
+        JSON calls ``plan``); :meth:`noise_plan` gives the
+        :class:`~mvg_dask.plan.noise_plan.NoisePlan` object rebuilt from it."""
         self.check()
         return dict(json.loads(self._ds.attrs[PLAN_ATTR]))
 
