@@ -36,7 +36,7 @@ kernel: $(STAMP)
 
 ## Lint, type-check, build the docs and run the whole test suite, slow tests included (what CI runs).
 test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 ## The suite without the tests marked slow (crash loop, out of core).
 test-fast: $(STAMP) lint typecheck

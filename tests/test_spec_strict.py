@@ -102,3 +102,21 @@ def test_a_pair_written_as_a_yaml_list_is_a_pair(tmp_path: Path) -> None:
     """``entry_range: [lo, hi]`` (YAML has no tuples) validates as the pair it is."""
     spec = load_spec(_write(tmp_path, extra="mechanism: {entry_range: [-1, 2]}\n"))
     assert spec.mechanism.entry_range == (-1.0, 2.0)
+
+
+def test_the_spec_package_keeps_its_public_paths() -> None:
+    """``mvg_dask.spec`` is a package of modules by concern; its public classes keep the path
+    ``mvg_dask.spec.<name>`` (the reference docs link their fields there) and their annotations
+    resolve there (the docs print the field types from them)."""
+    import pickle
+    import typing
+
+    import mvg_dask.spec as spec
+
+    classes = [c for n in spec.__all__ if isinstance(c := getattr(spec, n), type)]
+    assert len(classes) == 23
+    for cls in classes:
+        assert cls.__module__ == "mvg_dask.spec" and getattr(spec, cls.__name__) is cls
+        assert pickle.loads(pickle.dumps(cls)) is cls
+        typing.get_type_hints(cls)  # raises NameError on a name the namespace lacks
+    assert "BoxSpec" in str(typing.get_type_hints(spec.DomainSpec)["box"])
