@@ -18,7 +18,7 @@ RUN groupadd --gid 10001 mvg \
     && useradd --uid 10001 --gid mvg --create-home --home-dir /home/mvg --shell /usr/sbin/nologin mvg
 
 WORKDIR /opt/mvg-dask
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY mvg_dask ./mvg_dask
 # the demo's spec templates ship in the package (mvg_dask.cli.demo_specs)
 COPY pipelines/demo ./pipelines/demo
