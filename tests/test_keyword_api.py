@@ -40,7 +40,7 @@ BAD = {
     "unknown-key-in-section": ("domain", {"box": {"lower": 0, "upper": 1}, "on_violaton": "clip"}),
     "lower-above-upper": ("domain", {"box": {"lower": 2.0, "upper": 1.0}}),
     "wrong-calibration": ("mechanism", {"calibration": "mvg-thm3", "algorithm": "unimodal"}),
-    "wrong-query": ("query", "mean"),
+    "wrong-query": ("query", "median"),
     "bad-name": ("name", "no spaces allowed"),
     "ledger-both": (
         "ledger",
