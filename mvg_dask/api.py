@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
     from mvg_dask.engine.stream import PeriodResult
+    from mvg_dask.plan.stream import StreamPreview
 
 __all__ = [
     "check",
@@ -199,6 +200,36 @@ def dry_run(
         release_id=release_id,
         directions_matrix=load_directions_matrix(s),
     )
+
+
+def stream_dry_run(
+    spec: SpecLike, *, release_id: str | None = None, output: str | None = None
+) -> StreamPreview:
+    """Plan a stream's next period from metadata only (no chunk is read, nothing is charged).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec with a ``stream`` section.
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    StreamPreview
+        The stream's plan, the next period's std and the comparison at the same budget
+        (naive re-release, the tree, the tree with Honaker's estimator, the square root);
+        ``.text`` is what ``mvg-dask release --dry-run`` prints.
+    """
+    from mvg_dask.engine.stream import next_period
+    from mvg_dask.plan.stream import one_shot_plan, plan_stream, preview_stream
+
+    s = load(spec, output=output)
+    if s.stream is None:
+        raise SpecError("stream_dry_run needs a spec with a stream section")
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    stream = plan_stream(s, metadata, release_id=release_id)
+    return preview_stream(stream, one_shot_plan(s, metadata), next_period(s, stream))
 
 
 def release(

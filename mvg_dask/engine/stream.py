@@ -24,7 +24,7 @@ from mvg_dask.engine.output import OutputTarget
 from mvg_dask.engine.provenance import provenance
 from mvg_dask.engine.release import ReleaseResult
 from mvg_dask.engine.stages.context import clipper_for, gram_source_of, labels_of
-from mvg_dask.engine.stream_book import FileStreamBook
+from mvg_dask.engine.stream_book import FileStreamBook, past_horizon
 from mvg_dask.engine.stream_noise import (
     decode_count,
     decode_period,
@@ -252,6 +252,8 @@ def _open(
     }
     if isinstance(book, FileStreamBook):
         entry, _ = book.open_stream(seed=seed, **kwargs)
+        if entry.periods >= stream.horizon:
+            raise past_horizon(stream.stream_id, stream.horizon)
         return entry, NoiseKey.from_hex(book.stream_key(stream.stream_id)), book.seeded()
     assert spec.ledger is not None
     entry, _ = book.open_stream(
@@ -444,3 +446,19 @@ def run_stream_release(
         return release_period(
             spec, stream, metadata, client, period_label=period_label, ledger=ledger
         )
+
+
+def next_period(spec: ReleaseSpec, stream: StreamPlan) -> int:
+    """The period the next run of the stream releases (``1`` for a new stream), from its book
+    (curator-side; nothing is claimed)."""
+    from mvg_dask.ledger import open_ledger
+    from mvg_dask.plan.planning import _ledger_charge
+
+    charge = _ledger_charge(spec)
+    if charge is None:
+        entry: Any = FileStreamBook.beside(spec.output.store).stream(stream.stream_id)
+    else:
+        with open_ledger(charge.location, password_file=charge.password_file) as ledger:
+            lookup = getattr(ledger, "stream", None)
+            entry = None if lookup is None else lookup(stream.stream_id)
+    return 1 if entry is None else int(entry.periods) + 1

@@ -19,6 +19,7 @@ for ``max_records`` records, the query normalised by that bound).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -39,6 +40,9 @@ from mvg_dask.spec import ReleaseSpec
 
 #: The exact integer outputs stay below this (a quarter of int64's range is left for the noise).
 OUTPUT_RANGE = 1 << 61
+#: The coarsest grid a stream takes: ``2^k sqrt(c) <= GRID_LIMIT μ`` (at most 0.4 % of
+#: the sensitivity, charged like the one-shot grid's share).
+GRID_LIMIT = 2.0**-8
 #: ``μ`` of the period plan is planned this much below ``μ / sensitivity`` (the planner's inverse
 #: of the analytic Gaussian is exact to about 1e-13; the stream must never be under-noised).
 MU_MARGIN = 1e-9
@@ -236,6 +240,27 @@ def increment_bound(plan: ReleasePlan, records: int) -> int:
     return math.floor(coordinate_bound(plan, records) / lattice.grid) + 1
 
 
+def stream_mu(spec: ReleaseSpec) -> float:
+    """The whole stream's ``μ``."""
+    return cal.analytic_gaussian_mu(spec.privacy.epsilon, spec.privacy.delta)
+
+
+def refuse_headroom(factorization: Factorization, records: int) -> None:
+    """Refuse a horizon whose integers need a grid so coarse it would dominate the noise.
+
+    Raises
+    ------
+    DataError
+        With the remedy.
+    """
+    raise DataError(
+        f"stream.horizon: {factorization.horizon} periods of the {factorization.name} "
+        f"factorization exceed the lattice's int64 headroom for {records:.3g} records (the "
+        "weighted sums of the periods' integers would need a grid coarser than the noise); "
+        "use a shorter horizon, the tree factorization, or a smaller stream.max_records"
+    )
+
+
 def check_headroom(factorization: Factorization, bound: int, records: int) -> None:
     """Refuse a horizon whose exact integer outputs could leave ``OUTPUT_RANGE``.
 
@@ -317,6 +342,9 @@ def plan_stream(
     need = coordinate_bound(plan, bound_records) * rows / (OUTPUT_RANGE // 2)
     floor = math.ceil(math.log2(need))
     if floor > lattice.log2_grid:
+        mu = plan.budgets.release_mu or stream_mu(spec)
+        if math.ldexp(math.sqrt(lattice.coordinates), floor) > GRID_LIMIT * mu:
+            refuse_headroom(factorization, bound_records)
         plan = plan_release(period_spec, planned, min_log2_grid=floor, **options)
     bound = increment_bound(plan, bound_records)
     check_headroom(factorization, bound, bound_records)
@@ -337,54 +365,111 @@ def plan_stream(
     return stream
 
 
-def comparison_text(stream: StreamPlan, one_shot_std: float, period: int) -> str:
-    """The dry run's stream lines: the plan, this period's std and the same-budget comparison.
+@dataclass(frozen=True)
+class StreamPreview:
+    """The dry run of a stream: its plan and the same-budget comparison, computed.
+
+    Attributes
+    ----------
+    stream : StreamPlan
+        The plan.
+    period : int
+        The period the next run releases.
+    period_std : float
+        That period's largest entry std.
+    one_shot_std : float
+        The largest entry std of a one-shot release of the query at the stream's budget.
+    worst_ratio : float
+        The worst period's std over ``one_shot_std``.
+    text : str
+        What ``mvg-dask release --dry-run`` prints for the stream.
+    """
+
+    stream: StreamPlan
+    period: int
+    period_std: float
+    one_shot_std: float
+    worst_ratio: float
+    text: str
+
+
+def one_shot_plan(spec: ReleaseSpec, metadata: InputMetadata) -> ReleasePlan:
+    """A one-shot release of the stream's query at the stream's whole budget, planned for the
+    same public record bound (the comparison's baseline)."""
+    from mvg_dask.plan.planning import plan_release
+
+    data = spec.model_dump(mode="python", exclude={"stream", "ledger", "release_id"})
+    if spec.privacy.neighbours == "add-remove":
+        data["privacy"]["max_records"] = max_records(spec)
+    return plan_release(
+        ReleaseSpec.model_validate(data),
+        planning_metadata(metadata, max_records(spec)),
+        release_id="one-shot",
+        created="1970-01-01T00:00:00+00:00",
+    )
+
+
+def preview_stream(stream: StreamPlan, one_shot: ReleasePlan, period: int) -> StreamPreview:
+    """The stream's dry run (:class:`StreamPreview`).
 
     Parameters
     ----------
     stream : StreamPlan
         The plan.
-    one_shot_std : float
-        The largest entry std of a one-shot release of the query at the stream's budget.
+    one_shot : ReleasePlan
+        :func:`one_shot_plan`.
     period : int
-        The period the run would release.
+        The period the next run releases (``horizon + 1``: the stream is complete).
 
     Returns
     -------
-    str
-        Lines of text (every number from the plan and the factorization).
+    StreamPreview
+        The numbers and their text.
     """
     std = float(np.max(stream.plan.noise_plan().released_entry_std()))
+    one = float(np.max(one_shot.noise_plan().released_entry_std()))
     f = stream.factorization
     t = min(period, stream.horizon)
     worst = std * f.worst_std_factor()
     lines = [
-        f"stream {stream.stream_id}: horizon {stream.horizon} periods, {f.name} "
-        f"factorization ({', '.join(f'{k}={v}' for k, v in f.to_dict().items())}), one "
-        f"Gaussian mechanism mu = {stream.mu:.4g} for epsilon = {stream.epsilon:g}, "
-        f"delta = {stream.delta:g} (all periods, charged once)",
-        f"  sensitivity max_s ||C[:, s]|| = {stream.sensitivity:.4f}; each output's noise is a "
+        f"stream {stream.stream_id}: horizon {stream.horizon} periods, "
+        f"{json.dumps(f.to_dict())}, one Gaussian mechanism mu = {stream.mu:.4g} "
+        f"(epsilon = {stream.epsilon:g}, delta = {stream.delta:g}) for all periods, charged once",
+        f"  sensitivity max_s ||C[:, s]|| = {stream.sensitivity:.4f}: each output's noise is a "
         f"one-shot release's at mu = {stream.period_mu():.4g}",
-        f"  period {t}: noise std {std * f.period_std_factor(t):.4g} (largest entry); worst "
-        f"period {worst:.4g} = {worst / one_shot_std:.2f}x a one-shot release ({one_shot_std:.4g})",
-        "  same total budget, worst-period std over one release's:",
+    ]
+    if period > stream.horizon:
+        lines.append(f"  the stream is complete ({stream.horizon} periods): a new run is refused")
+    else:
+        lines.append(
+            f"  period {t}: noise std {std * f.period_std_factor(t):.4g} (largest entry, in "
+            f"the plan's units: x max_records / N_t under replace-one)"
+        )
+    lines += [
+        f"  worst period: std {worst:.4g} = {worst / one:.2f}x a one-shot release's "
+        f"({one:.4g}) at the same budget",
+        "  same total budget, worst-period std over a one-shot release's:",
     ]
     for row in compare_at_budget(stream.horizon, stream.epsilon, stream.delta):
         lines.append(f"    {row.method:<34} {row.ratio:8.2f}x")
-    return "\n".join(lines)
+    return StreamPreview(
+        stream, period, std * f.period_std_factor(t), one, worst / one, "\n".join(lines)
+    )
 
 
 __all__ = [
     "INT64_MAX",
     "StreamPlan",
+    "StreamPreview",
     "check_headroom",
-    "comparison_text",
     "coordinate_bound",
     "increment_bound",
     "max_records",
+    "one_shot_plan",
     "period_release_id",
     "plan_stream",
     "planning_metadata",
+    "preview_stream",
     "stream_factorization",
     "stream_id_of",
 ]
