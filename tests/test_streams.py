@@ -294,3 +294,28 @@ def test_spec_hash_without_a_stream_is_unchanged(tmp_path) -> None:
     assert "stream" in dumped and dumped["stream"] is None
     assert spec_hash(with_stream) != spec_hash(plain)
     assert spec_hash(plain) == spec_hash(ReleaseSpec.model_validate({**data, "stream": None}))
+
+
+@pytest.mark.slow
+def test_cli_dry_run_and_period_label(tmp_path) -> None:
+    """``mvg-dask release nightly.yaml --dry-run`` prints the stream's plan and the comparison;
+    ``--period-label`` names the period's coordinate."""
+    from tests.pipeline_helpers import run_cli
+
+    X = np.random.default_rng(2).uniform(0, 1, (M, 30))
+    put_input(tmp_path, X)
+    spec = stream_spec(tmp_path, "covariance", horizon=365)
+    spec["privacy"]["epsilon"] = 1.0
+    path = write_spec(tmp_path / "nightly.yaml", spec)
+    dry = run_cli(tmp_path, "release", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "period 1: noise std" in dry.stdout and "tree, Honaker decoder" in dry.stdout
+    assert not (tmp_path / "out").exists()
+    run = run_cli(
+        tmp_path, "release", str(path), "--period-label", "2026-11-27", "--seed", "1", "--quiet"
+    )
+    assert run.returncode == 0, run.stderr
+    assert "stream period 1 (2026-11-27)" in run.stdout
+    ds = api.open_release(str(tmp_path / "out"), period="2026-11-27")
+    assert ds.attrs["mvg_dask_stream_period"] == 1
+    assert list(api.open_release(str(tmp_path / "out"))["period"].values) == ["2026-11-27"]

@@ -392,6 +392,18 @@ class StreamPreview:
     worst_ratio: float
     text: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``mvg-dask release --dry-run --json``)."""
+        rows = compare_at_budget(self.stream.horizon, self.stream.epsilon, self.stream.delta)
+        return {
+            "stream": self.stream.to_dict(),
+            "period": self.period,
+            "period_std": self.period_std,
+            "one_shot_std": self.one_shot_std,
+            "worst_ratio": self.worst_ratio,
+            "comparison": [{"method": r.method, "ratio": r.ratio} for r in rows],
+        }
+
 
 def one_shot_plan(spec: ReleaseSpec, metadata: InputMetadata) -> ReleasePlan:
     """A one-shot release of the stream's query at the stream's whole budget, planned for the
