@@ -319,3 +319,43 @@ def test_cli_dry_run_and_period_label(tmp_path) -> None:
     ds = api.open_release(str(tmp_path / "out"), period="2026-11-27")
     assert ds.attrs["mvg_dask_stream_period"] == 1
     assert list(api.open_release(str(tmp_path / "out"))["period"].values) == ["2026-11-27"]
+
+
+def _ledger_streams() -> None:
+    from mvg_dask.ledger import Ledger
+
+    if not hasattr(Ledger, "open_stream"):
+        pytest.skip("the ledger's stream tables are not in this tree")
+
+
+@pytest.mark.parametrize(
+    "horizon", [pytest.param(10, marks=pytest.mark.slow, id="10-periods"), pytest.param(3, id="3")]
+)
+def test_one_ledger_charge_for_the_whole_stream(horizon: int, tmp_path, client) -> None:
+    """The ledger holds one charge for the stream; a run past the horizon is refused and
+    charges nothing (fresh keys: no seed with a ledger)."""
+    _ledger_streams()
+    from mvg_dask.ledger import open_ledger
+
+    X = np.random.default_rng(4).uniform(0, 1, (M, 10 * (horizon + 1)))
+    spec = stream_spec(tmp_path, "covariance", horizon=horizon)
+    spec["privacy"]["epsilon"] = 1.0
+    ledger = tmp_path / "ledger.sqlite"
+    spec["ledger"] = {
+        "path": str(ledger),
+        "dataset": "events",
+        "budget": {"epsilon": 3.0, "delta": 1e-5, "neighbours": "add-remove"},
+    }
+    run_periods(tmp_path, spec, X, [10 * t for t in range(1, horizon + 1)], client, seed=None)
+    with open_ledger(str(ledger)) as book:
+        (charge,) = book.releases()
+        assert charge.status == "committed"
+        entry = book.stream("nightly")
+        assert entry is not None and entry.periods == horizon and entry.status == "complete"
+        summary = book.summary()
+    put_input(tmp_path, X)
+    with pytest.raises(BudgetError, match="new stream"):
+        api.release(spec, client=client, progress=False)
+    with open_ledger(str(ledger)) as book:
+        assert len(book.releases()) == 1
+        assert book.summary() == summary
