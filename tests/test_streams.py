@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -247,6 +248,11 @@ def test_sub_grid_changes_give_identical_bytes_in_every_period(tmp_path, client)
     for t in (1, 2, 3):
         name = f"period-{t:04d}"
         assert _files(tmp_path / "x" / "out" / name) == _files(tmp_path / "y" / "out" / name)
+    # the curator-side state lives beside the store, never in it, and its key is not published
+    key = json.loads((tmp_path / "x" / "out.stream-state" / "stream.json").read_text())["key"]
+    assert key is None or all(
+        key.encode() not in data for data in _files(tmp_path / "x" / "out").values()
+    )
 
 
 def _spec_error(**changes: Any) -> str:
