@@ -124,6 +124,28 @@ def test_each_period_is_the_query_over_all_records_so_far(
     assert whole["covariance"].shape[0] == periods
 
 
+@pytest.mark.parametrize(
+    ("query", "neighbours"),
+    [("mean", "add-remove"), ("mean", "replace-one"), ("cross-covariance", "replace-one")],
+)
+def test_mean_and_cross_covariance_streams(query: str, neighbours: str, tmp_path, client) -> None:
+    """Three periods of the other sums: each within 6 published stds of numpy's."""
+    X = np.random.default_rng(8).uniform(0, 1, (M, 90))
+    spec = stream_spec(tmp_path, "covariance", factorization="tree")
+    spec["query"] = (
+        query if query == "mean" else {"cross-covariance": {"rows": ["f0"], "cols": ["f1", "f2"]}}
+    )
+    spec["privacy"]["neighbours"] = neighbours
+    sizes = [30, 60, 90]
+    for n, ds in zip(sizes, run_periods(tmp_path, spec, X, sizes, client), strict=True):
+        Y = X[:, :n]
+        name = "mean" if query == "mean" else "cross_covariance"
+        want = Y.mean(axis=1) if query == "mean" else Y[:1] @ Y[1:].T / n
+        std = float(ds.mvg.noise_std(name).max())
+        assert std < 1e-3
+        np.testing.assert_allclose(ds[name].values, want, rtol=0, atol=6 * std)
+
+
 def _sqrt_ratio_numpy(T: int, bits: int = 12) -> float:
     """``max_s ||C[:, s]|| max_t ||B[t]||`` of the dyadic square-root factorization, built here:
     ``c_k = binom(2k, k) / 4^k`` rounded to ``2^-bits``, ``C`` Toeplitz, ``B = A C^-1``."""

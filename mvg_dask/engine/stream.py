@@ -221,10 +221,12 @@ def period_values(
         else:
             mean, cov = grouped_centered_from_moment(value, centre, scale)
         return MOMENT, {MOMENT: value, MEAN: mean, COVARIANCE: cov}, None
+    name = query.output_variable or COVARIANCE
+    value = np.reshape(value, (query.shape[0],) if query.output_vector else query.shape)
     if count_outputs is None:
-        return COVARIANCE, {COVARIANCE: value}, None
+        return name, {name: value}, None
     count = decode_count(f, period, count_outputs)
-    return COVARIANCE, {COVARIANCE: value / max(count, 1.0), GRAM: value}, count
+    return name, {name: value / max(count, 1.0), query.sum_variable or GRAM: value}, count
 
 
 def rescale(stream: StreamPlan, records: int) -> float:

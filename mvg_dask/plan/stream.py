@@ -186,10 +186,12 @@ class StreamPlan:
 
 def coordinate_bound(plan: ReleasePlan, records: int) -> float:
     """A public bound on every whitened lattice coordinate of the query over at most ``records``
-    records of the domain (before rounding, float error included): ``|f_ij| <= (records / n)
-    a_i a_j`` with ``a`` the (augmented) records' largest entries and ``n`` the query's
-    normaliser, times the whitening ``w_i w_j`` (``w_i`` for unimodal noise) and
-    ``1 / sqrt(r)`` off the diagonal of symmetric noise, plus ``E``.
+    records of the domain (before rounding, float error included). With ``A`` the (augmented,
+    stacked) records' largest entry, one record adds at most ``A`` to an entry of a vector query
+    (the mean) and ``A^2`` to an entry of a matrix one (products of two entries); the query
+    divides the sum by its normaliser ``n``; whitening multiplies by at most ``max w`` (unimodal
+    noise) or ``max w^2`` (two-sided), symmetric noise's off-diagonals by ``1 / sqrt(r)``; plus
+    ``E``.
 
     Parameters
     ----------
@@ -207,16 +209,13 @@ def coordinate_bound(plan: ReleasePlan, records: int) -> float:
 
     noise = plan.noise_plan()
     assert noise.lattice is not None, "a stream adds lattice noise"
-    a = domain_abs_max(plan.query.record_domain(plan.domain))
-    w = 1.0 / np.sqrt(np.asarray(noise.row_variances, dtype=np.float64))
-    side = a * w
-    peak = float(np.max(side)) * (float(np.max(side)) if noise.algorithm != "unimodal" else 1.0)
-    if noise.algorithm == "unimodal":
-        peak *= float(np.max(a))
+    top = float(np.max(domain_abs_max(plan.query.record_domain(plan.domain))))
+    w = float(np.max(1.0 / np.sqrt(np.asarray(noise.row_variances, dtype=np.float64))))
+    peak = top if plan.query.output_vector else top * top
+    peak *= w if noise.algorithm == "unimodal" else w * w
     if noise.algorithm == "symmetric" and noise.symmetric_ratio is not None:
         peak *= max(1.0, 1.0 / math.sqrt(noise.symmetric_ratio))
-    n = plan.query.records
-    return peak * records / n * (1.0 + 1e-6) + noise.lattice.float_error
+    return peak * records / plan.query.records * (1.0 + 1e-6) + noise.lattice.float_error
 
 
 def increment_bound(plan: ReleasePlan, records: int) -> int:

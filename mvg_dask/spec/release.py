@@ -339,6 +339,14 @@ def _check_stream(spec: ReleaseSpec) -> None:
             "stream: a stream whitens every period alike with the standard directions; use "
             f"mechanism.directions: {{method: standard}}, not {mech.directions.method}"
         )
+    cross = (
+        spec.query.cross_covariance if isinstance(spec.query, CrossCovarianceQuerySpec) else None
+    )
+    if cross is not None and cross.col_allocation is not None:
+        raise ValueError(
+            "stream: a stream whitens the rows only (Psi = I); remove "
+            "query.cross-covariance.col_allocation"
+        )
     if mech.algorithm not in ("symmetric", "unimodal"):
         raise ValueError(
             f"stream: a stream adds symmetric or unimodal noise, not {mech.algorithm}; use "

@@ -227,7 +227,7 @@ class OutputSpec(_Strict):
 
 
 #: The queries a stream can release: sums over records (docs/guide/streams.md).
-STREAM_QUERIES = ("covariance", "centered-covariance", "regression")
+STREAM_QUERIES = ("covariance", "centered-covariance", "regression", "cross-covariance", "mean")
 
 
 class StreamSpec(_Strict):
