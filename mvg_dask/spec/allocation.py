@@ -120,17 +120,17 @@ def choose_allocation(spec: ReleaseSpec) -> AllocationChoice:
     kind = scale_kind(spec)
     assert kind is not None
     scales = feature_scales(spec, kind)
-    what = "widths" if kind == "width" else "largest absolute values"
+    what = "box widths" if kind == "width" else "largest absolute values in the box"
     if scales is None:
         return AllocationChoice("uniform", f"{default}: one box for every feature")
     low, high = float(np.min(scales)), float(np.max(scales))
     if not low > 0:
-        return AllocationChoice("uniform", f"{default}: a feature's box has no {what[:-1]}")
+        return AllocationChoice("uniform", f"{default}: a feature's scale is 0 ({what})")
     if low == high:
-        return AllocationChoice("uniform", f"{default}: every feature's box has the same {what}")
+        return AllocationChoice("uniform", f"{default}: the features' {what} are equal")
     return AllocationChoice(
         "scale-aware",
-        f"{default}: the box's feature {what} differ, {low:.3g} to {high:.3g}; each "
+        f"{default}: the features' {what} differ, {low:.3g} to {high:.3g}; each "
         "feature's noise is sized by its own",
         kind,
     )
