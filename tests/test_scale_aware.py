@@ -292,7 +292,7 @@ def relative_errors(root: Path, X: np.ndarray, alloc: str | None, client: Any) -
 def test_scale_aware_cuts_the_centered_covariance_error(n: int, tmp_path: Path, client) -> None:
     """At epsilon = 1, delta = 1e-6 (replace-one) the default beats uniform by >= 2x on the
     median per-entry relative error, for each of three seeded releases (seeds 0, 1, 2; data
-    seed 7). Measured: about 5,000x at N = 3,000 and 8,000x at N = 1e5 (docs/howto/
+    seed 7). Measured over ten releases: about 4,000x at both sizes (docs/howto/
     feature-scales.md), so a 2x threshold leaves the noise no realistic way to fail it."""
     X = heterogeneous_table(n)
     make_input(tmp_path / "input.zarr", X, chunk=min(n, 10_000))
