@@ -296,6 +296,7 @@ def plan_release(
     release_id: str | None = None,
     directions_matrix: np.ndarray | None = None,
     created: str | None = None,
+    min_log2_grid: int | None = None,
 ) -> ReleasePlan:
     """Plan a release from its spec and the input's metadata. Pure: reads nothing.
 
@@ -311,6 +312,8 @@ def plan_release(
         The matrix of ``directions: {method: matrix}`` (loaded by the caller).
     created : str, optional
         Plan time (ISO 8601); now by default.
+    min_log2_grid : int, optional
+        A floor of the lattice's grid exponent (a stream's, :mod:`mvg_dask.plan.stream`).
 
     Returns
     -------
@@ -343,6 +346,8 @@ def plan_release(
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
         context = _lattice_context(spec, metadata)
+        if context is not None and min_log2_grid is not None:
+            context = replace(context, min_log2_grid=min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
         allocation = _scaled(allocation, choice.scale, query, domain, mean_step is not None)
         if mean_step is None:
