@@ -228,8 +228,11 @@ def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: 
         assert name in BASELINES and err > 0
     files = write_bench_files(result, tmp_path / "bench", command="test")
     text = files.markdown.read_text()
-    assert "| spiked | 6 | 3,000 | 1 | `mvg-shrink` |" in text
-    assert "| full-rank | 6 | 3,000 | 1 | `mvg-identity` |" in text
+    assert "| spiked | 6 | 3,000 | 1 | `mvg-auto` |" in text
+    assert "| full-rank | 6 | 3,000 | 1 | `mvg-auto` |" in text
+    for setting in result.settings():  # mvg-auto's estimate is the candidate it names
+        (choice,) = set(result.choices[setting][:1])
+        assert len(result.choices[setting]) == 2
     assert files.csv.read_text().count("\n") == 1 + len(result.rows)
     assert files.plot.stat().st_size > 10_000
 

@@ -7,11 +7,16 @@ unit ``l2`` ball (``d`` features, ``N`` records, rows here) and measures the rel
 * the product: the default covariance release (exact calibration, symmetric noise, the declared
   domain ``||x|| <= 1``), raw (``mvg``), projected onto the PSD cone (``mvg-psd``), with the
   spiked-Wigner eigenvalue shrinker and the bulk set to its mean (``mvg-shrink``), or shrunk
-  toward a multiple of the identity (``mvg-identity``), all free post-processing by the
-  accessor methods
+  toward a multiple of the identity (``mvg-identity``), projected onto the PSD matrices of
+  trace at most the declared domain's bound ``sup ||x||^2 = 1`` (``mvg-nuclear``) or the
+  release's own trace (``mvg-nuclear-trace``), and the estimator that chooses among all of these
+  from the release by Stein's unbiased risk estimate (``mvg-auto``), all free post-processing
+  with the plan's public noise law
   (:func:`~mvg_dask.plan.estimators.psd_projection`,
   :func:`~mvg_dask.plan.estimators.spiked_shrinkage`,
-  :func:`~mvg_dask.plan.estimators.identity_shrinkage`, using the plan's public noise level);
+  :func:`~mvg_dask.plan.estimators.identity_shrinkage`,
+  :func:`~mvg_dask.plan.covariance_selection.nuclear_norm_projection`,
+  :func:`~mvg_dask.plan.covariance_selection.select_covariance`);
 * the baselines of :mod:`mvg_dask_lab.baselines.covariance`: Analyze Gauss, SeparateCov and
   AdaptiveCov (Dong et al. 2022), CoinPress (Biswas et al. 2020) and, up to 100 features, Amin et
   al. (2019).
@@ -24,10 +29,10 @@ mechanisms and more than its due for AdaptiveCov's sparse-vector step (which the
 treats as Gaussian): the comparison never favours the product. Amin et al. run at
 ``(epsilon, delta)`` by their own accounting (Laplace plus advanced composition).
 
-The product's design for each benchmark is fixed in advance, from what the user knows and
-docs/accuracy guidance says, never by looking at the error: the shrinker for the spiked
-benchmark (a few eigenvalues far above the noise), the shrinkage toward the identity for the
-full-rank one.
+The product's design is fixed in advance and the same for every setting: ``mvg-auto``, which
+picks its estimator from the release alone. (Before it, the design was chosen per benchmark
+from the spectrum: the spiked shrinker for the spiked benchmark, the shrinkage toward the
+identity for the full-rank one; :data:`FORMER_DESIGN` keeps that choice for comparison.)
 """
 
 from __future__ import annotations
@@ -43,8 +48,8 @@ from typing import Final, Literal
 import numpy as np
 
 from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.covariance_selection import sure_risks
 from mvg_dask.plan.domain import L2BallDomain
-from mvg_dask.plan.estimators import identity_shrinkage, psd_projection, spiked_shrinkage
 from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask_lab.baselines.covariance import (
@@ -86,11 +91,30 @@ SPIKES: Final = (5.0, 4.0, 3.0, 2.0, 1.0)
 SPIKE_SHARE: Final = 0.9
 _CHUNK_ELEMENTS: Final = 1 << 22
 
-PRODUCT: Final = ("mvg", "mvg-psd", "mvg-shrink", "mvg-identity")
+PRODUCT: Final = (
+    "mvg",
+    "mvg-psd",
+    "mvg-shrink",
+    "mvg-identity",
+    "mvg-nuclear",
+    "mvg-nuclear-trace",
+    "mvg-auto",
+)
+#: Each product method's candidate of :func:`~mvg_dask.plan.covariance_selection.sure_risks`.
+_CANDIDATE: Final[dict[str, str]] = {
+    "mvg": "raw",
+    "mvg-psd": "psd",
+    "mvg-shrink": "spiked",
+    "mvg-identity": "identity",
+    "mvg-nuclear": "nuclear-domain",
+    "mvg-nuclear-trace": "nuclear-trace",
+}
 BASELINES: Final = ("gauss", "separate", "adaptive", "coinpress", "amin")
 METHODS: Final = PRODUCT + BASELINES
-#: The product's design per benchmark, fixed in advance (see the module docstring).
-DESIGNED_METHOD: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
+#: The product's design, fixed in advance and the same for every setting.
+DESIGNED_METHOD: Final[dict[str, str]] = {"spiked": "mvg-auto", "full-rank": "mvg-auto"}
+#: The former design, chosen per benchmark from the spectrum (for comparison only).
+FORMER_DESIGN: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
 #: The targets: the design's error over the best baseline's.
 TARGET: Final[dict[str, float]] = {"spiked": 0.8, "full-rank": 1.0}
 
@@ -195,6 +219,8 @@ class BenchResult:
     trials: int
     seed: int
     elapsed: float
+    #: ``mvg-auto``'s choice in every trial, per ``(benchmark, d, n, epsilon)``.
+    choices: dict[tuple[str, int, int, float], list[str]] = field(default_factory=dict)
 
     def value(self, benchmark: str, d: int, n: int, epsilon: float, method: str) -> float:
         """Mean relative Frobenius error of one method at one setting (NaN if not run)."""
@@ -232,23 +258,24 @@ def _relative_errors(estimate: np.ndarray, S: np.ndarray) -> tuple[float, float]
 
 def _product_estimators(
     S: np.ndarray, n: int, epsilon: float, delta: float
-) -> Callable[[NoiseKey], dict[str, np.ndarray]]:
-    """The product's release and its two post-processed estimates, for one setting."""
+) -> Callable[[NoiseKey], tuple[dict[str, np.ndarray], str]]:
+    """The product's release, its post-processed estimates and ``mvg-auto``'s choice."""
     from mvg_dask_lab.experiments.mechanisms import symmetric_plan
 
     d = S.shape[0]
     plan = symmetric_plan(CovarianceQuery(d, n), L2BallDomain(1.0, d), epsilon=epsilon, delta=delta)
     std = plan.released_entry_std()
-    off = float(std[0, 1]) if d > 1 else float(std[0, 0])
+    bound = plan.domain.sup_norm_sq()  # tr S <= sup ||x||^2: public
 
-    def draw(key: NoiseKey) -> dict[str, np.ndarray]:
+    def draw(key: NoiseKey) -> tuple[dict[str, np.ndarray], str]:
         released = S + plan.draw(key)
-        return {
-            "mvg": released,
-            "mvg-psd": psd_projection(released),
-            "mvg-shrink": spiked_shrinkage(released, off, bulk="mean"),
-            "mvg-identity": identity_shrinkage(released, std),
-        }
+        # one eigendecomposition for every candidate (each the named estimator exactly:
+        # tests/test_covariance_selection.py); mvg-auto takes the smallest risk estimate
+        risks, estimates = sure_risks(released, std, trace_bound=bound)
+        out = {name: estimates[c] for name, c in _CANDIDATE.items()}
+        choice = min(risks, key=lambda c: risks[c])
+        out["mvg-auto"] = estimates[choice]
+        return out, choice
 
     return draw
 
@@ -291,6 +318,7 @@ def run_covariance_bench(
     start = time.perf_counter()
     root = NoiseKey.from_seed(seed)
     rows: list[BenchRow] = []
+    choices: dict[tuple[str, int, int, float], list[str]] = {}
     for bench in benchmarks:
         for d in features:
             for n in records:
@@ -298,8 +326,9 @@ def run_covariance_bench(
                 S = data.gram() / n
                 for eps in epsilons:
                     tick = time.perf_counter()
-                    mine = _run_setting(data, S, eps, delta, trials, root)
+                    mine, picked = _run_setting(data, S, eps, delta, trials, root)
                     rows.extend(mine)
+                    choices[(bench, d, n, eps)] = picked
                     if progress is not None:
                         best = DESIGNED_METHOD[bench]
                         errs = {r.method: r.frobenius for r in mine}
@@ -307,14 +336,15 @@ def run_covariance_bench(
                         progress(
                             f"[{bench} d={d} N={n:,} eps={eps:g}] {best} {errs[best]:.4g}, "
                             f"best baseline {base:.4g} (ratio {errs[best] / base:.3f}), "
+                            f"chose {','.join(picked)}, "
                             f"{time.perf_counter() - tick:.1f} s"
                         )
-    return BenchResult(rows, delta, trials, seed, time.perf_counter() - start)
+    return BenchResult(rows, delta, trials, seed, time.perf_counter() - start, choices)
 
 
 def _run_setting(
     data: SyntheticRecords, S: np.ndarray, eps: float, delta: float, trials: int, root: NoiseKey
-) -> list[BenchRow]:
+) -> tuple[list[BenchRow], list[str]]:
     n, d = data.n, data.d
     rho = analytic_gaussian_mu(eps, delta) ** 2 / 2.0
     product = _product_estimators(S, n, eps, delta)
@@ -329,10 +359,12 @@ def _run_setting(
         baselines["amin"] = lambda rng: em_cov(S, n, eps, delta, rng)
     errors: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
     seconds: dict[str, float] = dict.fromkeys(METHODS, 0.0)
+    picked: list[str] = []
     for t in range(trials):
         key = root.derive(f"{data.kind}/{d}/{n}/{eps!r}/trial/{t}")
         tick = time.perf_counter()
-        estimates = product(key.derive("mvg"))
+        estimates, choice = product(key.derive("mvg"))
+        picked.append(choice)
         for name, est in estimates.items():
             errors[name].append(_relative_errors(est, S))
             seconds[name] += (time.perf_counter() - tick) / len(estimates)
@@ -362,7 +394,7 @@ def _run_setting(
                 seconds[name] / len(arr),
             )
         )
-    return out
+    return out, picked
 
 
 @dataclass(frozen=True)
@@ -374,12 +406,20 @@ class BenchFiles:
     plot: Path
 
 
+def _choice_text(picked: Sequence[str]) -> str:
+    counts: dict[str, int] = {}
+    for c in picked:
+        counts[c] = counts.get(c, 0) + 1
+    return ", ".join(f"{c} ×{k}" for c, k in counts.items()) if counts else "–"
+
+
 def summary_lines(result: BenchResult) -> list[str]:
-    """The Markdown table: the product's design against the best baseline, per setting."""
+    """The Markdown table: the product's design against the best baseline, per setting (with
+    what ``mvg-auto`` chose in each trial and the former per-benchmark design's ratio)."""
     lines = [
         "| benchmark | d | N | ε | product design | its error | best baseline | its error "
-        "| ratio | target |",
-        "|---|---:|---:|---:|---|---:|---|---:|---:|---|",
+        "| ratio | target | `mvg-auto` chose | former design's ratio |",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---|---|---:|",
     ]
     for bench, d, n, eps in result.settings():
         design = DESIGNED_METHOD[bench]
@@ -387,9 +427,11 @@ def summary_lines(result: BenchResult) -> list[str]:
         name, base = result.best_baseline(bench, d, n, eps)
         ratio = mine / base
         ok = "met" if ratio <= TARGET[bench] else "**not met**"
+        former = result.value(bench, d, n, eps, FORMER_DESIGN[bench]) / base
+        chose = _choice_text(result.choices.get((bench, d, n, eps), []))
         lines.append(
             f"| {bench} | {d} | {n:,} | {eps:g} | `{design}` | {mine:.4g} | `{name}` | {base:.4g} "
-            f"| {ratio:.3f} | ≤ {TARGET[bench]:g}: {ok} |"
+            f"| {ratio:.3f} | ≤ {TARGET[bench]:g}: {ok} | {chose} | {former:.3f} |"
         )
     return lines
 
