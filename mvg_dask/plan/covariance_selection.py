@@ -41,6 +41,7 @@ References
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -162,12 +163,12 @@ def _spiked_map(w: np.ndarray, off_diagonal_std: float) -> np.ndarray:
     return out
 
 
-def _identity_map(w: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """:func:`~mvg_dask.plan.estimators.identity_shrinkage` on eigenvalues."""
+def _identity_map(w: np.ndarray, nu: float) -> np.ndarray:
+    """:func:`~mvg_dask.plan.estimators.identity_shrinkage` on eigenvalues (``nu`` its noise
+    term ``sum_ij s_ij^2 - sum_i s_ii^2 / m``)."""
     m = w.size
     mu = float(w.sum()) / m
     d2 = float(np.sum((w - mu) ** 2))
-    nu = float(np.sum(std * std) - np.sum(np.diag(std) ** 2) / m)
     beta = max(d2 - nu, 0.0) / d2 if d2 > 0 else 0.0
     return np.maximum(mu + beta * (w - mu), 0.0)
 
@@ -204,7 +205,8 @@ def spectral_candidates(
     off = _homogeneous_off_diagonal(s)
     if off is not None:
         out["spiked"] = lambda w: _spiked_map(w, off)
-    out["identity"] = lambda w: _identity_map(w, s)
+    nu = float(np.sum(s * s) - np.sum(np.diag(s) ** 2) / s.shape[0])
+    out["identity"] = lambda w: _identity_map(w, nu)
     if trace_bound is not None:
         bound = float(trace_bound)
         if not (math.isfinite(bound) and bound >= 0):
@@ -240,8 +242,12 @@ def symmetric_noise_sampler(std: np.ndarray) -> NoiseSampler:
     return draw
 
 
-def _probe_generator(seed: int) -> np.random.Generator:
-    return np.random.default_rng([int(seed), 0x5C0E])
+def _probe_generator(seed: int, A: np.ndarray) -> np.random.Generator:
+    """Probes seeded by the public seed and the released bytes: a deterministic function of
+    the release, with probes that differ from release to release (so their error averages out
+    over releases instead of biasing every one alike)."""
+    digest = hashlib.sha256(np.ascontiguousarray(A).tobytes()).digest()
+    return np.random.default_rng([int(seed), *np.frombuffer(digest[:16], dtype=np.uint32)])
 
 
 def _check(C: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +258,92 @@ def _check(C: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not np.all(np.isfinite(s)) or np.any(s < 0):
         raise ValueError("the noise std must be finite and non-negative")
     return (A + A.T) / 2.0, np.asarray(s)
+
+
+def _rank_one_off_diagonal(var: np.ndarray) -> np.ndarray | None:
+    """``a`` with ``var_kl = a_k a_l`` off the diagonal, or None (no such ``a``)."""
+    m = var.shape[0]
+    if m == 1:
+        return np.zeros(1)
+    if m == 2:
+        return np.full(2, math.sqrt(var[0, 1]))
+    k = np.arange(m)
+    l, n = (k + 1) % m, (k + 2) % m
+    if np.any(var[l, n] <= 0):
+        return None
+    a = np.sqrt(var[k, l] * var[k, n] / var[l, n])
+    off = ~np.eye(m, dtype=bool)
+    if np.max(np.abs(np.outer(a, a) - var)[off]) > 1e-9 * float(np.max(var[off])):
+        return None
+    return np.asarray(a)
+
+
+def _exact_divergences(
+    w: np.ndarray,
+    V: np.ndarray,
+    var: np.ndarray,
+    a: np.ndarray,
+    maps: Mapping[str, Callable[[np.ndarray], np.ndarray]],
+) -> dict[str, float]:
+    """``tr(K J_g)`` of every eigenvalue map, exactly, for noise with independent entries (up
+    to symmetry) of variance ``var`` whose off-diagonal part is ``a a^T``.
+
+    With ``B = V^T W V`` (the noise in the eigenbasis) and ``g(C) = V F(w) V^T``,
+    ``<W, Dg[W]> = sum_ik dF_i/dw_k B_ii B_kk + sum_{i != j} G_ij B_ij^2``, with
+    ``G_ij = (F_i - F_j) / (w_i - w_j)`` (Daleckii-Krein). Over the noise law,
+    ``E B_ij^2 = (P^T var P)_ij + (V^T diag(a) V)_ij^2 - (P^T diag(a^2) P)_ij`` and
+    ``E B_ii B_kk = (P^T diag(var) P)_ik + 2 (V^T diag(a) V)_ik^2 - 2 (P^T diag(a^2) P)_ik``,
+    ``P = V o V``; ``dF / dw`` by finite differences on the eigenvalues.
+    """
+    P = V * V
+    R = V.T @ (a[:, None] * V)
+    Pa = P.T @ ((a * a)[:, None] * P)
+    E_off = P.T @ var @ P + R * R - Pa
+    E_diag = P.T @ (np.diag(var)[:, None] * P) + 2.0 * (R * R - Pa)
+    m = w.size
+    scale = max(float(np.max(np.abs(w))), float(np.sqrt(np.max(var))), 1e-300)
+    h = 1e-7 * scale
+    gaps = np.subtract.outer(w, w)
+    close = np.abs(gaps) <= 1e-9 * scale
+    out = {}
+    for name, f in maps.items():
+        F = f(w)
+        J = np.empty((m, m))
+        for k in range(m):
+            up = w.copy()
+            up[k] += h
+            J[:, k] = (f(up) - F) / h
+        G = np.subtract.outer(F, F) / np.where(close, 1.0, gaps)
+        slope = np.diag(J)
+        G = np.where(close, (slope[:, None] + slope[None, :]) / 2.0, G)
+        np.fill_diagonal(G, 0.0)
+        out[name] = float(np.sum(J * E_diag) + np.sum(G * E_off))
+    return out
+
+
+def _probe_divergences(
+    A: np.ndarray,
+    w: np.ndarray,
+    V: np.ndarray,
+    maps: Mapping[str, Callable[[np.ndarray], np.ndarray]],
+    draw: NoiseSampler,
+    rng: np.random.Generator,
+    probes: int,
+) -> dict[str, float]:
+    """``tr(K J_g)`` by finite differences along probes ``b`` of the noise law
+    (``E <b, J b> = tr(K J)``), the same probes for every map."""
+    div = dict.fromkeys(maps, 0.0)
+    values = {name: f(w) for name, f in maps.items()}
+    for _ in range(probes):
+        b = draw(rng)
+        b = (b + b.T) / 2.0
+        wb, Vb = _eigh(A + _STEP * b)
+        # <b, V F V^T> = sum_i F_i (V^T b V)_ii: no matrix is rebuilt
+        here = np.sum(V * (b @ V), axis=0)
+        moved = np.sum(Vb * (b @ Vb), axis=0)
+        for name, f in maps.items():
+            div[name] += float(f(wb) @ moved - values[name] @ here) / _STEP / probes
+    return div
 
 
 def sure_risks(
@@ -265,8 +357,11 @@ def sure_risks(
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Stein's unbiased estimate of every candidate's Frobenius risk, and the candidates.
 
-    ``SURE(g) = ||g(C) - C||_F^2 - sum s^2 + 2 tr(K J_g)``, the divergence from ``probes``
-    finite differences along draws of the noise law (module docstring).
+    ``SURE(g) = ||g(C) - C||_F^2 - sum s^2 + 2 tr(K J_g)``. The divergence ``tr(K J_g)`` is
+    exact (no randomness) when the entries' noises are independent up to symmetry with
+    off-diagonal variances ``s_kl^2 = a_k a_l`` (standard directions, uniform or per-feature
+    allocation); otherwise, or when ``noise`` is given, it is estimated along ``probes`` draws
+    of the noise law seeded by ``seed`` and the released bytes (module docstring).
 
     Parameters
     ----------
@@ -277,12 +372,12 @@ def sure_risks(
     trace_bound : float, optional
         Public bound on the truth's trace (for ``nuclear-domain``).
     probes : int, default 4
-        Probes of the divergence.
+        Probes of the divergence where it is not exact.
     seed : int, default 0
         Public seed of the probes.
     noise : callable, optional
-        ``rng -> m x m`` draw of the published noise law; default
-        :func:`symmetric_noise_sampler` of ``std``.
+        ``rng -> m x m`` draw of the published noise law (noise whose entries are
+        correlated); default: independent entries of std ``std``.
 
     Returns
     -------
@@ -293,24 +388,17 @@ def sure_risks(
     A, s = _check(C, std)
     if probes < 1:
         raise ValueError(f"probes must be at least 1, got {probes}")
-    draw = noise if noise is not None else symmetric_noise_sampler(s)
     maps = spectral_candidates(s, trace_bound=trace_bound)
-    total = float(np.sum(s * s))
+    var = s * s
+    total = float(np.sum(var))
     w, V = _eigh(A)
-    values = {name: f(w) for name, f in maps.items()}
-    estimates = {"raw": A, **{name: _from_eigen(v, V) for name, v in values.items()}}
-    div = dict.fromkeys(maps, 0.0)
-    rng = _probe_generator(seed)
-    for _ in range(probes):
-        b = draw(rng)
-        b = (b + b.T) / 2.0
-        wb, Vb = _eigh(A + _STEP * b)
-        # <b, V f(w) V^T> = sum_i f(w_i) (V^T b V)_ii: no matrix is rebuilt
-        here = np.sum(V * (b @ V), axis=0)
-        moved = np.sum(Vb * (b @ Vb), axis=0)
-        for name, f in maps.items():
-            step = float(f(wb) @ moved - values[name] @ here)
-            div[name] += step / _STEP / probes
+    estimates = {"raw": A, **{name: _from_eigen(f(w), V) for name, f in maps.items()}}
+    a = None if noise is not None else _rank_one_off_diagonal(var)
+    if a is not None:
+        div = _exact_divergences(w, V, var, a, maps)
+    else:
+        draw = noise if noise is not None else symmetric_noise_sampler(s)
+        div = _probe_divergences(A, w, V, maps, draw, _probe_generator(seed, A), probes)
     risks = {"raw": total}
     for name in maps:
         gap = estimates[name] - A
