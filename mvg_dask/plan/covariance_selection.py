@@ -49,7 +49,6 @@ from typing import Final
 
 import numpy as np
 
-
 __all__ = [
     "CANDIDATES",
     "CovarianceChoice",
@@ -268,10 +267,10 @@ def _rank_one_off_diagonal(var: np.ndarray) -> np.ndarray | None:
     if m == 2:
         return np.full(2, math.sqrt(var[0, 1]))
     k = np.arange(m)
-    l, n = (k + 1) % m, (k + 2) % m
-    if np.any(var[l, n] <= 0):
+    j, n = (k + 1) % m, (k + 2) % m
+    if np.any(var[j, n] <= 0):
         return None
-    a = np.sqrt(var[k, l] * var[k, n] / var[l, n])
+    a = np.sqrt(var[k, j] * var[k, n] / var[j, n])
     off = ~np.eye(m, dtype=bool)
     if np.max(np.abs(np.outer(a, a) - var)[off]) > 1e-9 * float(np.max(var[off])):
         return None
