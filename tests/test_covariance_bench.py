@@ -215,6 +215,8 @@ def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: 
     from mvg_dask_lab.experiments.covariance_bench import (
         BASELINES,
         METHODS,
+        PRODUCT,
+        read_bench_rows,
         run_covariance_bench,
         write_bench_files,
     )
@@ -236,6 +238,25 @@ def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: 
         assert set(result.choices[setting]) <= set(CANDIDATES)
     assert files.csv.read_text().count("\n") == 1 + len(result.rows)
     assert files.plot.stat().st_size > 10_000
+    # the baselines' rows of a run reused: the product's rows measured again, the same
+    reused = run_covariance_bench(
+        **kwargs,  # type: ignore[arg-type]
+        baseline_rows=read_bench_rows(files.csv),
+        baselines_from="earlier.csv",
+    )
+    as_written = {m: m in BASELINES for m in METHODS}  # the CSV keeps 6 significant digits
+    assert [(r.method, r.frobenius) for r in reused.rows] == [
+        (r.method, float(f"{r.frobenius:.6g}") if as_written[r.method] else r.frobenius)
+        for r in result.rows
+    ]
+    assert reused.reproduced == (2 * len(PRODUCT), 2 * len(PRODUCT))
+    text = write_bench_files(reused, tmp_path / "again", command="test").markdown.read_text()
+    assert "The baselines' rows are those of earlier.csv" in text
+    with pytest.raises(ValueError, match="no baselines with 3 trials"):
+        run_covariance_bench(
+            **{**kwargs, "trials": 3},  # type: ignore[arg-type]
+            baseline_rows=read_bench_rows(files.csv),
+        )
 
 
 def test_covariance_bench_cli_refuses_a_results_doc(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -22,21 +22,21 @@ of covariance ``K`` (an operator on matrices), Stein's lemma gives
 ``SURE(g) = ||g(C) - C||_F^2 - E ||W||_F^2 + 2 tr(K J_g(C))``
 
 is unbiased for the risk. ``E ||W||_F^2 = sum_ij s_ij^2`` with ``s`` the public std of every
-released entry. The divergence ``tr(K J_g)`` is estimated by finite differences along probes
-``b`` drawn from the noise law itself (``E b^T J b = tr(K J)``):
-``<b, g(C + h b) - g(C)> / h``, averaged over a few probes from a fixed public seed, the same
-probes for every candidate. The choice is a deterministic function of the release, the plan and
-that seed. The raw release's risk is exactly ``sum_ij s_ij^2``.
+released entry; the raw release's risk is exactly that. Every other candidate keeps the
+eigenvectors of ``C`` and maps its eigenvalues, so its divergence ``tr(K J_g)`` has a closed
+form (the Daleckii-Krein formula for the derivative of a spectral function) when the entries'
+noises are independent up to symmetry with off-diagonal variances ``a_k a_l`` (standard
+directions, uniform or per-feature allocation): :func:`sure_risks` computes it exactly. For
+other noise it is estimated by finite differences along probes ``b`` drawn from the noise law
+itself (``E <b, J b> = tr(K J)``), seeded by a public seed and the released bytes. Either way
+the choice is a deterministic function of the release, its public noise law and the public
+trace bound.
 
-References
-----------
-.. [1] C. M. Stein, "Estimation of the mean of a multivariate normal distribution", Ann.
-   Statist. 9(6) (1981), 1135-1151.
-.. [2] S. Ramani, T. Blu, M. Unser, "Monte-Carlo SURE: a black-box optimization of
-   regularization parameters for general denoising algorithms", IEEE Trans. Image Process.
-   17(9) (2008), 1540-1554.
-.. [3] T. d'Orsi, G. Novikov, "Private covariance estimation below the d^2 / epsilon barrier
-   by nuclear-norm projection", ALT 2026.
+The references: C. M. Stein, "Estimation of the mean of a multivariate normal distribution",
+Ann. Statist. 9(6) (1981), 1135-1151; S. Ramani, T. Blu, M. Unser, "Monte-Carlo SURE: a
+black-box optimization of regularization parameters for general denoising algorithms", IEEE
+Trans. Image Process. 17(9) (2008), 1540-1554; and T. d'Orsi, G. Novikov, ALT 2026 (the
+nuclear-norm projection of a private covariance).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ import numpy as np
 __all__ = [
     "CANDIDATES",
     "CovarianceChoice",
-    "NoiseSampler",
     "nuclear_norm_projection",
     "select_covariance",
     "spectral_candidates",
@@ -120,8 +119,8 @@ def nuclear_norm_projection(C: np.ndarray, radius: float) -> np.ndarray:
 
     References
     ----------
-    .. [1] T. d'Orsi, G. Novikov, "Private covariance estimation below the d^2 / epsilon
-       barrier by nuclear-norm projection", ALT 2026.
+    .. [1] T. d'Orsi, G. Novikov, ALT 2026 (the nuclear-norm projection of a private
+       covariance).
     """
     if not (math.isfinite(radius) and radius >= 0):
         raise ValueError(f"the radius must be finite and non-negative, got {radius!r}")

@@ -221,6 +221,11 @@ class BenchResult:
     elapsed: float
     #: ``mvg-auto``'s choice in every trial, per ``(benchmark, d, n, epsilon)``.
     choices: dict[tuple[str, int, int, float], list[str]] = field(default_factory=dict)
+    #: Where the baselines' rows came from, when reused (:func:`read_bench_rows`).
+    baselines_from: str | None = None
+    #: Reused runs: how many of the earlier run's product rows this run reproduced (the same
+    #: mean error to 6 significant digits), and how many it had.
+    reproduced: tuple[int, int] = (0, 0)
 
     def value(self, benchmark: str, d: int, n: int, epsilon: float, method: str) -> float:
         """Mean relative Frobenius error of one method at one setting (NaN if not run)."""
@@ -290,8 +295,16 @@ def run_covariance_bench(
     trials: int = 5,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    baseline_rows: Sequence[BenchRow] | None = None,
+    baselines_from: str | None = None,
 ) -> BenchResult:
     """Run the covariance benchmark over every setting.
+
+    The baselines' errors are a deterministic function of the seed (their noise comes from
+    seeded keys, their data from the seed), so ``baseline_rows`` from an earlier run of the
+    same seed and trials (:func:`read_bench_rows`) can stand in for re-running them: the
+    product's rows are measured afresh, and the earlier run's product rows that this run
+    measures again are compared (:attr:`BenchResult.reproduced`).
 
     Parameters
     ----------
@@ -307,6 +320,10 @@ def run_covariance_bench(
         Seed of the data and of the noise keys (reproducible, not private).
     progress : callable, optional
         Receives one line per setting.
+    baseline_rows : sequence of BenchRow, optional
+        The baselines' rows of an earlier run with the same seed and trials.
+    baselines_from : str, optional
+        Where they came from (recorded in the Markdown file).
 
     Returns
     -------
@@ -319,6 +336,8 @@ def run_covariance_bench(
     root = NoiseKey.from_seed(seed)
     rows: list[BenchRow] = []
     choices: dict[tuple[str, int, int, float], list[str]] = {}
+    earlier = {(r.benchmark, r.d, r.n, r.epsilon, r.method): r for r in baseline_rows or ()}
+    same = [0, 0]
     for bench in benchmarks:
         for d in features:
             for n in records:
@@ -326,7 +345,16 @@ def run_covariance_bench(
                 S = data.gram() / n
                 for eps in epsilons:
                     tick = time.perf_counter()
-                    mine, picked = _run_setting(data, S, eps, delta, trials, root)
+                    reuse = None
+                    if baseline_rows is not None:
+                        reuse = _reused(earlier, (bench, d, n, eps), trials)
+                        same[1] += len(_earlier_product_rows(earlier, (bench, d, n, eps)))
+                    mine, picked = _run_setting(data, S, eps, delta, trials, root, reuse)
+                    if baseline_rows is not None:
+                        for r in mine:
+                            old = earlier.get((bench, d, n, eps, r.method))
+                            if old is not None and r.method in PRODUCT:
+                                same[0] += f"{old.frobenius:.6g}" == f"{r.frobenius:.6g}"
                     rows.extend(mine)
                     choices[(bench, d, n, eps)] = picked
                     if progress is not None:
@@ -339,11 +367,76 @@ def run_covariance_bench(
                             f"chose {','.join(picked)}, "
                             f"{time.perf_counter() - tick:.1f} s"
                         )
-    return BenchResult(rows, delta, trials, seed, time.perf_counter() - start, choices)
+    elapsed = time.perf_counter() - start
+    result = BenchResult(rows, delta, trials, seed, elapsed, choices)
+    if baseline_rows is not None:
+        result.baselines_from = baselines_from or "an earlier run"
+        result.reproduced = (same[0], same[1])
+    return result
+
+
+def _earlier_product_rows(
+    earlier: dict[tuple[str, int, int, float, str], BenchRow], setting: tuple[str, int, int, float]
+) -> list[BenchRow]:
+    """The earlier run's product rows at a setting (which this run measures again)."""
+    return [r for m in PRODUCT if (r := earlier.get((*setting, m))) is not None]
+
+
+def _reused(
+    earlier: dict[tuple[str, int, int, float, str], BenchRow],
+    setting: tuple[str, int, int, float],
+    trials: int,
+) -> list[BenchRow]:
+    found = [r for m in BASELINES if (r := earlier.get((*setting, m))) is not None]
+    if not found or any(r.trials != trials for r in found):
+        bench, d, n, eps = setting
+        raise ValueError(
+            f"the reused rows have no baselines with {trials} trials at {bench} d={d} N={n} "
+            f"eps={eps:g}: re-run the baselines (no --baselines-from)"
+        )
+    return found
+
+
+def read_bench_rows(path: Path) -> list[BenchRow]:
+    """The rows of a ``covariance_bench.csv`` (:func:`write_bench_files`).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The CSV.
+
+    Returns
+    -------
+    list of BenchRow
+        Its rows.
+    """
+    with path.open(newline="") as fh:
+        return [
+            BenchRow(
+                r["benchmark"],
+                int(r["d"]),
+                int(r["N"]),
+                float(r["epsilon"]),
+                r["method"],
+                int(r["trials"]),
+                float(r["rel_frobenius"]),
+                float(r["rel_frobenius_se"]),
+                float(r["rel_spectral"]),
+                float(r["rel_spectral_se"]),
+                float(r["seconds_per_trial"]),
+            )
+            for r in csv.DictReader(fh)
+        ]
 
 
 def _run_setting(
-    data: SyntheticRecords, S: np.ndarray, eps: float, delta: float, trials: int, root: NoiseKey
+    data: SyntheticRecords,
+    S: np.ndarray,
+    eps: float,
+    delta: float,
+    trials: int,
+    root: NoiseKey,
+    reuse: list[BenchRow] | None = None,
 ) -> tuple[list[BenchRow], list[str]]:
     n, d = data.n, data.d
     rho = analytic_gaussian_mu(eps, delta) ** 2 / 2.0
@@ -357,6 +450,8 @@ def _run_setting(
         baselines["coinpress"] = lambda rng: coinpress_cov(data, rho, rng)
     if d <= EM_MAX_FEATURES:
         baselines["amin"] = lambda rng: em_cov(S, n, eps, delta, rng)
+    if reuse is not None:
+        baselines = {}
     errors: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
     seconds: dict[str, float] = dict.fromkeys(METHODS, 0.0)
     picked: list[str] = []
@@ -373,9 +468,10 @@ def _run_setting(
             est = fn(key.derive(name).generator())
             seconds[name] += time.perf_counter() - tick
             errors[name].append(_relative_errors(est, S))
-    out = []
+    out: list[BenchRow] = []
     for name in METHODS:
         if not errors[name]:
+            out.extend(r for r in reuse or () if r.method == name)
             continue
         arr = np.asarray(errors[name])
         se = arr.std(axis=0, ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else np.zeros(2)
@@ -488,6 +584,18 @@ def write_bench_files(result: BenchResult, out_dir: Path, *, command: str) -> Be
         f"method and setting, δ = {result.delta:g}, seed {result.seed}. Errors are the mean "
         "relative Frobenius error ‖S̃ − S‖_F / ‖S‖_F of S = XᵀX/N (the spectral error is in the "
         "CSV).",
+        *(
+            [
+                "",
+                f"The baselines' rows are those of {result.baselines_from} (same seed and "
+                "trials: their errors are a deterministic function of the seed); the product's "
+                f"rows were measured afresh, and {result.reproduced[0]} of the "
+                f"{result.reproduced[1]} product rows that run also had came out the same to "
+                "6 significant digits.",
+            ]
+            if result.baselines_from
+            else []
+        ),
         "",
         "## The product's design against the best baseline",
         "",
