@@ -268,3 +268,26 @@ def test_covariance_bench_cli_refuses_a_results_doc(tmp_path) -> None:  # type: 
     )
     assert out.exit_code == 2
     assert "--results-doc goes with the paper's experiments" in out.output
+
+
+def test_baselines_from_goes_with_the_covariance_bench(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mvg_dask.cli import app
+
+    csv_path = tmp_path / "old.csv"
+    csv_path.write_text("benchmark,d\n")
+    out = CliRunner().invoke(
+        app, ["experiments", "first-pc", "--out", str(tmp_path), "--baselines-from", str(csv_path)]
+    )
+    assert out.exit_code == 2 and "--baselines-from goes with covariance-bench" in out.output
+    out = CliRunner().invoke(
+        app,
+        [
+            "experiments",
+            "covariance-bench",
+            "--out",
+            str(tmp_path),
+            "--baselines-from",
+            str(csv_path),
+        ],
+    )
+    assert out.exit_code == 2 and "--baselines-from" in out.output
