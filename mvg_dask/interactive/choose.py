@@ -20,12 +20,12 @@ __all__ = ["estimate_covariance"]
 
 
 def _trace_bound(ds: xr.Dataset, divisor: float) -> float | None:
-    """``sup ||x||^2`` of the declared domain, a bound on ``tr(X X^T / N)`` (and on a centred
-    covariance's trace, which is smaller); none for a noisy-count ``gram`` (a sum)."""
-    if divisor != 1.0:
+    """``sup ||x||^2`` of the declared domain, a bound on ``tr(X X^T / N)`` of a covariance
+    release; none for other queries and for a noisy-count ``gram`` (a sum)."""
+    plan = read.release_noise_plan(ds)
+    if divisor != 1.0 or plan.query.kind != "covariance":
         return None
-    sup = getattr(read.release_noise_plan(ds).domain, "sup_norm_sq", None)
-    return None if sup is None else float(sup())
+    return float(plan.domain.sup_norm_sq())
 
 
 def estimate_covariance(
