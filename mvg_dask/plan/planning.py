@@ -230,7 +230,9 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
-def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
+def _lattice_context(
+    spec: ReleaseSpec, metadata: InputMetadata, min_log2_grid: int | None = None
+) -> LatticeContext | None:
     """How the engine will sum the query, from public values only: what the float-error bound
     of a lattice release needs (``None`` for float noise).
 
@@ -263,7 +265,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
         # that the plan, and the bytes of a release with standard directions, never depend on
         # output.matrix_chunk
         depth = max(depth, panel_depth(records, PANEL_RECORDS))
-    return LatticeContext(records=records, depth=depth)
+    return LatticeContext(records=records, depth=depth, min_log2_grid=min_log2_grid)
 
 
 def _stages(
@@ -345,9 +347,7 @@ def plan_release(
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
-        context = _lattice_context(spec, metadata)
-        if context is not None and min_log2_grid is not None:
-            context = replace(context, min_log2_grid=min_log2_grid)
+        context = _lattice_context(spec, metadata, min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
         allocation = _scaled(allocation, choice.scale, query, domain, mean_step is not None)
         if mean_step is None:
