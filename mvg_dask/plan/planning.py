@@ -331,8 +331,7 @@ def plan_release(
         bound the record domain proves for the query (before anything is read or charged).
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
-    m = metadata.features
-    matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
+    matrix_chunk = _matrix_chunk(spec, metadata.features)  # checked before any noise planning
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
     a = mech.allocation
@@ -365,7 +364,7 @@ def plan_release(
         ) from None
     stages = _stages(query, budgets.count_share > 0, step, matrix_chunk, mech.noise, mean_step)
     plan = ReleasePlan(
-        tile_records=tile_records_for(m),
+        tile_records=tile_records_for(metadata.features),
         release_id=rid,
         name=spec.name,
         created=created or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -380,7 +379,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
-        missing_fill=_missing_fill(spec, m, domain),
+        missing_fill=_missing_fill(spec, metadata.features, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,
