@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
+    from mvg_dask.engine.rounds import RoundRelease, TrainingRun
+    from mvg_dask.ledger.base import Ledger
 
 __all__ = [
     "check",
@@ -33,7 +35,9 @@ __all__ = [
     "preflight",
     "preview",
     "release",
+    "release_round",
     "release_spec",
+    "training_run",
 ]
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
@@ -560,3 +564,155 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
     from mvg_dask.engine.output import open_release as _open
 
     return _open(store, **kwargs)
+
+
+def release_round(
+    values: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> RoundRelease:
+    """Release one matrix from memory under ``(epsilon, delta)``-DP: a round.
+
+    One contributor determines the whole matrix within a declared bound: ``clip=C`` (every
+    entry in ``[-C, C]``, ``s_2 = 2 C sqrt(mn)``) or ``frobenius=r`` (``||f||_F <= r``). The
+    matrix is clipped to it, whitened, rounded to the plan's lattice and released with exact
+    lattice noise from the keyed generator; no Zarr store, no cluster (docs/guide/rounds.md).
+    No ledger: charge rounds with :func:`training_run`.
+
+    Parameters
+    ----------
+    values : array-like
+        An ``m x n`` numpy or dask matrix (a dask array is computed).
+    epsilon, delta : float
+        The round's guarantee.
+    calibration : {"mgm-idn", "mgm-udn", "mgm", "mvg-thm2", "exact", "gaussian"}
+        ``gaussian`` is the i.i.d. analytic Gaussian; ``mgm-idn`` needs ``clip``.
+    clip, frobenius : float
+        Exactly one: the declared per-contributor bound.
+    allocation : str or dict, optional
+        ``"uniform"`` or ``{"binary": {"important": [rows], "share": 0.8}}`` over the rows.
+    seed : int, optional
+        A reproducible key (not private); else a fresh one.
+
+    Returns
+    -------
+    RoundRelease
+        ``.values`` (the noisy matrix) and ``.plan`` (its public plan: ``.std`` per entry).
+
+    Raises
+    ------
+    ValueError
+        One line for bad input (a calibration that does not apply, no bound, a bad matrix).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> out = api.release_round(np.zeros((3, 2)), epsilon=1.0, delta=1e-5, clip=1.0, seed=0)
+    >>> out.values.shape, out.plan.calibration
+    ((3, 2), 'mgm-idn')
+    """
+    from mvg_dask.engine.rounds import RoundRelease, _key, noisy_round, round_values
+    from mvg_dask.plan.rounds import RoundBound, plan_round
+    from mvg_dask.privacy.accounting import ApproxDP, GaussianDP
+
+    bound = RoundBound.of(clip, frobenius)
+    x = round_values(values)
+    share = (
+        GaussianDP.calibrated(epsilon, delta)
+        if calibration in ("gaussian", "exact")
+        else ApproxDP(float(epsilon), float(delta))
+    )
+    plan = plan_round(
+        x.shape, calibration=calibration, loss=share, bound=bound, allocation=allocation
+    )
+    return RoundRelease(noisy_round(x, plan, _key(seed).derive("rounds")), plan)
+
+
+def training_run(
+    *,
+    shape: tuple[int, int],
+    rounds: int,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    sampling_probability: float = 1.0,
+    ledger: Ledger | str | Path | None = None,
+    dataset: str | None = None,
+    release_id: str | None = None,
+    seed: int | None = None,
+) -> TrainingRun:
+    """A training run: ``rounds`` rounds of one contributor's ``shape`` matrices (gradients,
+    features) whose total is ``(epsilon, delta)``, charged to the ledger as one entry.
+
+    The total is split over the rounds by dp-accounting's privacy-loss distributions (with
+    Poisson-subsampling amplification when ``sampling_probability < 1``); the run's composed
+    loss is checked against the dataset's budget and reserved *before round 1*: a run that
+    does not fit is refused here and nothing is charged (docs/guide/rounds.md).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(m, n)`` of every round's matrix.
+    rounds : int
+        How many rounds.
+    epsilon, delta : float
+        The run's total guarantee.
+    calibration, clip, frobenius, allocation
+        As for :func:`release_round`.
+    sampling_probability : float, default 1
+        Each round is computed on a Poisson sample of the contributor's records at this rate
+        (the caller samples); the guarantee is then add-remove.
+    ledger : Ledger, str or Path, optional
+        Where the run is charged (``dataset`` must have a budget there).
+    dataset, release_id : str, optional
+        The ledger's dataset, and the entry's id (default: a fresh one).
+    seed : int, optional
+        A reproducible key: not private, so the ledger refuses it.
+
+    Returns
+    -------
+    TrainingRun
+        ``.release(matrix)`` per round; a context manager that commits the entry at the end.
+
+    Raises
+    ------
+    ValueError
+        For bad input; :class:`~mvg_dask.errors.BudgetError` when the run does not fit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> with api.training_run(shape=(4, 3), rounds=2, epsilon=2.0, delta=1e-5, clip=0.1,
+    ...                       seed=0) as run:
+    ...     noisy = [run.release(np.zeros((4, 3))) for _ in range(2)]
+    >>> run.done, round(run.spent_epsilon(), 2) <= 2.0
+    (2, True)
+    """
+    from mvg_dask.engine.rounds import TrainingRun
+    from mvg_dask.plan.rounds import RoundBound
+
+    return TrainingRun(
+        shape=shape,
+        rounds=rounds,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        bound=RoundBound.of(clip, frobenius),
+        allocation=allocation,
+        sampling_probability=sampling_probability,
+        seed=seed,
+        ledger=ledger,
+        dataset=dataset,
+        release_id=release_id,
+    )
