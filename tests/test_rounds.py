@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import uuid
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -83,7 +84,7 @@ def test_each_rounds_noise_follows_its_plans_law(calibration: str) -> None:
 def _ledger_epsilon(calibration: str, q: float) -> tuple[float, RoundsLoss]:
     name = f"rounds-{uuid.uuid4().hex[:8]}"
     with open_ledger(f"memory://{name}") as book:
-        neighbours = "add-remove" if q < 1 else "replace-one"
+        neighbours: Literal["add-remove", "replace-one"] = "add-remove" if q < 1 else "replace-one"
         book.ensure_dataset("adult", 3.0, DELTA, neighbours)
         with api.training_run(
             shape=SHAPE,

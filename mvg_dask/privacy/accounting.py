@@ -248,7 +248,14 @@ class PLDLoss(PrivacyLoss):
 def amplified_by_sampling(loss: ApproxDP, q: float) -> ApproxDP:
     """``(log(1 + q (e^eps - 1)), q delta)``: an ``(eps, delta)``-DP mechanism run on a Poisson
     sample of rate ``q`` (add-remove neighbours; Balle, Barthe & Gaboardi, NeurIPS 2018, Thm. 8)."""
-    return ApproxDP(math.log1p(q * math.expm1(loss.epsilon)), q * loss.delta)
+    eps = loss.epsilon
+    # log(q e^eps + 1 - q) = eps + log(q + (1 - q) e^-eps): no overflow at a large epsilon
+    amplified = (
+        math.log1p(q * math.expm1(eps))
+        if eps < 30
+        else eps + math.log(q + (1 - q) * math.exp(-eps))
+    )
+    return ApproxDP(amplified, q * loss.delta)
 
 
 @dataclass(frozen=True)

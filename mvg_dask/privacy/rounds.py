@@ -36,7 +36,7 @@ __all__ = ["run_loss", "split_run_budget"]
 #: Relative precision of the bisection (the split is never above the total, only this close).
 SPLIT_RTOL = 1e-3
 #: The grid of the search's distributions (coarser than the charge's, so above it: faster).
-SEARCH_DISCRETISATION = 1e-3
+SEARCH_DISCRETISATION = 1e-2
 
 
 def run_loss(
