@@ -249,3 +249,15 @@ def test_a_dask_matrix_is_released_from_memory() -> None:
                           seed=5)  # fmt: skip
     b = api.release_round(x, epsilon=1.0, delta=DELTA, clip=CLIP, seed=5)
     np.testing.assert_array_equal(a.values, b.values)  # same key, same bytes
+
+
+def test_a_runs_round_i_is_tile_i_of_its_key() -> None:
+    """The run's repositioned generator gives the bytes of the key's own tile generator."""
+    from mvg_dask.engine.rounds import noisy_round
+
+    run = api.training_run(shape=(30, 7), rounds=3, epsilon=1.0, delta=DELTA, clip=1.0, seed=9)
+    xs = [_gradient(20 + i, (30, 7)) for i in range(3)]
+    out = [run.release(x) for x in xs]
+    for i, x in enumerate(xs):
+        np.testing.assert_array_equal(out[i], noisy_round(x, run.plan, run._key, tile=i))
+    assert not np.array_equal(out[0] - xs[0], out[1] - xs[1])

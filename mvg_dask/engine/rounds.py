@@ -25,12 +25,13 @@ import numpy as np
 from mvg_dask.engine.lattice import diagonal_release
 from mvg_dask.ledger import open_ledger
 from mvg_dask.ledger.base import Ledger
+from mvg_dask.noise.lattice import tile_rounded_gaussian
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.rounds import RoundBound, RoundPlan, plan_round
 from mvg_dask.privacy.accounting import RoundsLoss
 from mvg_dask.privacy.rounds import run_loss, split_run_budget
 
-__all__ = ["RoundRelease", "TrainingRun", "noisy_round", "round_values"]
+__all__ = ["RoundRelease", "TileCursor", "TrainingRun", "noisy_round", "round_values"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,14 +61,56 @@ def round_values(values: Any, shape: tuple[int, int] | None = None) -> np.ndarra
     return x
 
 
-def noisy_round(x: np.ndarray, plan: RoundPlan, key: NoiseKey, *, tile: int = 0) -> np.ndarray:
+class TileCursor:
+    """Tile starts of one key from a single AES-CTR bit generator, repositioned per tile
+    instead of built anew (the key schedule is expanded once): the words of tile ``t`` are
+    those of :meth:`NoiseKey.generator` ``(t)``. A second request for the same tile (the
+    sampler's rare side stream) gets the key's own generator."""
+
+    def __init__(self, key: NoiseKey) -> None:
+        from randomgen import AESCounter
+
+        self._key = key
+        bits = key.generator(0).bit_generator
+        assert isinstance(bits, AESCounter)
+        self._bits = bits
+        state = bits.state
+        self._seed = state["s"]["seed"]
+        self._last: int | None = None
+
+    def generator(self, tile: int = 0) -> Any:
+        """An object whose ``bit_generator`` starts at tile ``tile`` (what the sampler reads)."""
+        if tile == self._last or not 0 <= tile < 2**64:
+            return self._key.generator(tile)
+        self._last = tile
+        self._bits.state = {
+            "bit_generator": "randomgen.aes.AESCounter",
+            "s": {
+                "state": np.zeros(64, np.uint8),
+                "seed": self._seed,
+                "counter": np.array([0, tile, 1, tile, 2, tile, 3, tile], dtype=np.uint64),
+                "offset": 64,
+            },
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return self
+
+    @property
+    def bit_generator(self) -> Any:
+        """The repositioned bit generator."""
+        return self._bits
+
+
+def noisy_round(
+    x: np.ndarray, plan: RoundPlan, key: NoiseKey | TileCursor, *, tile: int = 0
+) -> np.ndarray:
     """The published values of one round of ``plan`` on ``x`` (clipped to the plan's bound),
     with the lattice noise of tile ``tile`` of ``key``."""
     x = plan.bound.clip(x)
     lattice = plan.lattice
-    d = np.sqrt(plan.row_variances)
-    K = key.tile_lattice(tile, plan.shape, lattice.scale)
-    return diagonal_release(x, 1.0 / d, d, K, lattice.log2_grid)
+    K = tile_rounded_gaussian(key, tile, plan.shape, lattice.scale)
+    return diagonal_release(x, plan.inverse_std, plan.row_std, K, lattice.log2_grid)
 
 
 def _key(seed: int | None) -> NoiseKey:
@@ -124,6 +167,7 @@ class TrainingRun:
         self.rounds, self.done = rounds, 0
         self.epsilon, self.delta = float(epsilon), float(delta)
         self._key = _key(seed).derive("rounds")
+        self._cursor = TileCursor(self._key)
         self._ledger: Ledger | None = None
         self._own_ledger = False
         self.release_id: str | None = None
@@ -179,7 +223,7 @@ class TrainingRun:
         if self.done >= self.rounds:
             raise ValueError(f"this run has released all its {self.rounds} rounds")
         x = round_values(values, self.plan.shape)
-        out = noisy_round(x, self.plan, self._key, tile=self.done)
+        out = noisy_round(x, self.plan, self._cursor, tile=self.done)
         self.done += 1
         return out
 

@@ -29,6 +29,7 @@ calibration's lattice release is (:func:`mvg_dask.plan.noise_calibration.calibra
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -143,6 +144,16 @@ class RoundPlan:
     bound: RoundBound
     row_variances: np.ndarray
     lattice: Lattice
+
+    @functools.cached_property
+    def row_std(self) -> np.ndarray:
+        """``d = fl(sqrt(v))`` per row (the lattice release's factor)."""
+        return np.sqrt(self.row_variances)
+
+    @functools.cached_property
+    def inverse_std(self) -> np.ndarray:
+        """``w = fl(1 / d)`` per row (the whitening)."""
+        return 1.0 / self.row_std
 
     @property
     def std(self) -> np.ndarray:

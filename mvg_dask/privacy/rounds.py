@@ -24,6 +24,7 @@ import math
 
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.accounting import (
+    PLD_DISCRETISATION,
     ApproxDP,
     GaussianDP,
     RoundsLoss,
@@ -103,8 +104,12 @@ def _split(
             return GaussianDP(x, cal.analytic_gaussian_epsilon(x, delta_r), delta_r)
         return ApproxDP(x, delta_r)
 
+    # the search's grid: coarse, but fine against a round's share (a grid as coarse as the
+    # share would round every round's loss up to it)
+    grid = min(SEARCH_DISCRETISATION, max(PLD_DISCRETISATION, epsilon / (20.0 * rounds)))
+
     def fits(x: float) -> bool:
-        return _coarse_epsilon(make(x), rounds, q, delta) <= epsilon
+        return _coarse_epsilon(make(x), rounds, q, delta, grid) <= epsilon
 
     # an upper start: without sampling, the whole total in one round
     hi = cal.analytic_gaussian_mu(epsilon, delta) if gaussian_dp else epsilon
@@ -129,8 +134,10 @@ def _split(
     raise ValueError(f"no round fits epsilon={epsilon!r}, delta={delta!r}")  # pragma: no cover
 
 
-def _coarse_epsilon(loss: GaussianDP | ApproxDP, rounds: int, q: float, delta: float) -> float:
-    """The run's epsilon on a grid ``SEARCH_DISCRETISATION`` (pessimistic: above the charge's)."""
+def _coarse_epsilon(
+    loss: GaussianDP | ApproxDP, rounds: int, q: float, delta: float, grid: float
+) -> float:
+    """The run's epsilon on the coarser ``grid`` (pessimistic: above the charge's)."""
     from dp_accounting.pld import privacy_loss_distribution as pld
     from dp_accounting.pld.common import DifferentialPrivacyParameters
 
@@ -141,12 +148,12 @@ def _coarse_epsilon(loss: GaussianDP | ApproxDP, rounds: int, q: float, delta: f
             1.0 / loss.mu,
             sensitivity=1.0,
             sampling_prob=q,
-            value_discretization_interval=SEARCH_DISCRETISATION,
+            value_discretization_interval=grid,
         )
     else:
         point = loss if q == 1.0 else amplified_by_sampling(loss, q)
         one = pld.from_privacy_parameters(
             DifferentialPrivacyParameters(point.epsilon, point.delta),
-            value_discretization_interval=SEARCH_DISCRETISATION,
+            value_discretization_interval=grid,
         )
     return float(one.self_compose(rounds).get_epsilon_for_delta(delta))
