@@ -36,6 +36,8 @@ __all__ = ["run_loss", "split_run_budget"]
 
 #: Relative precision of the bisection (the split is never above the total, only this close).
 SPLIT_RTOL = 1e-3
+#: The largest epsilon of an (epsilon, delta) round (dp-accounting overflows beyond 700).
+MAX_ROUND_EPSILON = 500.0
 #: The grid of the search's distributions (coarser than the charge's, so above it: faster).
 SEARCH_DISCRETISATION = 1e-2
 
@@ -109,12 +111,16 @@ def _split(
     grid = min(SEARCH_DISCRETISATION, max(PLD_DISCRETISATION, epsilon / (20.0 * rounds)))
 
     def fits(x: float) -> bool:
+        if not gaussian_dp and x > MAX_ROUND_EPSILON:
+            return False  # dp-accounting's (epsilon, delta) distributions overflow beyond
         return _coarse_epsilon(make(x), rounds, q, delta, grid) <= epsilon
 
     # an upper start: without sampling, the whole total in one round
     hi = cal.analytic_gaussian_mu(epsilon, delta) if gaussian_dp else epsilon
     if q < 1:
         hi *= 4.0 / math.sqrt(q)  # subsampling lets each round spend more
+    if not gaussian_dp:
+        hi = min(hi, MAX_ROUND_EPSILON)
     lo = hi / 2.0
     for _ in range(60):
         if fits(lo):
