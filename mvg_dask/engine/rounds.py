@@ -28,10 +28,17 @@ from mvg_dask.ledger.base import Ledger
 from mvg_dask.noise.lattice import tile_rounded_gaussian
 from mvg_dask.noise.rng import NoiseKey
 from mvg_dask.plan.rounds import RoundBound, RoundPlan, plan_round
-from mvg_dask.privacy.accounting import RoundsLoss
+from mvg_dask.privacy.accounting import ApproxDP, GaussianDP, RoundsLoss
 from mvg_dask.privacy.rounds import run_loss, split_run_budget
 
-__all__ = ["RoundRelease", "TileCursor", "TrainingRun", "noisy_round", "round_values"]
+__all__ = [
+    "RoundRelease",
+    "TileCursor",
+    "TrainingRun",
+    "noisy_round",
+    "one_round",
+    "round_values",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +122,28 @@ def noisy_round(
 
 def _key(seed: int | None) -> NoiseKey:
     return NoiseKey.fresh() if seed is None else NoiseKey.from_seed(seed)
+
+
+def one_round(
+    values: Any,
+    epsilon: float,
+    delta: float,
+    calibration: str,
+    bound: RoundBound,
+    allocation: str | dict[str, Any] | None,
+    seed: int | None,
+) -> RoundRelease:
+    """:func:`mvg_dask.api.release_round`: one round at ``(epsilon, delta)``, no ledger."""
+    x = round_values(values)
+    share = (
+        GaussianDP.calibrated(epsilon, delta)
+        if calibration in ("gaussian", "exact")
+        else ApproxDP(float(epsilon), float(delta))
+    )
+    plan = plan_round(
+        x.shape, calibration=calibration, loss=share, bound=bound, allocation=allocation
+    )
+    return RoundRelease(noisy_round(x, plan, _key(seed).derive("rounds")), plan)
 
 
 class TrainingRun:

@@ -294,6 +294,7 @@ def plan_release(
     release_id: str | None = None,
     directions_matrix: np.ndarray | None = None,
     created: str | None = None,
+    min_log2_grid: int | None = None,
 ) -> ReleasePlan:
     """Plan a release from its spec and the input's metadata. Pure: reads nothing.
 
@@ -309,6 +310,8 @@ def plan_release(
         The matrix of ``directions: {method: matrix}`` (loaded by the caller).
     created : str, optional
         Plan time (ISO 8601); now by default.
+    min_log2_grid : int, optional
+        A floor of the lattice's grid exponent (a stream's, :mod:`mvg_dask.plan.stream`).
 
     Returns
     -------
@@ -336,6 +339,8 @@ def plan_release(
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
         context = _lattice_context(spec, metadata)
+        if context is not None and min_log2_grid is not None:
+            context = replace(context, min_log2_grid=min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
         if mean_step is None:
             budgets, step, noise = _budgets_and_noise(

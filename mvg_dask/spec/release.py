@@ -25,7 +25,14 @@ from mvg_dask.spec.queries import (
     SimpleQuery,
     _query_kind,
 )
-from mvg_dask.spec.sections import DomainSpec, InputSpec, MechanismSpec, OutputSpec
+from mvg_dask.spec.sections import (
+    STREAM_QUERIES,
+    DomainSpec,
+    InputSpec,
+    MechanismSpec,
+    OutputSpec,
+    StreamSpec,
+)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -43,6 +50,7 @@ class ReleaseSpec(_Strict):
     output: OutputSpec
     ledger: LedgerSpec | None = None
     group_by: GroupBySpec | None = None
+    stream: StreamSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +162,8 @@ class ReleaseSpec(_Strict):
             _check_fits_alone(self)
         if self.group_by is not None:
             _check_group_by(self)
+        if self.stream is not None:
+            _check_stream(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
             raise ValueError(
                 "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
@@ -294,6 +304,56 @@ def _check_group_by(spec: ReleaseSpec) -> None:
         )
 
 
+def _check_stream(spec: ReleaseSpec) -> None:
+    """Refuse a ``stream`` the period release cannot take (docs/guide/streams.md): a query that
+    is not a sum over records, or a mechanism that is not one exactly calibrated Gaussian
+    mechanism on the lattice with fixed standard directions."""
+    kind, mech = spec.query_kind, spec.mechanism
+    if kind not in STREAM_QUERIES:
+        what = (
+            "has one column per record, not a sum over records"
+            if kind == "identity"
+            else "is not offered in a stream"
+        )
+        raise ValueError(
+            f"stream: the {kind} query {what}; a stream releases a sum-decomposable query: "
+            f"{', '.join(STREAM_QUERIES)} (also with group_by)"
+        )
+    if spec.centered_route not in (None, "moment"):
+        raise ValueError(
+            "stream: a stream releases the centered covariance by its moment (a sum over "
+            "records); use query: centered-covariance (route: moment)"
+        )
+    if mech.noise != "lattice":
+        raise ValueError(
+            "stream: a stream adds its periods exactly in integers on the lattice; use "
+            f"mechanism.noise: lattice, not {mech.noise}"
+        )
+    if mech.calibration != "exact":
+        raise ValueError(
+            "stream: the whole stream is one Gaussian mechanism calibrated exactly; use "
+            f"mechanism.calibration: exact, not {mech.calibration}"
+        )
+    if mech.directions.method != "standard":
+        raise ValueError(
+            "stream: a stream whitens every period alike with the standard directions; use "
+            f"mechanism.directions: {{method: standard}}, not {mech.directions.method}"
+        )
+    cross = (
+        spec.query.cross_covariance if isinstance(spec.query, CrossCovarianceQuerySpec) else None
+    )
+    if cross is not None and cross.col_allocation is not None:
+        raise ValueError(
+            "stream: a stream whitens the rows only (Psi = I); remove "
+            "query.cross-covariance.col_allocation"
+        )
+    if mech.algorithm not in ("symmetric", "unimodal"):
+        raise ValueError(
+            f"stream: a stream adds symmetric or unimodal noise, not {mech.algorithm}; use "
+            "mechanism.algorithm: symmetric"
+        )
+
+
 def spec_hash(spec: ReleaseSpec) -> str:
     """A stable hash of everything in the spec but its release id (to recognise a resume)."""
     import hashlib
@@ -301,6 +361,8 @@ def spec_hash(spec: ReleaseSpec) -> str:
 
     # a spec without group_by hashes as it did before group_by existed
     exclude = {"release_id"} if spec.group_by is not None else {"release_id", "group_by"}
+    if spec.stream is None:
+        exclude.add("stream")  # a spec without a stream hashes as it did before streams
     data = spec.model_dump(mode="json", exclude=exclude)
     if data["domain"].get("missing") == "error":
         data["domain"].pop("missing")  # missing: error hashes as it did before missing existed
