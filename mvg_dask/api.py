@@ -96,8 +96,9 @@ def release_spec(
         "important": [...], "share": 0.8}`` for its column covariance ``Psi``
         (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
-        Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
-        no ledger.
+        Left out: the defaults (unimodal, exact, standard directions; allocation scale-aware
+        where the declared box gives the features different scales, else uniform) and no
+        ledger.
     release_id : str, optional
         A fixed release id (retry-safe).
     group_by : dict or GroupBySpec, optional
@@ -743,10 +744,8 @@ def training_run(
 
     Parameters
     ----------
-    shape : tuple of int
-        ``(m, n)`` of every round's matrix.
-    rounds : int
-        How many rounds.
+    shape, rounds : tuple of int, int
+        ``(m, n)`` of every round's matrix, and how many rounds.
     epsilon, delta : float
         The run's total guarantee.
     calibration, clip, frobenius, allocation
