@@ -334,21 +334,13 @@ def plan_release(
     matrix_chunk = _matrix_chunk(spec, metadata.features)  # checked before any noise planning
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
-    a = mech.allocation
-    choice = choose_allocation(spec)
-    allocation = Allocation(
-        strategy=choice.strategy,  # type: ignore[arg-type]
-        important=a.important,
-        share=a.share,
-        theta=a.theta,
-        reason=choice.reason,
-    )
+    allocation, scale = _spec_allocation(spec)
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
         context = _lattice_context(spec, metadata, min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
-        allocation = _scaled(allocation, choice.scale, query, domain, mean_step is not None)
+        allocation = _scaled(allocation, scale, query, domain, mean_step is not None)
         if mean_step is None:
             budgets, step, noise = _budgets_and_noise(
                 spec, query, domain, allocation, directions, step, context
@@ -401,6 +393,21 @@ def plan_release(
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan
+
+
+def _spec_allocation(spec: ReleaseSpec) -> tuple[Allocation, str | None]:
+    """The allocation the spec declares or gets by default (:func:`choose_allocation`), with
+    why, and what a scale-aware allocation's feature scale is."""
+    a = spec.mechanism.allocation
+    choice = choose_allocation(spec)
+    allocation = Allocation(
+        strategy=choice.strategy,  # type: ignore[arg-type]
+        important=a.important,
+        share=a.share,
+        theta=a.theta,
+        reason=choice.reason,
+    )
+    return allocation, choice.scale
 
 
 def _scaled(
