@@ -10,7 +10,6 @@ mid-period resumes with the same key, so the same bytes; the stream advances onl
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 from dataclasses import dataclass, replace
@@ -25,13 +24,8 @@ from mvg_dask.engine.provenance import provenance
 from mvg_dask.engine.release import ReleaseResult
 from mvg_dask.engine.stages.context import clipper_for, gram_source_of, labels_of
 from mvg_dask.engine.stream_book import FileStreamBook, past_horizon
-from mvg_dask.engine.stream_noise import (
-    decode_count,
-    decode_period,
-    lattice_increment,
-    period_outputs,
-    published_matrix,
-)
+from mvg_dask.engine.stream_carry import Carry, commit_parts, decode, encode, load_carry
+from mvg_dask.engine.stream_noise import add_noise, lattice_increment, published_matrix
 from mvg_dask.engine.stream_store import period_store, stream_attrs, write_stream_root
 from mvg_dask.engine.tasks.gram import combine_grams, gram_task
 from mvg_dask.errors import ReleaseError
@@ -73,17 +67,6 @@ class PeriodResult(ReleaseResult):
     period: int
     label: str
     std_factor: float
-
-
-def _encode(arrays: dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
-    return buf.getvalue()
-
-
-def _decode(data: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(data)) as npz:
-        return {k: npz[k] for k in npz.files}
 
 
 def read_increment(
@@ -142,64 +125,50 @@ def query_value(rplan: ReleasePlan, total: np.ndarray) -> np.ndarray:
     return np.asarray(query.finalize(total))
 
 
-def _outputs(
-    stream: StreamPlan,
-    period: int,
-    increments: list[np.ndarray],
-    key: NoiseKey,
-) -> np.ndarray:
+def _outputs(stream: StreamPlan, t: int, h: np.ndarray, carry: Carry, key: NoiseKey) -> np.ndarray:
     """Period ``t``'s noisy outputs of the query (each group with its own sub-key)."""
     plan = stream.plan.noise_plan()
     assert plan.lattice is not None
     f = stream.factorization
-    scale = math.ldexp(plan.lattice.scale, f.scale_bits)
     options: dict[str, Any] = {
-        "scale": scale,
-        "bound": stream.increment_bound,
+        "scale": math.ldexp(plan.lattice.scale, f.scale_bits),
         "symmetric": plan.algorithm == "symmetric",
     }
+    encoded = encode(f, t, carry, "release", h, stream.increment_bound)
     if stream.plan.query.groups is None:
-        return period_outputs(f, period, increments, key, **options)
+        return add_noise(f, t, encoded, key, **options)
     per_group = [
-        period_outputs(
-            f, period, [g[i] for g in increments], key, part=f"release/group-{i}", **options
-        )
+        add_noise(f, t, encoded[:, i], key, part=f"release/group-{i}", **options)
         for i in range(len(stream.plan.query.groups))
     ]
     return np.stack(per_group, axis=1)
 
 
 def _count_outputs(
-    stream: StreamPlan, period: int, counts: list[np.ndarray], key: NoiseKey
-) -> np.ndarray | None:
+    stream: StreamPlan, t: int, n: np.ndarray, carry: Carry, key: NoiseKey
+) -> np.ndarray:
     """Period ``t``'s noisy outputs of the record count (add-remove without ``N0``)."""
     count_mu = stream.plan.budgets.count_mu
-    if count_mu is None:
-        return None
+    assert count_mu is not None
     f = stream.factorization
     scale = math.ldexp((1.0 / count_mu) * (1.0 + 2.0**-50), f.scale_bits)
-    return period_outputs(
-        f, period, counts, key, scale=scale, bound=stream.max_records, part="count"
-    )
+    encoded = encode(f, t, carry, "count", n, stream.max_records)
+    return add_noise(f, t, encoded, key, scale=scale, part="count")
 
 
 def period_values(
-    stream: StreamPlan,
-    period: int,
-    outputs: list[np.ndarray],
-    count_outputs: list[np.ndarray] | None,
-    records: int,
+    stream: StreamPlan, x: np.ndarray, count: float | None, records: int
 ) -> tuple[str, dict[str, np.ndarray], float | None]:
-    """The published variables of period ``t`` from every output so far (post-processing).
+    """The published variables of a period from its decoded estimate (post-processing).
 
     Parameters
     ----------
     stream : StreamPlan
         The stream.
-    period : int
-        ``t``.
-    outputs, count_outputs : list of numpy.ndarray
-        The query's (and the count's) outputs of periods ``1 .. t``.
+    x : numpy.ndarray
+        The period's estimate ``B[t] y / 2**b`` of the query, in grid units.
+    count : float or None
+        The period's estimate of the record count (add-remove), else ``None``.
     records : int
         The records so far: used under replace-one only (the record count is public there).
 
@@ -208,10 +177,8 @@ def period_values(
     tuple
         The skeleton's variable name, the values, the noisy count (or ``None``).
     """
-    rplan, f = stream.plan, stream.factorization
-    plan = rplan.noise_plan()
-    value = published_matrix(decode_period(f, period, outputs), plan)
-    value = value * rescale(stream, records)
+    rplan = stream.plan
+    value = published_matrix(x, rplan.noise_plan()) * rescale(stream, records)
     query = rplan.query
     if query.augmented:
         centre = getattr(query, "centre_vector", None)
@@ -223,9 +190,8 @@ def period_values(
         return MOMENT, {MOMENT: value, MEAN: mean, COVARIANCE: cov}, None
     name = query.output_variable or COVARIANCE
     value = np.reshape(value, (query.shape[0],) if query.output_vector else query.shape)
-    if count_outputs is None:
+    if count is None:
         return name, {name: value}, None
-    count = decode_count(f, period, count_outputs)
     return name, {name: value / max(count, 1.0), query.sum_variable or GRAM: value}, count
 
 
@@ -273,16 +239,6 @@ def _open(
     if entry.periods >= stream.horizon:
         return entry, NoiseKey.fresh(), False  # begin_period refuses it
     return entry, NoiseKey.from_hex(book.stream_key(stream.stream_id)), False
-
-
-def _history(book: Any, stream_id: str, period: int) -> dict[str, list[np.ndarray]]:
-    """The committed periods' increments and outputs (curator-side state)."""
-    out: dict[str, list[np.ndarray]] = {}
-    states = book.stream_state(stream_id, through=period - 1)
-    for t in range(1, period):
-        for name, arr in _decode(states[t]["arrays"]).items():
-            out.setdefault(name, []).append(arr)
-    return out
 
 
 def release_period(
@@ -336,25 +292,21 @@ def release_period(
     h = lattice_increment(query_value(stream.plan, total), stream.plan.noise_plan())
     if h.size and int(np.max(np.abs(h))) > stream.increment_bound:
         raise ReleaseError("a period's lattice increment exceeds the plan's bound")
-    past = _history(book, stream.stream_id, t)
-    y = _outputs(stream, t, [*past.get("increment", []), h], key)
-    arrays = {"increment": h, "outputs": y}
-    counts = None
+    f = stream.factorization
+    carry = load_carry(book, stream.stream_id, f, t)
+    y = _outputs(stream, t, h, carry, key)
+    x = decode(f, t, carry, "release", y)
+    count = None
     if stream.plan.budgets.count_mu is not None:
         n = np.array([w1 - w0], dtype=np.int64)
-        yc = _count_outputs(stream, t, [*past.get("count", []), n], key)
-        assert yc is not None
-        arrays |= {"count": n, "count_outputs": yc}
-        counts = [*past.get("count_outputs", []), yc]
-    name, values, count = period_values(
-        stream, t, [*past.get("outputs", []), y], counts, records=w1
-    )
+        yc = _count_outputs(stream, t, n, carry, key)
+        count = float(decode(f, t, carry, "count", yc).reshape(-1)[0])
+    name, values, count = period_values(stream, x, count, records=w1)
     attrs = stream_attrs(stream, t, label, rescale(stream, w1))
     _write(spec, stream, t, attrs, name, values, count, seeded)
     crash_point("stream-before-commit")
-    book.commit_period(
-        stream.stream_id, t, watermark=w1, state={"arrays": _encode(arrays)}, clipped=clipped
-    )
+    state, drop = commit_parts(f, t, carry)
+    book.commit_period(stream.stream_id, t, watermark=w1, state=state, clipped=clipped, drop=drop)
     log.info("stream %s: period %d (%s) released", stream.stream_id, t, label)
     return PeriodResult(
         release_id=period_release_id(stream.stream_id, t),

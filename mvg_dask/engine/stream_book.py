@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,8 +70,10 @@ class StreamBook(Protocol):
         watermark: int,
         state: dict[str, bytes],
         clipped: int | None = None,
+        drop: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Commit a period with its state; the stream advances."""
+        """Commit a period with its state, dropping ``(period, part)`` no later period uses;
+        the stream advances."""
         ...
 
     def stream_state(
@@ -215,8 +218,11 @@ class FileStreamBook:
         watermark: int,
         state: dict[str, bytes],
         clipped: int | None = None,
+        drop: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Write the period's state, then advance the stream (one atomic metadata write)."""
+        """Write the period's state, then advance the stream (one atomic metadata write), then
+        remove the parts ``drop`` names (unused by any later period: a crash leaves extra
+        files, never missing ones)."""
         meta = self._meta()
         assert meta is not None and meta["stream_id"] == stream_id
         if meta["periods"] >= period:
@@ -229,6 +235,8 @@ class FileStreamBook:
         if period >= meta["horizon"]:
             meta.update(status="complete", key=None)
         self._save(meta)
+        for old, part in drop:
+            (self.directory / f"p{old:04d}.{part}").unlink(missing_ok=True)
 
     def stream_state(
         self, stream_id: str, *, through: int | None = None

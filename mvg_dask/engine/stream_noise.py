@@ -150,6 +150,45 @@ def period_outputs(
     """
     history = np.stack([np.asarray(g, dtype=np.int64) for g in increments[:period]])
     encoded = encode_period(factorization, period, history, bound=bound)
+    return add_noise(
+        factorization, period, encoded, key, scale=scale, part=part, symmetric=symmetric
+    )
+
+
+def add_noise(
+    factorization: Factorization,
+    period: int,
+    encoded: np.ndarray,
+    key: NoiseKey,
+    *,
+    scale: float,
+    part: str = "release",
+    symmetric: bool = False,
+) -> np.ndarray:
+    """The encoder's exact outputs of period ``t`` plus their keyed noise (:func:`output_noise`).
+
+    Parameters
+    ----------
+    factorization : Factorization
+        The stream's factorization.
+    period : int
+        ``t``.
+    encoded : numpy.ndarray
+        ``int64``, ``(outputs_at(t), *shape)``: ``C_int[rows of t] g̃``.
+    key : NoiseKey
+        The stream's key.
+    scale : float
+        The rounded Gaussian's scale (:func:`period_outputs`).
+    part : str, default "release"
+        The noise's sub-key.
+    symmetric : bool, default False
+        Keep the upper triangle of the noise only.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64``, the noisy outputs.
+    """
     names = factorization.output_keys(period)
     out = np.empty_like(encoded)
     for i, name in enumerate(names):
@@ -236,6 +275,7 @@ def decode_count(factorization: Factorization, period: int, outputs: Sequence[np
 
 
 __all__ = [
+    "add_noise",
     "decode_count",
     "decode_period",
     "lattice_increment",

@@ -298,6 +298,11 @@ def _commit(
             "INSERT INTO stream_state (stream_id, period, part, data) VALUES (?, ?, ?, ?)",
             (stream_id, period, part, bytes(data)),
         )
+    for old, part in a.get("drop", ()):
+        ex.execute(
+            "DELETE FROM stream_state WHERE stream_id = ? AND period = ? AND part = ?",
+            (stream_id, int(old), str(part)),
+        )
     now = time.time()
     ex.execute(
         "UPDATE stream_periods SET status = 'committed', watermark_after = ?, committed = ?, "
@@ -493,6 +498,7 @@ class StreamLedger:
         watermark: int,
         state: dict[str, bytes],
         clipped: int | None = None,
+        drop: Sequence[tuple[int, str]] = (),
     ) -> None:
         """Commit a pending period in one transaction.
 
@@ -513,6 +519,9 @@ class StreamLedger:
             The factorization's curator-side state of this period (opaque to the ledger).
         clipped : int, optional
             The period's exact clipped count (curator-side).
+        drop : sequence of (int, str), optional
+            ``(period, part)`` state parts of earlier periods no later period uses: deleted in
+            the same transaction.
 
         Raises
         ------
@@ -523,7 +532,7 @@ class StreamLedger:
             raise ValueError(f"watermark: a record count >= 0, not {watermark!r}")
         if clipped is not None and (not isinstance(clipped, int) or clipped < 0):
             raise ValueError(f"clipped: a count >= 0, not {clipped!r}")
-        args = {"watermark": watermark, "state": dict(state), "clipped": clipped}
+        args = {"watermark": watermark, "state": dict(state), "clipped": clipped, "drop": drop}
         lock, where = self._lock_clause, self.display()
         if self._run(lambda ex, _: _commit(ex, lock, where, stream_id, period, args)):
             self._erased()  # the key is erased: leave no copy behind

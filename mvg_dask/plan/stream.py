@@ -33,6 +33,7 @@ from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.continual import (
     INT64_MAX,
     Factorization,
+    ToeplitzFactorization,
     compare_at_budget,
     make_factorization,
 )
@@ -46,6 +47,82 @@ GRID_LIMIT = 2.0**-8
 #: ``μ`` of the period plan is planned this much below ``μ / sensitivity`` (the planner's inverse
 #: of the analytic Gaussian is exact to about 1e-13; the stream must never be under-noised).
 MU_MARGIN = 1e-9
+
+
+#: The largest curator-side state a stream may keep (bytes, public): above it the plan is refused
+#: with the remedy (``stream.band``) instead of growing the ledger (docs/guide/streams.md).
+STATE_LIMIT = 4 << 30
+
+_LAST_USES: dict[str, tuple[int, ...]] = {}
+
+
+def last_uses(f: Factorization) -> tuple[int, ...]:
+    """``uses[s - 1]``: the last period whose decoder row uses one of period ``s``'s outputs.
+
+    Parameters
+    ----------
+    f : Factorization
+        The factorization (its decoder ``B``).
+
+    Returns
+    -------
+    tuple of int
+        One entry per period.
+    """
+    key = json.dumps(f.to_dict(), sort_keys=True)
+    if key not in _LAST_USES:
+        T = f.horizon
+        owner = np.repeat(np.arange(1, T + 1), [f.outputs_at(t) for t in range(1, T + 1)])
+        uses = np.arange(1, T + 1)
+        if np.all(f.decoder_row(T) != 0):
+            uses = np.full(T, T)  # the last row uses every output (Honaker's, the square root)
+        else:
+            for t in range(1, T + 1):
+                used = owner[: f.n_outputs(t)][f.decoder_row(t) != 0]
+                uses[used - 1] = np.maximum(uses[used - 1], t)
+        _LAST_USES[key] = tuple(int(u) for u in uses)
+    return _LAST_USES[key]
+
+
+def state_arrays(f: Factorization, t: int) -> int:
+    """The increment-shaped arrays a stream keeps after committing period ``t``
+    (engine/stream_carry.py's format 2): the tree's open nodes and the outputs a later decoder
+    row uses; the square root's increments a later encoder row uses and its outputs (full) or
+    its decoder recursion's ``z`` and running estimate (banded). ``0`` at the horizon.
+
+    Parameters
+    ----------
+    f : Factorization
+        The factorization.
+    t : int
+        Periods committed.
+
+    Returns
+    -------
+    int
+        The number of arrays.
+    """
+    T = f.horizon
+    if t >= T:
+        return 0
+    uses = last_uses(f)
+    outputs = sum(f.outputs_at(s) for s in range(1, t + 1) if uses[s - 1] > t)
+    if isinstance(f, ToeplitzFactorization):
+        window = min(t, f.width - 1)
+        if f.band is not None:
+            return 2 * window + 1
+        return window + outputs
+    opened = sum(
+        1
+        for level in range(1, f.horizon.bit_length())
+        if t % (1 << level) and ((t >> level) + 1) << level <= T
+    )
+    return opened + outputs
+
+
+def peak_state_arrays(f: Factorization) -> int:
+    """The most arrays :func:`state_arrays` keeps over the horizon."""
+    return max(state_arrays(f, t) for t in range(1, f.horizon + 1))
 
 
 def stream_factorization(spec: ReleaseSpec) -> Factorization:
@@ -62,6 +139,8 @@ def stream_factorization(spec: ReleaseSpec) -> Factorization:
         The frozen factorization.
     """
     assert spec.stream is not None
+    if spec.stream.band is not None:
+        return make_factorization("banded", spec.stream.horizon, band=spec.stream.band)
     return make_factorization(spec.stream.factorization, spec.stream.horizon)
 
 
@@ -162,6 +241,16 @@ class StreamPlan:
             The factor.
         """
         return self.factorization.period_std_factor(period)
+
+    def state_bytes(self) -> int:
+        """The most curator-side bytes the stream keeps (its arrays' payload, ``int64`` or
+        float64 entries: :func:`peak_state_arrays` times the increment's size, plus the count's
+        arrays under add-remove)."""
+        per = int(np.prod(self.plan.query.shape))
+        if self.plan.query.groups is not None:
+            per *= len(self.plan.query.groups)
+        count = 1 if self.plan.budgets.count_mu is not None else 0
+        return peak_state_arrays(self.factorization) * (per + count) * 8
 
     def period_mu(self) -> float:
         """The period plan's total ``μ`` (release and noisy count together)."""
@@ -361,7 +450,48 @@ def plan_stream(
     )
     if stream.period_mu() * stream.sensitivity > stream.mu:
         raise AssertionError("the period plan is under-noised")  # pragma: no cover
+    check_state(stream)
     return stream
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def check_state(stream: StreamPlan) -> None:
+    """Refuse a stream whose curator-side state would exceed :data:`STATE_LIMIT`, naming the
+    remedy (a banded square root, with its state and its worst-period ratio).
+
+    Raises
+    ------
+    DataError
+        With the remedy.
+    """
+    size = stream.state_bytes()
+    if size <= STATE_LIMIT:
+        return
+    f, T = stream.factorization, stream.horizon
+    per = size / max(peak_state_arrays(f), 1)
+    fits = [
+        (b, ToeplitzFactorization(T, band=b))
+        for b in (32, 16, 8, 4, 2)
+        if b <= T and peak_state_arrays(ToeplitzFactorization(T, band=b)) * per <= STATE_LIMIT
+    ]
+    hint = (
+        f"declare stream.band: {fits[0][0]} (it keeps "
+        f"{_human(peak_state_arrays(fits[0][1]) * per)}; worst period "
+        f"{fits[0][1].ratio_to_one_shot():.2f}x a one-shot release's std)"
+        if fits
+        else "release fewer features per stream"
+    )
+    raise DataError(
+        f"stream: the {json.dumps(f.to_dict())} factorization keeps up to {_human(size)} of "
+        f"curator-side state, above the limit of {_human(STATE_LIMIT)}; {hint}"
+    )
 
 
 @dataclass(frozen=True)
@@ -456,6 +586,10 @@ def preview_stream(stream: StreamPlan, one_shot: ReleasePlan, period: int) -> St
             f"  period {t}: noise std {std * f.period_std_factor(t):.4g} (largest entry, in "
             f"the plan's units: x max_records / N_t under replace-one)"
         )
+    lines.append(
+        f"  curator-side state: up to {_human(stream.state_bytes())} "
+        f"({peak_state_arrays(f)} arrays of the increment's shape; limit {_human(STATE_LIMIT)})"
+    )
     lines += [
         f"  worst period: std {worst:.4g} = {worst / one:.2f}x a one-shot release's "
         f"({one:.4g}) at the same budget",
@@ -470,17 +604,21 @@ def preview_stream(stream: StreamPlan, one_shot: ReleasePlan, period: int) -> St
 
 __all__ = [
     "INT64_MAX",
+    "STATE_LIMIT",
     "StreamPlan",
     "StreamPreview",
     "check_headroom",
     "coordinate_bound",
     "increment_bound",
+    "last_uses",
     "max_records",
     "one_shot_plan",
+    "peak_state_arrays",
     "period_release_id",
     "plan_stream",
     "planning_metadata",
     "preview_stream",
+    "state_arrays",
     "stream_factorization",
     "stream_id_of",
 ]

@@ -366,6 +366,8 @@ def spec_hash(spec: ReleaseSpec) -> str:
     if spec.stream is None:
         exclude.add("stream")  # a spec without a stream hashes as it did before streams
     data = spec.model_dump(mode="json", exclude=exclude)
+    if data.get("stream") is not None and data["stream"].get("band") is None:
+        data["stream"].pop("band", None)  # an unbanded stream hashes as it did before bands
     if data["domain"].get("missing") == "error":
         data["domain"].pop("missing")  # missing: error hashes as it did before missing existed
     allocation = data["mechanism"]["allocation"]

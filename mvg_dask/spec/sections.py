@@ -247,3 +247,20 @@ class StreamSpec(_Strict):
     horizon: Annotated[int, Field(ge=1, le=10_000)]
     factorization: Literal["square-root", "tree"] = "square-root"
     max_records: Annotated[int, Field(ge=1)] | None = None
+    #: the banded square root: only the last ``band - 1`` increments feed a period's output
+    #: (curator-side state of ``2 band - 1`` arrays instead of ``2 T``; a larger worst-period
+    #: std, docs/guide/streams.md)
+    band: Annotated[int, Field(ge=2, le=10_000)] | None = None
+
+    @model_validator(mode="after")
+    def _band_needs_square_root(self) -> StreamSpec:
+        if self.band is not None and self.factorization != "square-root":
+            raise ValueError(
+                "stream.band bands the square-root factorization; drop it for the tree"
+            )
+        if self.band is not None and self.band > self.horizon:
+            raise ValueError(
+                f"stream.band: {self.band} exceeds the horizon {self.horizon}; drop it (the "
+                "full square root) or choose a band of at most the horizon"
+            )
+        return self
