@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from mvg_dask.engine.stream_book import FileStreamBook
 from mvg_dask.engine.stream_carry import decode_arrays, state_payload
 from mvg_dask.errors import DataError, ReleaseError
 from mvg_dask.plan.stream import last_uses, peak_state_arrays, state_arrays
-from mvg_dask.privacy.continual import ToeplitzFactorization, make_factorization
+from mvg_dask.privacy.continual import Factorization, ToeplitzFactorization, make_factorization
 from mvg_dask.spec import ReleaseSpec
 from tests.pipeline_helpers import make_input
 from tests.test_streams import SEED, M, run_periods, stream_spec
@@ -29,7 +30,7 @@ def _book(root: Path) -> FileStreamBook:
     return FileStreamBook.beside(str(root / "out"))
 
 
-def _numpy_state_arrays(f, t: int) -> int:
+def _numpy_state_arrays(f: Factorization, t: int) -> int:
     """Independently: the tree's open nodes by walking its levels, the outputs some later
     decoder row (numpy's ``B = A C⁻¹`` for the square root) uses, the windows."""
     T = f.horizon
@@ -52,7 +53,9 @@ def _numpy_state_arrays(f, t: int) -> int:
 @pytest.mark.parametrize(
     "stream", [{"factorization": "tree"}, {"factorization": "square-root"}, {"band": 4}]
 )
-def test_state_after_8_periods_has_the_documented_size(stream, tmp_path, client) -> None:
+def test_state_after_8_periods_has_the_documented_size(
+    stream: dict[str, Any], tmp_path: Path, client: Any
+) -> None:
     """8 periods of a 16-period covariance stream (add-remove: the noisy count too): the
     arrays in the book are ``state_arrays(f, 8)`` arrays of ``m x m`` int64/float64 plus as
     many count scalars; the containers add at most 1 KiB a part."""
@@ -92,7 +95,7 @@ def test_the_state_formula_for_a_year_of_nights() -> None:
     )
 
 
-def _spec_error(**stream) -> str:
+def _spec_error(**stream: Any) -> str:
     data = stream_spec(Path("/tmp"), "covariance", **stream)
     with pytest.raises(ValueError) as err:
         ReleaseSpec.model_validate(data)
@@ -107,7 +110,9 @@ def test_the_spec_validates_the_band() -> None:
     assert spec.stream is not None and spec.stream.band == 8
 
 
-def test_dry_run_names_the_band_and_the_state_and_refuses_above_the_limit(tmp_path) -> None:
+def test_dry_run_names_the_band_and_the_state_and_refuses_above_the_limit(
+    tmp_path: Path,
+) -> None:
     """m = 2,000 at T = 365: the full square root's state (21.7 GiB) is refused with the remedy;
     ``band: 32`` keeps 1.9 GiB and its dry run says so."""
     make_input(tmp_path / "in.zarr", np.full((2000, 4), 0.5), chunk=4)
@@ -139,7 +144,9 @@ def _to_format_one(state: Path, periods: int) -> None:
         (state / f"p{t:04d}.arrays").write_bytes(buf.getvalue())
 
 
-def test_format_one_state_still_loads_and_an_unknown_format_is_refused(tmp_path, client) -> None:
+def test_format_one_state_still_loads_and_an_unknown_format_is_refused(
+    tmp_path: Path, client: Any
+) -> None:
     """A stream whose first periods were committed in format 1 releases its next period with
     the same bytes; a state of an unknown format is refused, nothing written."""
     X = np.random.default_rng(4).uniform(0.0, 1.0, (M, 90))
