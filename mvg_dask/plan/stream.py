@@ -608,6 +608,7 @@ __all__ = [
     "StreamPlan",
     "StreamPreview",
     "check_headroom",
+    "check_state",
     "coordinate_bound",
     "increment_bound",
     "last_uses",
