@@ -679,7 +679,9 @@ def test_progress_lines_do_not_tell_the_chunk_count(caplog) -> None:
 
 
 # -- streams: every period of a stream -----------------------------------------------------
-def _stream_periods(root: Path, X: np.ndarray, sizes: list[int], client: Any) -> list[Any]:
+def _stream_periods(
+    root: Path, X: np.ndarray, sizes: list[int], client: Any, band: int | None = None
+) -> list[Any]:
     """Release one period of an add-remove covariance stream per entry of ``sizes``."""
     from tests.pipeline_helpers import make_input
 
@@ -692,6 +694,8 @@ def _stream_periods(root: Path, X: np.ndarray, sizes: list[int], client: Any) ->
         "output": {"store": str(root / "out")},
         "stream": {"horizon": 8, "factorization": "tree", "max_records": 10_000},
     }
+    if band is not None:  # the banded square root (its description and its state line)
+        spec["stream"] |= {"factorization": "square-root", "band": band}
     facts = []
     for n in sizes:
         shutil.rmtree(root / "in.zarr", ignore_errors=True)
@@ -701,7 +705,8 @@ def _stream_periods(root: Path, X: np.ndarray, sizes: list[int], client: Any) ->
 
 
 @pytest.mark.slow
-def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> None:
+@pytest.mark.parametrize("band", [None, 4])
+def test_stream_periods_publish_only_noisy_values(band: int | None, tmp_path: Path, client) -> None:
     """Add-remove: ``B`` is ``A`` with one record more in period 2. Every period's store, the
     stream's description, the results and the dry runs are byte-identical but for the noisy
     values: no watermark, record count, period size or input shape is published."""
@@ -710,8 +715,8 @@ def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> Non
     B = np.insert(A, 25, rng.uniform(0.0, 1.0, 4), axis=1)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    fa = _stream_periods(tmp_path / "a", A, [20, 40], client)
-    fb = _stream_periods(tmp_path / "b", B, [20, 41], client)
+    fa = _stream_periods(tmp_path / "a", A, [20, 40], client, band)
+    fb = _stream_periods(tmp_path / "b", B, [20, 41], client, band)
     for (text_a, res_a), (text_b, res_b) in zip(fa, fb, strict=True):
         assert text_a == text_b
         assert res_a.plan.to_json() == res_b.plan.to_json()
