@@ -258,6 +258,22 @@ CASES: list[Case] = [
     # missing values filled with a declared value (published as mvg_dask_missing, from the
     # spec): B's record has NaN where A's has values
     Case("covariance", "symmetric", "exact", "replace-one", None, "box", missing=True),
+    # the scale-aware allocation a box of features of different widths gets by default (its
+    # shares are published in the plan): every query it applies to, both relations
+    Case("covariance", "symmetric", "exact", "replace-one", None, "scaled-box"),
+    Case("covariance", "symmetric", "exact", "add-remove", None, "scaled-box"),
+    Case("centered-covariance", "symmetric", "exact", "replace-one", None, "scaled-box"),
+    Case("identity", "unimodal", "exact", "replace-one", None, "scaled-box"),
+    Case("mean", "unimodal", "exact", "add-remove", N0, "scaled-box"),
+    Case(
+        "centered-covariance",
+        "symmetric",
+        "exact",
+        "replace-one",
+        None,
+        "scaled-box",
+        route="mean-first",
+    ),
     Case("identity", "unimodal", "exact", "replace-one", None, "l2", missing=True),
     Case("covariance", "unimodal", "exact", "add-remove", None, "l2", missing=True),
     # output encoding: a float32 input gives a float32, zstd-compressed output
@@ -270,7 +286,7 @@ CASES: list[Case] = [
 def base_data(domain: str, records: int = RECORDS) -> np.ndarray:
     """``M x records`` records strictly inside the domain (nothing is clipped in A)."""
     rng = np.random.default_rng(7)
-    if domain == "box":  # [-1, 1]^4
+    if domain in ("box", "scaled-box"):  # [-1, 1]^4, inside the scaled box too
         return rng.uniform(-0.95, 0.95, (M, records))
     return rng.uniform(-0.9, 0.9, (M, records))  # norms <= 1.8 < 2 = l2_norm
 
@@ -312,6 +328,10 @@ def second_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray | None, 
     b[:, replaced_record(records)] = Y_OUTSIDE
     return a, b
 
+
+#: a box whose features have different widths (the default allocation is scale-aware): it holds
+#: :func:`base_data`'s box records, not :data:`OUTSIDE`
+SCALED_BOX = {"lower": [-1.0, -2.0, -1.0, -2.5], "upper": [1.0, 2.0, 1.5, 0.5 + 2.0]}
 
 GROUP_LABELS = {"move": [0, 1, 2], "drop": ["a", "b", "c"]}
 
@@ -358,6 +378,8 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
     domain: dict[str, Any] = (
         {"box": {"lower": -1.0, "upper": 1.0}} if case.domain == "box" else {"l2_norm": 2.0}
     )
+    if case.domain == "scaled-box":  # features of different widths: scale-aware by default
+        domain = {"box": SCALED_BOX}
     grouped = (
         {"group_by": {"variable": "site", "groups": GROUP_LABELS[case.group]}} if case.group else {}
     )

@@ -12,6 +12,7 @@ from pydantic import (
 
 from mvg_dask.privacy.accounting import BasicAccountant, GaussianDP, GaussianDPAccountant
 from mvg_dask.privacy.registry import CompatibilityError, check_compatible, get_calibration
+from mvg_dask.spec.allocation import check_scale_aware, choose_allocation
 from mvg_dask.spec.base import _Strict
 from mvg_dask.spec.privacy import LedgerSpec, PrivacySpec
 from mvg_dask.spec.queries import (
@@ -164,6 +165,7 @@ class ReleaseSpec(_Strict):
             _check_group_by(self)
         if self.stream is not None:
             _check_stream(self)
+        check_scale_aware(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
             raise ValueError(
                 "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
@@ -366,6 +368,9 @@ def spec_hash(spec: ReleaseSpec) -> str:
     data = spec.model_dump(mode="json", exclude=exclude)
     if data["domain"].get("missing") == "error":
         data["domain"].pop("missing")  # missing: error hashes as it did before missing existed
+    allocation = data["mechanism"]["allocation"]
+    if allocation["strategy"] is None:  # the default hashes as the strategy it resolves to
+        allocation["strategy"] = choose_allocation(spec).strategy
     cross = data["query"].get("cross_covariance") if isinstance(data["query"], dict) else None
     if cross is not None and cross.get("col_allocation") is None:
         cross.pop("col_allocation", None)  # Psi = I hashes as it did before Psi existed

@@ -131,9 +131,10 @@ class DirectionsSpec(_Strict):
 
 
 class AllocationSpecModel(_Strict):
-    """Precision allocation."""
+    """Precision allocation. ``strategy`` left out: ``scale-aware`` where the declared box gives
+    the features different scales, else ``uniform`` (docs/howto/feature-scales.md)."""
 
-    strategy: AllocationStrategy = "uniform"
+    strategy: AllocationStrategy | None = None
     important: list[Annotated[int, Field(ge=0)]] | None = None
     share: Annotated[float, Field(gt=0, le=1)] | None = None
     theta: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
