@@ -10,11 +10,14 @@ The accessor only normalises arguments; the work is done by the plain functions 
     ds.mvg.dry_run("out", query="covariance", domain={"box": {"lower": 0, "upper": 1}},
                    privacy={"epsilon": 1, "delta": 1e-6})          # the plan, nothing written
     rel = ds.mvg.release("out", query=..., domain=..., privacy=..., client=client)
-    rel.mvg.noise_std()                 # noise std of every released entry
+    rel.mvg.noise_std()                 # noise std of every entry of the query's output
     rel.mvg.confidence_intervals(0.95)  # value +- z std, per entry
     rel.mvg.confidence_intervals(0.95, simultaneous=True)  # one band for every entry
     rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
-    rel.mvg.regression(intercept=True)  # ridge regression from a regression release's moment
+    rel.mvg.psd_covariance(), rel.mvg.correlation()  # any covariance-like release
+    rel.mvg.regression(intercept=True)  # ridge regression from a release's second moment
+    rel.mvg.regression_intervals()      # least squares with bootstrap intervals
+    rel.mvg.explained_variance(), rel.mvg.subspace_angle(k=2)  # PCA with intervals
     rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
     rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
 

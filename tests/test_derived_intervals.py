@@ -171,4 +171,5 @@ def test_real_releases_cover(real: dict[str, Any], tmp_path: Path) -> None:
     for name, per_trial in hits.items():
         rate = float(np.mean(per_trial))
         se = max(float(np.std(per_trial, ddof=1)) / np.sqrt(len(per_trial)), 0.0126)
+        print(f"{name}: coverage {rate:.4f} +- {se:.4f} over {len(per_trial)} releases")
         assert abs(rate - LEVEL) <= 3 * se, f"{name}: coverage {rate:.4f} +- {se:.4f}"

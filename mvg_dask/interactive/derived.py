@@ -55,11 +55,20 @@ from mvg_dask.release_format import (
 )
 
 __all__ = [
+    "COUNT",
     "DEFAULT_DRAWS",
+    "VALUE",
+    "NoisyRelease",
+    "RegressionTerms",
+    "angle_draws",
     "explained_variance",
+    "fraction_intervals",
     "noisy_draws",
     "regression",
+    "regression_fits",
+    "regression_interval_arrays",
     "regression_intervals",
+    "ridges",
     "subspace_angle",
 ]
 
@@ -202,8 +211,8 @@ class NoisyRelease:
 
 def noisy_draws(ds: xr.Dataset, draws: int, seed: int | None = 0) -> dict[str, np.ndarray]:
     """The release's noisy variables plus ``draws`` independent draws of its published noise
-    (:meth:`NoisyRelease.draws`): ``value`` (``covariance``, ``gram`` or ``moment``, one draw
-    per group) and with a noisy record count ``count``.
+    (:meth:`~mvg_dask.interactive.derived.NoisyRelease.draws`): ``value`` (``covariance``,
+    ``gram`` or ``moment``, one draw per group) and with a noisy record count ``count``.
 
     Parameters
     ----------

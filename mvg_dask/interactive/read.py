@@ -98,9 +98,9 @@ def gaussian_variable(ds: xr.Dataset) -> str:
 
 def analyst_variable(ds: xr.Dataset) -> str:
     """The variable an analyst reads, the default of :func:`noise_std` and
-    :func:`confidence_intervals`: the query's output (:func:`mvg_dask.release_format.
-    released_variable`; ``covariance`` of a centered-covariance or add-remove release, not the
-    ``moment`` or ``gram`` it is computed from)."""
+    :func:`confidence_intervals`: the query's output
+    (:func:`mvg_dask.release_format.released_variable`; ``covariance`` of a centered-covariance
+    or add-remove release, not the ``moment`` or ``gram`` it is computed from)."""
     name = released_variable(ds.attrs)
     return name if name in ds else gaussian_variable(ds)
 
@@ -121,7 +121,8 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     ds : xarray.Dataset
         A complete release.
     variable : str, optional
-        Default: the variable an analyst reads, the query's output (:func:`analyst_variable`);
+        Default: the variable an analyst reads, the query's output
+        (:func:`~mvg_dask.interactive.read.analyst_variable`);
         :func:`gaussian_variable` names the one with the plan's Gaussian noise (``gram`` with a
         noisy count, a moment release's ``moment``). ``covariance`` of a release with a noisy count
         (``gram / record_count``, a ratio of two noisy values) gets the delta method's

@@ -93,7 +93,7 @@ def correlation_matrix(
     for standard directions), ``Var r_ij ~ s_ij^2 / (d_i d_j) + r_ij^2 (s_ii^2 / d_i^2 +
     s_jj^2 / d_j^2) / 4``. A variance with ``C_ii <= z s_ii`` is *noise-dominated* (not
     significantly above 0 at the level of ``z``); so is every correlation with it, and the
-    caller should not read those (:func:`mvg_dask.interactive.derived.correlation` gives them
+    caller should not read those (:func:`mvg_dask.interactive.read.correlation` gives them
     the interval ``[-1, 1]`` and warns).
 
     Parameters
