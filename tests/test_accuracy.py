@@ -305,5 +305,5 @@ def test_shrinkage_and_identity_releases_are_refused(tmp_path: Path, client: Any
     ident["output"] = {"store": str(tmp_path / "ident.zarr")}
     rel = api.open_release(api.release(ident, client=client, seed=1, progress=False).output)
     for method in ("psd_covariance", "shrunk_covariance", "correlation"):
-        with pytest.raises(ValueError, match="needs a covariance release"):
+        with pytest.raises(ValueError, match="needs a covariance, centered-covariance or regr"):
             getattr(rel.mvg, method)()
