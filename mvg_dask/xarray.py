@@ -29,12 +29,13 @@ errors); the input is the object itself, written to a new Zarr store in ``direct
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from mvg_dask.interactive import derived, read, write
+from mvg_dask.interactive import choose, derived, read, write
 from mvg_dask.release_format import (
     PLAN_ATTR,
     PREFIX,
@@ -219,6 +220,15 @@ class MvgAccessor(_ReleaseAccessor):
         spiked shrinker helps a spiked spectrum and hurts a flat one, the identity target suits a
         flat one: :func:`mvg_dask.interactive.read.shrunk_covariance`)."""
         return read.shrunk_covariance(self._ds, target, bulk=bulk)
+
+    def estimate_covariance(
+        self, *, candidates: Sequence[str] | None = None, probes: int = 4, seed: int = 0
+    ) -> xr.DataArray:
+        """The covariance estimate that chooses for itself: the raw release, PSD projection,
+        shrinkers or nuclear-norm projection with the smallest unbiased risk estimate under the
+        published noise law (a new variable; no privacy cost:
+        :func:`mvg_dask.interactive.choose.estimate_covariance`)."""
+        return choose.estimate_covariance(self._ds, candidates=candidates, probes=probes, seed=seed)
 
     def correlation(self, level: float = 0.95, *, method: str = "floor") -> xr.Dataset:
         """Correlations in ``[-1, 1]`` (never NaN) from the floored (``method="floor"``) or
