@@ -424,10 +424,7 @@ def describe_release(ds: xr.Dataset) -> str:
 
 
 #: What the covariance estimators take, for their refusals.
-COVARIANCE_RELEASES = (
-    "a covariance, centered-covariance or regression release (grouped, or add-remove with its "
-    "noisy count, too)"
-)
+COVARIANCE_RELEASES = "a covariance, centered-covariance or regression release (grouped too)"
 
 
 @dataclass(frozen=True)
@@ -436,18 +433,14 @@ class CovarianceSource:
 
     Attributes
     ----------
-    values : ndarray
-        ``(G, m, m)``: the released matrix the estimators post-process (one per group; ``G = 1``
-        for an ungrouped release): ``covariance``, or ``gram`` with a noisy record count.
-    std : ndarray
-        ``(G, m, m)``: its noise std (:func:`noise_std`; the delta method's for a moment
-        release's ``covariance``).
+    values, std : ndarray
+        ``(G, m, m)`` (``G = 1`` ungrouped): the released matrix the estimators post-process
+        (``covariance``, or ``gram`` with a noisy count) and its noise std (:func:`noise_std`).
     spread_std : ndarray
         ``(G, m, m)``: the std of the symmetric Gaussian part of its noise (a moment release's
-        ``covariance`` also moves by the rank-two noise of its mean, which does not spread the
-        spectrum): what the spiked shrinker's noise edge takes.
+        mean adds a rank-two term, which does not spread the spectrum): the spiked shrinker's.
     divisor : ndarray
-        ``(G,)``: ``values / divisor`` is the covariance (the noisy count clipped at 1, else 1).
+        ``(G,)``: ``values / divisor`` is the covariance (the noisy count clipped at 1, or 1).
     like : xarray.DataArray
         The released ``covariance`` (its dimensions and coordinates).
     """
@@ -554,10 +547,7 @@ def _moment_block_std(ds: xr.Dataset) -> np.ndarray:
 
 
 def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, float]:
-    """The released matrix with Gaussian noise (``covariance``, or ``gram`` with a noisy
-    count), its noise std and the divisor that turns it into the covariance (1, or the noisy
-    record count clipped at 1), for an ungrouped release (:func:`covariance_source` in
-    general)."""
+    """:func:`covariance_source` of an ungrouped release as ``(matrix, std, divisor)``."""
     src = covariance_source(ds)
     if src.grouped:
         raise ValueError(
