@@ -95,10 +95,11 @@ def _published_noise(kind: str, root: Path, client: Any, n: int = N) -> dict[str
         stds.append(np.broadcast_to(out.rplan.noise_plan().released_entry_std(), (M, M)))
     # the accessor on a real release of the same plan states the same law
     ds = api.open_release(api.release(spec, client=client, seed=SEED, progress=False).output)
-    stated = ds.mvg.noise_std().values
+    stated = ds.mvg.noise_std(gaussian).values
     np.testing.assert_allclose(stated, stds[0], rtol=1e-9)
-    assert ds.mvg.confidence_intervals().attrs["variable"] == gaussian
-    band = ds.mvg.confidence_intervals(0.95, simultaneous=True)
+    # the default is the variable an analyst reads: covariance, also with a noisy count
+    assert ds.mvg.confidence_intervals().attrs["variable"] == "covariance"
+    band = ds.mvg.confidence_intervals(0.95, gaussian, simultaneous=True)
     np.testing.assert_allclose(band["half_width"].values, band.attrs["z"] * stated, rtol=1e-12)
     return {
         "truth": truth,
@@ -304,5 +305,5 @@ def test_shrinkage_and_identity_releases_are_refused(tmp_path: Path, client: Any
     ident["output"] = {"store": str(tmp_path / "ident.zarr")}
     rel = api.open_release(api.release(ident, client=client, seed=1, progress=False).output)
     for method in ("psd_covariance", "shrunk_covariance", "correlation"):
-        with pytest.raises(ValueError, match="needs a covariance release"):
+        with pytest.raises(ValueError, match="needs a covariance, centered-covariance or regr"):
             getattr(rel.mvg, method)()
