@@ -35,6 +35,7 @@ from mvg_dask.plan.estimators import (
     covariance_from_identity,
     identity_shrinkage,
     psd_projection,
+    rank_one_scales,
     spiked_shrinkage,
 )
 from mvg_dask.plan.noise_plan import (
@@ -617,7 +618,9 @@ def shrunk_covariance(
     eigenvalues above the noise edge for a spiked truth; it helps a spectrum with a few
     eigenvalues far above the noise and hurts a flat one, so look at the spectrum first. It needs
     homogeneous noise (every off-diagonal entry with the same std: standard directions and a
-    uniform allocation). ``bulk="mean"`` keeps the mean of the eigenvalues below the edge
+    uniform allocation); noise whose std is ``s a_i a_j`` (a binary or scale-aware allocation)
+    is made homogeneous by the public scales ``a`` first, shrunk, and scaled back
+    (``noise_scales``). ``bulk="mean"`` keeps the mean of the eigenvalues below the edge
     instead of 0 (a few spikes above an isotropic floor). ``target="identity"``
     (:func:`~mvg_dask.plan.estimators.identity_shrinkage`) shrinks toward a multiple of the
     identity by the share of the spread that is noise: for a flat or full-rank spectrum where
@@ -653,32 +656,31 @@ def shrunk_covariance(
         )
         return _post_processed(est, src.like, "covariance_shrunk", ds, shrinkage_target=target)
     m = src.values.shape[-1]
-    off = src.spread_std[:, ~np.eye(m, dtype=bool)]
-    finite = np.all(np.isfinite(off), axis=1)
-    spread = np.ptp(off[finite], axis=1) if np.any(finite) else np.zeros(1)
-    if m < 2 or np.any(spread > 1e-9 * np.max(off[finite], axis=1, initial=0.0)):
+    scales = [rank_one_scales(src.spread_std[g]) for g in range(src.values.shape[0])]
+    if m < 2 or any(a is None for a in scales):
         raise ValueError(
-            "eigenvalue shrinkage needs homogeneous noise (one std for every off-diagonal entry:"
-            " standard directions with a uniform allocation); use psd_covariance() or "
+            "eigenvalue shrinkage needs noise whose off-diagonal std is s a_i a_j (standard "
+            "directions: a uniform, binary or scale-aware allocation); use psd_covariance() or "
             "target='identity' instead"
         )
-    s = np.max(off, axis=1)
-    est = _each_matrix(
-        lambda g: (
-            spiked_shrinkage(src.values[g], float(s[g]), bulk=bulk)  # type: ignore[arg-type]
-            / src.divisor[g]
-        ),
-        src,
-    )
-    edge = 2.0 * s * math.sqrt(m) / src.divisor
-    return _post_processed(
-        est,
-        src.like,
-        "covariance_shrunk",
-        ds,
-        shrinkage_target=target,
-        noise_edge=[float(e) for e in edge] if src.grouped else float(edge[0]),
-    )
+    fitted = [a for a in scales if a is not None]
+
+    def shrink(g: int) -> np.ndarray:
+        # rescaled by the public noise scales the noise is homogeneous (std s off the
+        # diagonal): shrink there, then scale back
+        s, a = fitted[g]
+        w = np.outer(a, a)
+        rescaled = spiked_shrinkage(src.values[g] / w, s, bulk=bulk)  # type: ignore[arg-type]
+        return np.asarray(rescaled * w / src.divisor[g])
+
+    est = _each_matrix(shrink, src)
+    edge = [2.0 * s * math.sqrt(m) / d for (s, _), d in zip(fitted, src.divisor, strict=True)]
+    attrs: dict[str, Any] = {
+        "noise_edge": [float(e) for e in edge] if src.grouped else float(edge[0])
+    }
+    if any(np.ptp(a) > 1e-9 * np.max(a) for _, a in fitted):
+        attrs["noise_scales"] = [float(v) for v in fitted[0][1]]
+    return _post_processed(est, src.like, "covariance_shrunk", ds, shrinkage_target=target, **attrs)
 
 
 def correlation(
