@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check",
     "dry_run",
+    "in_process",
     "load",
     "open_release",
     "performance_report_path",
@@ -254,7 +257,8 @@ def release(
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
     threads in this process, a larger one on a LocalCluster of worker processes (the same
-    bytes either way).
+    bytes either way; under add-remove neighbours the size is that of ``privacy.max_records``
+    records, see :func:`in_process`).
 
     Raises
     ------
@@ -272,7 +276,8 @@ def release(
         true, ``charge`` and the message say what was charged to which ledger dataset
         (without a ledger, nothing is charged and the message says nothing of a charge).
     """
-    rplan = dry_run(spec, release_id=release_id, output=output)
+    s = load(spec, output=output)
+    rplan = dry_run(s, release_id=release_id)
     rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
     local = client is None and cluster == "local"
@@ -288,9 +293,43 @@ def release(
         security=security,
         seeded=seed is not None,
         insecure_transport=insecure_transport,
-        processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
+        processes=not in_process(rplan, s),
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def in_process(rplan: ReleasePlan, spec: ReleaseSpec) -> bool:
+    """Whether the embedded cluster of a release runs on threads in this process (an input of
+    at most :data:`IN_PROCESS_MAX_BYTES`) rather than on worker processes.
+
+    Decided from public values only. Under add-remove neighbours the record count is private,
+    and so is the input's size: the size counted is that of ``privacy.max_records`` records
+    (the declared public bound; by default ``2**32``, so worker processes).
+
+    Parameters
+    ----------
+    rplan : ReleasePlan
+        The release's plan.
+    spec : ReleaseSpec
+        Its spec.
+
+    Returns
+    -------
+    bool
+        True for threads in this process.
+    """
+    inp = rplan.input
+    if rplan.neighbours != "add-remove":
+        return inp.nbytes <= IN_PROCESS_MAX_BYTES
+    from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS
+
+    records = spec.privacy.max_records or DEFAULT_MAX_RECORDS
+    per_record = sum(
+        part.features * np.dtype(part.dtype).itemsize
+        for part in (inp, inp.cols_input)
+        if part is not None
+    )
+    return records * per_record <= IN_PROCESS_MAX_BYTES
 
 
 def check(
