@@ -465,11 +465,11 @@ def _log_ndtr() -> Callable[[float], float]:
     """
     loaded = sys.modules.get("scipy.special")
     if loaded is not None and hasattr(loaded, "log_ndtr"):
-        return loaded.log_ndtr  # type: ignore[no-any-return]
+        return loaded.log_ndtr
     ufuncs = sys.modules.get("scipy.special._ufuncs")
     if ufuncs is None:
         ufuncs = _load_ufuncs()
-    return ufuncs.log_ndtr  # type: ignore[no-any-return]
+    return ufuncs.log_ndtr
 
 
 def _load_ufuncs() -> ModuleType:
