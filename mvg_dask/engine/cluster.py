@@ -23,6 +23,7 @@ def local_cluster(
     memory_limit: str | int | None = None,
     threads_per_worker: int = 1,
     processes: bool = True,
+    loop: Any = None,
 ) -> LocalCluster:
     """The embedded cluster: worker processes on loopback, no fixed dashboard port.
 
@@ -38,6 +39,9 @@ def local_cluster(
         Threads per worker (the tasks are numpy-bound: one thread per core).
     processes : bool, default True
         Worker processes (``False``: threads in this process, without a dashboard).
+    loop : tornado.ioloop.IOLoop, optional
+        A running event loop to run on (default: the cluster starts its own, and stops it when
+        it closes).
 
     Returns
     -------
@@ -70,6 +74,7 @@ def local_cluster(
             # free port
             scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
+            loop=loop,
             **kwargs,
         )
 
@@ -173,18 +178,54 @@ def connect(
         yield client
 
 
+#: After the embedded cluster has closed, its event loop runs this long (in steps of
+#: :data:`SETTLE_STEP`) before it is stopped; see :func:`_local_client`.
+SETTLE_SECONDS = 0.05
+SETTLE_STEP = 0.005
+
+
 @contextmanager
 def _local_client(
     n_workers: int | None, memory_limit: str | None, processes: bool
 ) -> Iterator[Client]:
-    """:func:`connect` without a scheduler: a new LocalCluster, closed on exit."""
-    cluster = local_cluster(n_workers, memory_limit=memory_limit, processes=processes)
-    client = Client(cluster)
+    """:func:`connect` without a scheduler: a new LocalCluster, closed on exit.
+
+    The cluster and its client run on an event loop (in its own thread) that this function owns
+    and stops last. Left to itself, ``LocalCluster.close`` stops its loop as soon as the
+    cluster reports closed, while the comms' batched senders may still be waiting on a timeout
+    (tornado futures, every few milliseconds): a timeout that fires during the loop's teardown
+    sets a ``TimeoutError`` that its coroutine never reads, and asyncio reports it when the
+    future is collected, as ``Future exception was never retrieved ... TimeoutError``, after a
+    release that succeeded. Here the loop runs for :data:`SETTLE_SECONDS` after the close, so
+    that every such coroutine reads its outcome and ends, and only then stops.
+    """
+    from distributed.utils import LoopRunner, sync
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
     try:
-        yield client
+        cluster = local_cluster(
+            n_workers, memory_limit=memory_limit, processes=processes, loop=runner.loop
+        )
+        try:
+            client = Client(cluster)
+            try:
+                yield client
+            finally:
+                client.close()
+        finally:
+            cluster.close()
+            sync(runner.loop, _settle)
     finally:
-        client.close()
-        cluster.close()
+        runner.stop()
+
+
+async def _settle() -> None:
+    """Run the loop for :data:`SETTLE_SECONDS` (what a close left scheduled runs to its end)."""
+    import asyncio
+
+    for _ in range(round(SETTLE_SECONDS / SETTLE_STEP)):
+        await asyncio.sleep(SETTLE_STEP)
 
 
 @contextmanager
