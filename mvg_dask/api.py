@@ -8,6 +8,8 @@ starts) and :func:`mvg_dask.engine.release.execute_release`.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check",
     "dry_run",
+    "embedded_client",
     "in_process",
     "load",
     "open_release",
@@ -285,6 +288,7 @@ def release(
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)
     from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
 
     with connect(
         scheduler,
@@ -294,6 +298,8 @@ def release(
         seeded=seed is not None,
         insecure_transport=insecure_transport,
         processes=not in_process(rplan, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
 
@@ -330,6 +336,49 @@ def in_process(rplan: ReleasePlan, spec: ReleaseSpec) -> bool:
         if part is not None
     )
     return records * per_record <= IN_PROCESS_MAX_BYTES
+
+
+@contextmanager
+def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Client]:
+    """One client for several releases of a spec's input (the periods of a stream, say):
+    the cluster :func:`release` would start for ``spec``, started once.
+
+    Each release on it is planned, reserved, charged and committed on its own, as with
+    ``release(spec, client=client)``; only the cluster is shared, and with it the cost of its
+    start (worker processes, their imports, the lattice kernels). Reusing it is safe: the choice
+    of threads or worker processes comes from public values only (:func:`in_process`), every
+    release sends its own key with its own tasks, and the workers keep no result of one release
+    once it is complete. ``DASK_SCHEDULER_ADDRESS``, when set, is used as by :func:`release`.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec of the releases to come (its input and plan pick the cluster).
+    output : str, optional
+        Overrides the spec's output store (for planning only).
+
+    Yields
+    ------
+    distributed.Client
+        The client; its cluster is closed on exit.
+
+    Examples
+    --------
+    >>> with api.embedded_client("period.yaml") as client:  # doctest: +SKIP
+    ...     for period in periods:
+    ...         api.release(period, client=client)
+    """
+    from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
+
+    s = load(spec, output=output)
+    rplan = dry_run(s)
+    with connect(
+        processes=not in_process(rplan, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
+    ) as client:
+        yield client
 
 
 def check(
@@ -529,6 +578,15 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
             "performance_report needs bokeh: pip install 'mvg_dask[notebook]' (or bokeh>=3.1)"
         )
     return path
+
+
+def _import_engine() -> None:
+    """Import what running a release needs on the client (the output format and its xarray and
+    dask arrays; about half a second of CPU in a fresh process), while the embedded cluster
+    starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``)."""
+    import dask.array  # noqa: F401
+
+    import mvg_dask.engine.release  # noqa: F401
 
 
 def _execute(

@@ -16,6 +16,9 @@ from mvg_dask.errors import ReleaseError
 
 log = logging.getLogger("mvg_dask")
 
+#: The embedded cluster's worker preload (:mod:`mvg_dask.engine.worker_setup`).
+WORKER_SETUP = "mvg_dask.engine.worker_setup"
+
 
 def local_cluster(
     n_workers: int | None = None,
@@ -24,6 +27,7 @@ def local_cluster(
     threads_per_worker: int = 1,
     processes: bool = True,
     loop: Any = None,
+    kernels: bool = False,
 ) -> LocalCluster:
     """The embedded cluster: worker processes on loopback, no fixed dashboard port.
 
@@ -42,6 +46,9 @@ def local_cluster(
     loop : tornado.ioloop.IOLoop, optional
         A running event loop to run on (default: the cluster starts its own, and stops it when
         it closes).
+    kernels : bool, default False
+        The worker processes also load numba's lattice kernels as they start (an identity
+        release with lattice noise; :mod:`mvg_dask.engine.worker_setup`).
 
     Returns
     -------
@@ -55,6 +62,10 @@ def local_cluster(
     kwargs: dict[str, Any] = {} if memory_limit is None else {"memory_limit": memory_limit}
     if processes:
         kwargs["host"] = "127.0.0.1"
+        # each worker process loads the task modules (and the kernels) as it starts, off the
+        # critical path of its first task
+        kwargs["preload"] = [*dask.config.get("distributed.worker.preload", []), WORKER_SETUP]
+        kwargs["preload_argv"] = ["--kernels"] if kernels else []
     # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
     # workers (cluster/dask.yaml), so chunk-sized buffers are reused instead of mmapped afresh
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
@@ -113,6 +124,8 @@ def connect(
     timeout: str = "30s",
     cluster_class: Any = None,
     processes: bool = True,
+    kernels: bool = False,
+    while_starting: Callable[[], object] | None = None,
 ) -> Iterator[Client]:
     """Yield a client: an ephemeral Kubernetes cluster, a given scheduler (or
     ``DASK_SCHEDULER_ADDRESS``), else a new LocalCluster on loopback.
@@ -143,6 +156,11 @@ def connect(
     processes : bool, default True
         The LocalCluster's workers are processes (``False``: threads in this process, for small
         inputs).
+    kernels : bool, default False
+        The LocalCluster's worker processes load the lattice kernels as they start.
+    while_starting : callable, optional
+        Called in this thread while a new LocalCluster starts in another (the client's own
+        imports, for instance), so that both proceed at once.
 
     Yields
     ------
@@ -174,7 +192,7 @@ def connect(
         return
     if security is not None:
         raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
-    with _local_client(n_workers, memory_limit, processes) as client:
+    with _local_client(n_workers, memory_limit, processes, kernels, while_starting) as client:
         yield client
 
 
@@ -186,7 +204,11 @@ SETTLE_STEP = 0.005
 
 @contextmanager
 def _local_client(
-    n_workers: int | None, memory_limit: str | None, processes: bool
+    n_workers: int | None,
+    memory_limit: str | None,
+    processes: bool,
+    kernels: bool = False,
+    while_starting: Callable[[], object] | None = None,
 ) -> Iterator[Client]:
     """:func:`connect` without a scheduler: a new LocalCluster, closed on exit.
 
@@ -198,14 +220,23 @@ def _local_client(
     future is collected, as ``Future exception was never retrieved ... TimeoutError``, after a
     release that succeeded. Here the loop runs for :data:`SETTLE_SECONDS` after the close, so
     that every such coroutine reads its outcome and ends, and only then stops.
+
+    With ``while_starting``, the cluster starts in a helper thread while this thread calls it.
     """
     from distributed.utils import LoopRunner, sync
 
     runner = LoopRunner(asynchronous=False)
     runner.start()
     try:
-        cluster = local_cluster(
-            n_workers, memory_limit=memory_limit, processes=processes, loop=runner.loop
+        cluster = _start_meanwhile(
+            lambda: local_cluster(
+                n_workers,
+                memory_limit=memory_limit,
+                processes=processes,
+                loop=runner.loop,
+                kernels=kernels,
+            ),
+            while_starting,
         )
         try:
             client = Client(cluster)
@@ -218,6 +249,27 @@ def _local_client(
             sync(runner.loop, _settle)
     finally:
         runner.stop()
+
+
+def _start_meanwhile(
+    start: Callable[[], LocalCluster], meanwhile: Callable[[], object] | None
+) -> LocalCluster:
+    """``start()`` in a helper thread while this thread runs ``meanwhile()``; the cluster, or
+    the exception of either (a cluster that started is closed if ``meanwhile`` fails)."""
+    if meanwhile is None:
+        return start()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="mvg-dask-cluster-start") as pool:
+        started = pool.submit(start)
+        try:
+            meanwhile()
+        except BaseException:
+            cluster = started.exception() is None and started.result()
+            if cluster:
+                cluster.close()
+            raise
+        return started.result()
 
 
 async def _settle() -> None:
