@@ -38,14 +38,19 @@ def _cli() -> list[str]:
     return [sys.executable, "-m", "mvg_dask"]
 
 
-def commands() -> dict[str, list[str]]:
-    """The commands timed, by label (run in the scratch directory)."""
-    return {
-        "baseline": [sys.executable, "-c", "import numpy, yaml"],
-        "help": [*_cli(), "--help"],
-        "dry run": [*_cli(), "release", SPEC, "--dry-run"],
-        "CTG release": [*_cli(), "release", SPEC, "--quiet"],
+def commands(other: Path | None = None) -> dict[str, tuple[list[str], Path]]:
+    """The commands timed, by label (run in the scratch directory), each with the source tree
+    it runs from; with ``other``, the dry run and the release from that tree too."""
+    cmds = {
+        "baseline": ([sys.executable, "-c", "import numpy, yaml"], ROOT),
+        "help": ([*_cli(), "--help"], ROOT),
+        "dry run": ([*_cli(), "release", SPEC, "--dry-run"], ROOT),
+        "CTG release": ([*_cli(), "release", SPEC, "--quiet"], ROOT),
     }
+    if other is not None:
+        cmds["dry run, other"] = (cmds["dry run"][0], other)
+        cmds["CTG release, other"] = (cmds["CTG release"][0], other)
+    return cmds
 
 
 def _children_cpu() -> float:
@@ -75,36 +80,48 @@ def scratch() -> Path:
     return work
 
 
-def _env() -> dict[str, str]:
+def _env(root: Path = ROOT) -> dict[str, str]:
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--other",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="Also time the dry run and the release from another source tree (an older commit).",
+    )
     args = parser.parse_args()
-    work, env = scratch(), _env()
-    cmds = commands()
+    work = scratch()
+    cmds = commands(args.other)
     wall: dict[str, list[float]] = {k: [] for k in cmds}
     cpu: dict[str, list[float]] = {k: [] for k in cmds}
     try:
-        timed(cmds["dry run"], work, env)  # byte-compiles the sources once, untimed
+        for cmd, root in cmds.values():  # byte-compiles the sources once, untimed
+            shutil.rmtree(work / "out", ignore_errors=True)
+            timed(cmd, work, _env(root))
         for r in range(args.repeats):
             order = list(cmds) if r % 2 == 0 else list(reversed(cmds))
             for label in order:
                 shutil.rmtree(work / "out", ignore_errors=True)
-                w, c = timed(cmds[label], work, env)
+                cmd, root = cmds[label]
+                w, c = timed(cmd, work, _env(root))
                 wall[label].append(w)
                 cpu[label].append(c)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base_w, base_c = statistics.median(wall["baseline"]), statistics.median(cpu["baseline"])
     print(f"start-up latency, median of {args.repeats} interleaved runs, fresh processes")
-    print(f"{'command':<14} {'wall s':>8} {'ratio':>7} {'CPU s':>8} {'ratio':>7}")
+    print(f"{'command':<20} {'wall s':>8} {'ratio':>7} {'CPU s':>8} {'ratio':>7}")
     for label in cmds:
         w, c = statistics.median(wall[label]), statistics.median(cpu[label])
-        print(f"{label:<14} {w:>8.3f} {w / base_w:>6.1f}x {c:>8.3f} {c / base_c:>6.1f}x")
+        print(f"{label:<20} {w:>8.3f} {w / base_w:>6.1f}x {c:>8.3f} {c / base_c:>6.1f}x")
+    if args.other is not None:
+        print(f"other: {args.other}")
     print("targets: dry run <= 3x, CTG release <= 8x the baseline")
 
 
