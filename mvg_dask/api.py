@@ -16,9 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
-from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths, with_output_store
+from mvg_dask.spec import (
+    ReleaseSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+    resolve_paths,
+    with_output_store,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -27,6 +35,8 @@ if TYPE_CHECKING:
     from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
+    from mvg_dask.engine.stream import PeriodResult
+    from mvg_dask.plan.stream import StreamPreview
 
 __all__ = [
     "check",
@@ -89,8 +99,9 @@ def release_spec(
         "important": [...], "share": 0.8}`` for its column covariance ``Psi``
         (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
-        Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
-        no ledger.
+        Left out: the defaults (unimodal, exact, standard directions; allocation scale-aware
+        where the declared box gives the features different scales, else uniform) and no
+        ledger.
     release_id : str, optional
         A fixed release id (retry-safe).
     group_by : dict or GroupBySpec, optional
@@ -199,6 +210,36 @@ def dry_run(
     )
 
 
+def stream_dry_run(
+    spec: SpecLike, *, release_id: str | None = None, output: str | None = None
+) -> StreamPreview:
+    """Plan a stream's next period from metadata only (no chunk is read, nothing is charged).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec with a ``stream`` section.
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    StreamPreview
+        The stream's plan, the next period's std and the comparison at the same budget
+        (naive re-release, the tree, the tree with Honaker's estimator, the square root);
+        ``.text`` is what ``mvg-dask release --dry-run`` prints.
+    """
+    from mvg_dask.engine.stream import next_period
+    from mvg_dask.plan.stream import one_shot_plan, plan_stream, preview_stream
+
+    s = load(spec, output=output)
+    if s.stream is None:
+        raise SpecError("stream_dry_run needs a spec with a stream section")
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    stream = plan_stream(s, metadata, release_id=release_id)
+    return preview_stream(stream, one_shot_plan(s, metadata), next_period(s, stream))
+
+
 def release(
     spec: SpecLike,
     *,
@@ -213,8 +254,10 @@ def release(
     security: Any = None,
     insecure_transport: bool = False,
     performance_report: str | Path | bool | None = None,
+    period_label: str | None = None,
 ) -> ReleaseResult:
-    """Plan and run a release.
+    """Plan and run a release; for a spec with a ``stream`` section, release the stream's next
+    period (docs/guide/streams.md).
 
     Parameters
     ----------
@@ -251,11 +294,15 @@ def release(
         depend on the data, so it must not be published (docs/guide/privacy.md, "What a release
         publishes").
         Needs bokeh (extra ``[notebook]``).
+    period_label : str, optional
+        A stream's period label (its coordinate in the stream's store, e.g. a date); default:
+        the period's index. Only for a spec with a ``stream`` section.
 
     Returns
     -------
     ReleaseResult
-        The finished release.
+        The finished release (a stream: the released period, a
+        :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
@@ -280,6 +327,12 @@ def release(
         (without a ledger, nothing is charged and the message says nothing of a charge).
     """
     s = load(spec, output=output)
+    if s.stream is not None:
+        return _release_period(
+            s, client, scheduler, seed, period_label, release_id, cluster, security
+        )
+    if period_label is not None:
+        raise SpecError("period_label names a period of a stream; the spec has no stream section")
     rplan = dry_run(s, release_id=release_id)
     rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
@@ -297,14 +350,14 @@ def release(
         security=security,
         seeded=seed is not None,
         insecure_transport=insecure_transport,
-        processes=not in_process(rplan, s),
+        processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
         while_starting=_import_engine,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
 
 
-def in_process(rplan: ReleasePlan, spec: ReleaseSpec) -> bool:
+def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
     """Whether the embedded cluster of a release runs on threads in this process (an input of
     at most :data:`IN_PROCESS_MAX_BYTES`) rather than on worker processes.
 
@@ -314,18 +367,18 @@ def in_process(rplan: ReleasePlan, spec: ReleaseSpec) -> bool:
 
     Parameters
     ----------
-    rplan : ReleasePlan
-        The release's plan.
+    metadata : InputMetadata
+        The input's metadata (:func:`mvg_dask.engine.metadata.read_input_metadata`).
     spec : ReleaseSpec
-        Its spec.
+        The spec.
 
     Returns
     -------
     bool
         True for threads in this process.
     """
-    inp = rplan.input
-    if rplan.neighbours != "add-remove":
+    inp = metadata
+    if spec.privacy.neighbours != "add-remove":
         return inp.nbytes <= IN_PROCESS_MAX_BYTES
     from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS
 
@@ -374,11 +427,41 @@ def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Cl
     s = load(spec, output=output)
     rplan = dry_run(s)
     with connect(
-        processes=not in_process(rplan, s),
+        processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
         while_starting=_import_engine,
     ) as client:
         yield client
+
+
+def _release_period(
+    s: ReleaseSpec,
+    client: Client | None,
+    scheduler: str | None,
+    seed: int | None,
+    period_label: str | None,
+    release_id: str | None,
+    cluster: str,
+    security: Any,
+) -> PeriodResult:
+    """The next period of the stream of ``s``
+    (:func:`~mvg_dask.engine.stream.run_stream_release`)."""
+    from mvg_dask.engine.stream import run_stream_release
+
+    options: dict[str, Any] = {"period_label": period_label, "seed": seed, "release_id": release_id}
+    if client is not None:
+        return run_stream_release(s, client, **options)
+    from mvg_dask.engine.cluster import connect
+
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    with connect(
+        scheduler,
+        cluster=cluster,
+        security=security,
+        seeded=seed is not None,
+        processes=not in_process(metadata, s),  # public values only (add-remove)
+    ) as new:
+        return run_stream_release(s, new, **options)
 
 
 def check(
@@ -639,13 +722,17 @@ def preview(
     return _preview(rplan)
 
 
-def open_release(store: str, **kwargs: Any) -> xr.Dataset:
+def open_release(store: str, *, period: int | str | None = None, **kwargs: Any) -> xr.Dataset:
     """Open a released dataset, refusing one that is not complete.
 
     Parameters
     ----------
     store : str
         Output store path or URL.
+    period : int or str, optional
+        A stream's store (docs/guide/streams.md): this period alone (its index or label), a
+        complete release whose ``.mvg`` gives the period's accuracy; default: every complete
+        period along a ``period`` dimension.
     **kwargs
         Passed to :func:`xarray.open_zarr`.
 
@@ -655,5 +742,13 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
         The release (its ``.mvg`` accessor is registered by ``import mvg_dask.xarray``).
     """
     from mvg_dask.engine.output import open_release as _open
+    from mvg_dask.engine.stream_store import is_stream_store, open_period, open_stream
 
+    options = kwargs.get("storage_options")
+    if is_stream_store(store, options):
+        if period is not None:
+            return open_period(store, period, storage_options=options)
+        return open_stream(store, storage_options=options)
+    if period is not None:
+        raise ValueError(f"{store} is not a stream's store: it has no periods")
     return _open(store, **kwargs)
