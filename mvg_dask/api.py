@@ -359,7 +359,7 @@ def release(
 
 def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
     """Whether the embedded cluster of a release runs on threads in this process (an input of
-    at most :data:`IN_PROCESS_MAX_BYTES`) rather than on worker processes.
+    at most ``IN_PROCESS_MAX_BYTES``) rather than on worker processes.
 
     Decided from public values only. Under add-remove neighbours the record count is private,
     and so is the input's size: the size counted is that of ``privacy.max_records`` records
