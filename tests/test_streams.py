@@ -266,6 +266,38 @@ def test_a_crash_in_period_5_resumes_with_the_same_bytes(point: str, tmp_path, c
         assert _files(crash_root / "out" / name) == _files(ref_root / "out" / name)
 
 
+def test_a_resumed_period_reads_the_records_it_claimed(tmp_path, client) -> None:
+    """A crash in period 2, then the next night's records are appended before the retry: the
+    retry finishes period 2 over the records period 2 claimed (the bytes of a run that never
+    crashed), and period 3 takes the appended ones."""
+    X = np.random.default_rng(4).uniform(0, 1, (M, 60))
+    sizes = [20, 40, 60]
+    ref_root, crash_root = tmp_path / "ref", tmp_path / "crash"
+    ref_root.mkdir()
+    crash_root.mkdir()
+    run_periods(ref_root, stream_spec(ref_root), X, sizes, client)
+    spec = stream_spec(crash_root)
+    run_periods(crash_root, spec, X, sizes[:1], client)
+    put_input(crash_root, X[:, : sizes[1]])
+    path = write_spec(crash_root / "nightly.yaml", spec)
+    env = {**os.environ, "MVG_DASK_CRASH_AT": "stream-skeleton"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH.format(seed=SEED), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stderr
+    state = json.loads((crash_root / "out.stream-state" / "stream.json").read_text())
+    assert state["pending"]["period"] == 2 and state["pending"]["watermark_after"] == sizes[1]
+    # the next night's records arrive before the retry
+    run_periods(crash_root, spec, X, [sizes[2], sizes[2]], client)
+    for t in (2, 3):
+        name = f"period-{t:04d}"
+        assert _files(crash_root / "out" / name) == _files(ref_root / "out" / name), t
+
+
 def test_sub_grid_changes_give_identical_bytes_in_every_period(tmp_path, client) -> None:
     X = np.random.default_rng(5).uniform(0.1, 0.9, (M, 90))
     Y = X.copy()

@@ -58,8 +58,11 @@ class StreamBook(Protocol):
         """The stream's key (hex)."""
         ...
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> Any:
-        """Claim the next period (in order; past the horizon refused)."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
+    ) -> Any:
+        """Claim the next period (in order; past the horizon refused), reading through
+        ``target`` records (kept with the claim: a resumed period reads the same records)."""
         ...
 
     def commit_period(
@@ -186,8 +189,11 @@ class FileStreamBook:
         meta = self._meta()
         return bool(meta and meta.get("seeded"))
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> BookPeriod:
-        """Claim ``period`` (the next one); a pending one is resumed."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
+    ) -> BookPeriod:
+        """Claim ``period`` (the next one) through ``target`` records; a pending one is resumed
+        with the target it was claimed with."""
         meta = self._meta()
         assert meta is not None and meta["stream_id"] == stream_id
         if period > meta["horizon"]:
@@ -205,7 +211,7 @@ class FileStreamBook:
                     f"{pending['label']!r}, not {label!r}; re-run it with that label"
                 )
             return BookPeriod(**pending)
-        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"])
+        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"], target)
         meta["pending"] = asdict(entry)
         self._save(meta)
         return entry
