@@ -25,7 +25,14 @@ from mvg_dask.engine.release import ReleaseResult
 from mvg_dask.engine.stages.context import clipper_for, gram_source_of, labels_of
 from mvg_dask.engine.stream_book import FileStreamBook, past_horizon
 from mvg_dask.engine.stream_carry import Carry, commit_parts, decode, encode, load_carry
-from mvg_dask.engine.stream_noise import add_noise, lattice_increment, published_matrix
+from mvg_dask.engine.stream_noise import (
+    add_noise,
+    decode_count,
+    decode_period,
+    lattice_increment,
+    period_outputs,
+    published_matrix,
+)
 from mvg_dask.engine.stream_store import period_store, stream_attrs, write_stream_root
 from mvg_dask.engine.tasks.gram import combine_grams, gram_task
 from mvg_dask.errors import ReleaseError
@@ -125,8 +132,53 @@ def query_value(rplan: ReleasePlan, total: np.ndarray) -> np.ndarray:
     return np.asarray(query.finalize(total))
 
 
-def _outputs(stream: StreamPlan, t: int, h: np.ndarray, carry: Carry, key: NoiseKey) -> np.ndarray:
-    """Period ``t``'s noisy outputs of the query (each group with its own sub-key)."""
+def _outputs(
+    stream: StreamPlan,
+    period: int,
+    increments: list[np.ndarray],
+    key: NoiseKey,
+) -> np.ndarray:
+    """Period ``t``'s noisy outputs of the query from every increment so far (each group with
+    its own sub-key): the carried state's outputs, for tests and tools."""
+    plan = stream.plan.noise_plan()
+    assert plan.lattice is not None
+    f = stream.factorization
+    scale = math.ldexp(plan.lattice.scale, f.scale_bits)
+    options: dict[str, Any] = {
+        "scale": scale,
+        "bound": stream.increment_bound,
+        "symmetric": plan.algorithm == "symmetric",
+    }
+    if stream.plan.query.groups is None:
+        return period_outputs(f, period, increments, key, **options)
+    per_group = [
+        period_outputs(
+            f, period, [g[i] for g in increments], key, part=f"release/group-{i}", **options
+        )
+        for i in range(len(stream.plan.query.groups))
+    ]
+    return np.stack(per_group, axis=1)
+
+
+def _count_outputs(
+    stream: StreamPlan, period: int, counts: list[np.ndarray], key: NoiseKey
+) -> np.ndarray | None:
+    """Period ``t``'s noisy outputs of the record count from every count so far (tests, tools)."""
+    count_mu = stream.plan.budgets.count_mu
+    if count_mu is None:
+        return None
+    f = stream.factorization
+    scale = math.ldexp((1.0 / count_mu) * (1.0 + 2.0**-50), f.scale_bits)
+    return period_outputs(
+        f, period, counts, key, scale=scale, bound=stream.max_records, part="count"
+    )
+
+
+def _carry_outputs(
+    stream: StreamPlan, t: int, h: np.ndarray, carry: Carry, key: NoiseKey
+) -> np.ndarray:
+    """Period ``t``'s noisy outputs of the query from the carried state (each group with its
+    own sub-key)."""
     plan = stream.plan.noise_plan()
     assert plan.lattice is not None
     f = stream.factorization
@@ -144,10 +196,10 @@ def _outputs(stream: StreamPlan, t: int, h: np.ndarray, carry: Carry, key: Noise
     return np.stack(per_group, axis=1)
 
 
-def _count_outputs(
+def _carry_count(
     stream: StreamPlan, t: int, n: np.ndarray, carry: Carry, key: NoiseKey
 ) -> np.ndarray:
-    """Period ``t``'s noisy outputs of the record count (add-remove without ``N0``)."""
+    """Period ``t``'s noisy outputs of the record count from the carried state."""
     count_mu = stream.plan.budgets.count_mu
     assert count_mu is not None
     f = stream.factorization
@@ -157,6 +209,37 @@ def _count_outputs(
 
 
 def period_values(
+    stream: StreamPlan,
+    period: int,
+    outputs: list[np.ndarray],
+    count_outputs: list[np.ndarray] | None,
+    records: int,
+) -> tuple[str, dict[str, np.ndarray], float | None]:
+    """The published variables of period ``t`` from every output so far (post-processing;
+    the engine decodes from its carried state, :func:`published_values`).
+
+    Parameters
+    ----------
+    stream : StreamPlan
+        The stream.
+    period : int
+        ``t``.
+    outputs, count_outputs : list of numpy.ndarray
+        The query's (and the count's) outputs of periods ``1 .. t``.
+    records : int
+        The records so far: used under replace-one only.
+
+    Returns
+    -------
+    tuple
+        The skeleton's variable name, the values, the noisy count (or ``None``).
+    """
+    f = stream.factorization
+    count = None if count_outputs is None else decode_count(f, period, count_outputs)
+    return published_values(stream, decode_period(f, period, outputs), count, records)
+
+
+def published_values(
     stream: StreamPlan, x: np.ndarray, count: float | None, records: int
 ) -> tuple[str, dict[str, np.ndarray], float | None]:
     """The published variables of a period from its decoded estimate (post-processing).
@@ -302,14 +385,14 @@ def release_period(
         raise ReleaseError("a period's lattice increment exceeds the plan's bound")
     f = stream.factorization
     carry = load_carry(book, stream.stream_id, f, t)
-    y = _outputs(stream, t, h, carry, key)
+    y = _carry_outputs(stream, t, h, carry, key)
     x = decode(f, t, carry, "release", y)
     count = None
     if stream.plan.budgets.count_mu is not None:
         n = np.array([w1 - w0], dtype=np.int64)
-        yc = _count_outputs(stream, t, n, carry, key)
+        yc = _carry_count(stream, t, n, carry, key)
         count = float(decode(f, t, carry, "count", yc).reshape(-1)[0])
-    name, values, count = period_values(stream, x, count, records=w1)
+    name, values, count = published_values(stream, x, count, records=w1)
     attrs = stream_attrs(stream, t, label, rescale(stream, w1))
     _write(spec, stream, t, attrs, name, values, count, seeded)
     crash_point("stream-before-commit")
