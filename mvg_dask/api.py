@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
-from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths, with_output_store
+from mvg_dask.spec import (
+    ReleaseSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+    resolve_paths,
+    with_output_store,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -23,6 +30,10 @@ if TYPE_CHECKING:
     from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
+    from mvg_dask.engine.rounds import RoundRelease, TrainingRun
+    from mvg_dask.engine.stream import PeriodResult
+    from mvg_dask.ledger.base import Ledger
+    from mvg_dask.plan.stream import StreamPreview
 
 __all__ = [
     "check",
@@ -33,7 +44,9 @@ __all__ = [
     "preflight",
     "preview",
     "release",
+    "release_round",
     "release_spec",
+    "training_run",
 ]
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
@@ -83,8 +96,9 @@ def release_spec(
         "important": [...], "share": 0.8}`` for its column covariance ``Psi``
         (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
-        Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
-        no ledger.
+        Left out: the defaults (unimodal, exact, standard directions; allocation scale-aware
+        where the declared box gives the features different scales, else uniform) and no
+        ledger.
     release_id : str, optional
         A fixed release id (retry-safe).
     group_by : dict or GroupBySpec, optional
@@ -193,6 +207,36 @@ def dry_run(
     )
 
 
+def stream_dry_run(
+    spec: SpecLike, *, release_id: str | None = None, output: str | None = None
+) -> StreamPreview:
+    """Plan a stream's next period from metadata only (no chunk is read, nothing is charged).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec with a ``stream`` section.
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    StreamPreview
+        The stream's plan, the next period's std and the comparison at the same budget
+        (naive re-release, the tree, the tree with Honaker's estimator, the square root);
+        ``.text`` is what ``mvg-dask release --dry-run`` prints.
+    """
+    from mvg_dask.engine.stream import next_period
+    from mvg_dask.plan.stream import one_shot_plan, plan_stream, preview_stream
+
+    s = load(spec, output=output)
+    if s.stream is None:
+        raise SpecError("stream_dry_run needs a spec with a stream section")
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    stream = plan_stream(s, metadata, release_id=release_id)
+    return preview_stream(stream, one_shot_plan(s, metadata), next_period(s, stream))
+
+
 def release(
     spec: SpecLike,
     *,
@@ -207,8 +251,10 @@ def release(
     security: Any = None,
     insecure_transport: bool = False,
     performance_report: str | Path | bool | None = None,
+    period_label: str | None = None,
 ) -> ReleaseResult:
-    """Plan and run a release.
+    """Plan and run a release; for a spec with a ``stream`` section, release the stream's next
+    period (docs/guide/streams.md).
 
     Parameters
     ----------
@@ -245,11 +291,15 @@ def release(
         depend on the data, so it must not be published (docs/guide/privacy.md, "What a release
         publishes").
         Needs bokeh (extra ``[notebook]``).
+    period_label : str, optional
+        A stream's period label (its coordinate in the stream's store, e.g. a date); default:
+        the period's index. Only for a spec with a ``stream`` section.
 
     Returns
     -------
     ReleaseResult
-        The finished release.
+        The finished release (a stream: the released period, a
+        :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
@@ -272,7 +322,14 @@ def release(
         true, ``charge`` and the message say what was charged to which ledger dataset
         (without a ledger, nothing is charged and the message says nothing of a charge).
     """
-    rplan = dry_run(spec, release_id=release_id, output=output)
+    s = load(spec, output=output)
+    if s.stream is not None:
+        return _release_period(
+            s, client, scheduler, seed, period_label, release_id, cluster, security
+        )
+    if period_label is not None:
+        raise SpecError("period_label names a period of a stream; the spec has no stream section")
+    rplan = dry_run(s, release_id=release_id)
     rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
     local = client is None and cluster == "local"
@@ -291,6 +348,36 @@ def release(
         processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def _release_period(
+    s: ReleaseSpec,
+    client: Client | None,
+    scheduler: str | None,
+    seed: int | None,
+    period_label: str | None,
+    release_id: str | None,
+    cluster: str,
+    security: Any,
+) -> PeriodResult:
+    """The next period of the stream of ``s``
+    (:func:`~mvg_dask.engine.stream.run_stream_release`)."""
+    from mvg_dask.engine.stream import run_stream_release
+
+    options: dict[str, Any] = {"period_label": period_label, "seed": seed, "release_id": release_id}
+    if client is not None:
+        return run_stream_release(s, client, **options)
+    from mvg_dask.engine.cluster import connect
+
+    nbytes = read_input_metadata(s.input, s.group_by, s.cols_variable).nbytes
+    with connect(
+        scheduler,
+        cluster=cluster,
+        security=security,
+        seeded=seed is not None,
+        processes=nbytes > IN_PROCESS_MAX_BYTES,
+    ) as new:
+        return run_stream_release(s, new, **options)
 
 
 def check(
@@ -542,13 +629,17 @@ def preview(
     return _preview(rplan)
 
 
-def open_release(store: str, **kwargs: Any) -> xr.Dataset:
+def open_release(store: str, *, period: int | str | None = None, **kwargs: Any) -> xr.Dataset:
     """Open a released dataset, refusing one that is not complete.
 
     Parameters
     ----------
     store : str
         Output store path or URL.
+    period : int or str, optional
+        A stream's store (docs/guide/streams.md): this period alone (its index or label), a
+        complete release whose ``.mvg`` gives the period's accuracy; default: every complete
+        period along a ``period`` dimension.
     **kwargs
         Passed to :func:`xarray.open_zarr`.
 
@@ -558,5 +649,151 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
         The release (its ``.mvg`` accessor is registered by ``import mvg_dask.xarray``).
     """
     from mvg_dask.engine.output import open_release as _open
+    from mvg_dask.engine.stream_store import is_stream_store, open_period, open_stream
 
+    options = kwargs.get("storage_options")
+    if is_stream_store(store, options):
+        if period is not None:
+            return open_period(store, period, storage_options=options)
+        return open_stream(store, storage_options=options)
+    if period is not None:
+        raise ValueError(f"{store} is not a stream's store: it has no periods")
     return _open(store, **kwargs)
+
+
+def release_round(
+    values: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> RoundRelease:
+    """Release one matrix from memory under ``(epsilon, delta)``-DP: a round.
+
+    One contributor determines the whole matrix within a declared bound: ``clip=C`` (every
+    entry in ``[-C, C]``) or ``frobenius=r`` (``||f||_F <= r``); the matrix is clipped to it
+    and released with lattice noise from the keyed generator, without Zarr or a cluster, and
+    without a ledger (:func:`training_run` charges one; docs/guide/rounds.md).
+
+    Parameters
+    ----------
+    values : array-like
+        An ``m x n`` numpy or dask matrix (a dask array is computed).
+    epsilon, delta : float
+    calibration : {"mgm-idn", "mgm-udn", "mgm", "mvg-thm2", "exact", "gaussian"}
+        ``gaussian`` is the i.i.d. analytic Gaussian; ``mgm-idn`` needs ``clip``.
+    clip, frobenius : float
+        Exactly one: the declared per-contributor bound.
+    allocation : str or dict, optional
+        ``"uniform"`` or ``{"binary": {"important": [rows], "share": 0.8}}`` over the rows.
+    seed : int, optional
+        A reproducible key (not private); default: a fresh one.
+
+    Returns
+    -------
+    RoundRelease
+        ``.values`` (the noisy matrix) and ``.plan`` (its public plan: ``.std`` per entry).
+
+    Raises
+    ------
+    ValueError
+        One line for bad input (a calibration that does not apply, no bound, a bad matrix).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> out = api.release_round(np.zeros((3, 2)), epsilon=1.0, delta=1e-5, clip=1.0, seed=0)
+    >>> out.values.shape, out.plan.calibration
+    ((3, 2), 'mgm-idn')
+    """
+    from mvg_dask.engine.rounds import one_round
+    from mvg_dask.plan.rounds import RoundBound
+
+    bound = RoundBound.of(clip, frobenius)
+    return one_round(values, epsilon, delta, calibration, bound, allocation, seed)
+
+
+def training_run(
+    *,
+    shape: tuple[int, int],
+    rounds: int,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    sampling_probability: float = 1.0,
+    ledger: Ledger | str | Path | None = None,
+    dataset: str | None = None,
+    release_id: str | None = None,
+    seed: int | None = None,
+) -> TrainingRun:
+    """A training run: ``rounds`` rounds of one contributor's ``shape`` matrices (gradients,
+    features) whose total is ``(epsilon, delta)``, charged to the ledger as one entry.
+
+    The total is split over the rounds by dp-accounting's privacy-loss distributions (with
+    Poisson-subsampling amplification when ``sampling_probability < 1``); the run's composed
+    loss is checked against the dataset's budget and reserved *before round 1*: a run that
+    does not fit is refused here and nothing is charged (docs/guide/rounds.md).
+
+    Parameters
+    ----------
+    shape, rounds : tuple of int, int
+        ``(m, n)`` of every round's matrix, and how many rounds.
+    epsilon, delta : float
+        The run's total guarantee.
+    calibration, clip, frobenius, allocation
+        As for :func:`release_round`.
+    sampling_probability : float, default 1
+        Each round is computed on a Poisson sample of the records at this rate (the caller
+        samples; the guarantee is then add-remove).
+    ledger : Ledger, str or Path, optional
+        Where the run is charged (``dataset`` must have a budget there).
+    dataset, release_id : str, optional
+        The ledger's dataset, and the entry's id (default: a fresh one).
+    seed : int, optional
+        A reproducible key: not private, so the ledger refuses it.
+
+    Returns
+    -------
+    TrainingRun
+        ``.release(matrix)`` per round; a context manager that commits the entry at the end.
+
+    Raises
+    ------
+    ValueError
+        Bad input (:class:`~mvg_dask.errors.BudgetError`: the run does not fit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> with api.training_run(shape=(4, 3), rounds=2, epsilon=2.0, delta=1e-5, clip=0.1,
+    ...                       seed=0) as run:
+    ...     noisy = [run.release(np.zeros((4, 3))) for _ in range(2)]
+    >>> run.done, round(run.spent_epsilon(), 2) <= 2.0
+    (2, True)
+    """
+    from mvg_dask.engine.rounds import TrainingRun
+    from mvg_dask.plan.rounds import RoundBound
+
+    return TrainingRun(
+        shape=shape,
+        rounds=rounds,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        bound=RoundBound.of(clip, frobenius),
+        allocation=allocation,
+        sampling_probability=sampling_probability,
+        seed=seed,
+        ledger=ledger,
+        dataset=dataset,
+        release_id=release_id,
+    )

@@ -40,6 +40,7 @@ from mvg_dask.privacy import allocation
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.accounting import GaussianDP
 from mvg_dask.privacy.registry import get_calibration
+from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
     ColumnsSpec,
     CrossCovarianceQuerySpec,
@@ -48,6 +49,7 @@ from mvg_dask.spec import (
     SpecError,
     spec_hash,
 )
+from mvg_dask.spec.allocation import choose_allocation
 
 
 def new_release_id(name: str) -> str:
@@ -205,7 +207,7 @@ def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
             f"or dp-pca (its top k are kept), {whole}"
         )
     if d.method == "dp-pca":
-        if a.strategy not in ("uniform", "binary"):
+        if a.strategy not in (None, "uniform", "binary"):
             raise DataError(
                 f"{blocked}: DP-PCA keeps only its top k directions, so allocation.strategy must "
                 f"be uniform or binary (got {a.strategy}), {whole}"
@@ -228,7 +230,9 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
-def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
+def _lattice_context(
+    spec: ReleaseSpec, metadata: InputMetadata, min_log2_grid: int | None = None
+) -> LatticeContext | None:
     """How the engine will sum the query, from public values only: what the float-error bound
     of a lattice release needs (``None`` for float noise).
 
@@ -261,7 +265,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
         # that the plan, and the bytes of a release with standard directions, never depend on
         # output.matrix_chunk
         depth = max(depth, panel_depth(records, PANEL_RECORDS))
-    return LatticeContext(records=records, depth=depth)
+    return LatticeContext(records=records, depth=depth, min_log2_grid=min_log2_grid)
 
 
 def _stages(
@@ -294,6 +298,7 @@ def plan_release(
     release_id: str | None = None,
     directions_matrix: np.ndarray | None = None,
     created: str | None = None,
+    min_log2_grid: int | None = None,
 ) -> ReleasePlan:
     """Plan a release from its spec and the input's metadata. Pure: reads nothing.
 
@@ -309,6 +314,8 @@ def plan_release(
         The matrix of ``directions: {method: matrix}`` (loaded by the caller).
     created : str, optional
         Plan time (ISO 8601); now by default.
+    min_log2_grid : int, optional
+        A floor of the lattice's grid exponent (a stream's, :mod:`mvg_dask.plan.stream`).
 
     Returns
     -------
@@ -324,19 +331,16 @@ def plan_release(
         bound the record domain proves for the query (before anything is read or charged).
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
-    m = metadata.features
-    matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
+    matrix_chunk = _matrix_chunk(spec, metadata.features)  # checked before any noise planning
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
-    a = mech.allocation
-    allocation = Allocation(
-        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
-    )
+    allocation, scale = _spec_allocation(spec)
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
-        context = _lattice_context(spec, metadata)
+        context = _lattice_context(spec, metadata, min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
+        allocation = _scaled(allocation, scale, query, domain, mean_step is not None)
         if mean_step is None:
             budgets, step, noise = _budgets_and_noise(
                 spec, query, domain, allocation, directions, step, context
@@ -352,7 +356,7 @@ def plan_release(
         ) from None
     stages = _stages(query, budgets.count_share > 0, step, matrix_chunk, mech.noise, mean_step)
     plan = ReleasePlan(
-        tile_records=tile_records_for(m),
+        tile_records=tile_records_for(metadata.features),
         release_id=rid,
         name=spec.name,
         created=created or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -367,7 +371,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
-        missing_fill=_missing_fill(spec, m, domain),
+        missing_fill=_missing_fill(spec, metadata.features, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,
@@ -389,6 +393,52 @@ def plan_release(
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan
+
+
+def _spec_allocation(spec: ReleaseSpec) -> tuple[Allocation, str | None]:
+    """The allocation the spec declares or gets by default (:func:`choose_allocation`), with
+    why, and what a scale-aware allocation's feature scale is."""
+    a = spec.mechanism.allocation
+    choice = choose_allocation(spec)
+    allocation = Allocation(
+        strategy=choice.strategy,  # type: ignore[arg-type]
+        important=a.important,
+        share=a.share,
+        theta=a.theta,
+        reason=choice.reason,
+    )
+    return allocation, choice.scale
+
+
+def _scaled(
+    allocation: Allocation,
+    scale: str | None,
+    query: MatrixQuery,
+    domain: RecordDomain,
+    mean_first: bool,
+) -> Allocation:
+    """A scale-aware allocation with each noise row's public scale (docs/bounds.md,
+    "Scale-aware allocation"): the box's widths or largest absolute values; a moment query's
+    constant coordinate ``s`` gets ``s / s'``, with ``s'`` the constant of the records rescaled
+    to unit widths, so the noise is the uniform noise of the rescaled records' moment mapped
+    back (the mean-first route's covariance step takes the widths)."""
+    if allocation.strategy != "scale-aware":
+        return allocation
+    if not isinstance(domain, BoxDomain):
+        raise DataError("mechanism.allocation: scale-aware needs a box domain (domain.box)")
+    scales = domain.widths if scale == "width" else domain.abs_max
+    if not np.all(scales > 0):
+        raise DataError(
+            "mechanism.allocation: scale-aware needs every feature's box to have a positive "
+            "scale; use uniform"
+        )
+    rows = query.shape[0]
+    if not mean_first and rows == domain.m + 1:  # a moment query's constant coordinate
+        unit = augmented_scale(domain.m / 4.0, domain.m)
+        scales = np.append(scales, float(getattr(query, "scale", 1.0)) / unit)
+    if scales.size != rows and not mean_first:
+        raise DataError(f"mechanism.allocation: scale-aware needs one scale per noise row ({rows})")
+    return replace(allocation, scales=tuple(float(v) for v in scales))
 
 
 def _mean_first_step(
