@@ -394,3 +394,33 @@ def test_one_ledger_charge_for_the_whole_stream(horizon: int, tmp_path, client) 
     with open_ledger(str(ledger)) as book:
         assert len(book.releases()) == 1
         assert book.summary() == summary
+
+
+def test_a_retried_period_consumes_the_records_of_its_first_attempt(tmp_path, client) -> None:
+    """Period 1 is written but its commit fails (a real fault: the state file's temporary
+    path is a directory); the store then grows before the retry. The retry must consume the
+    records of the first attempt (the published period was computed from them, with the
+    period's keyed noise): committing other records would store outputs that the published
+    period was not computed from, with the same noise, and period 2 would decode them. Period 2
+    has the bytes of a run that never failed."""
+    X = np.random.default_rng(11).uniform(0, 1, (M, 60))
+    ref_root, root = tmp_path / "ref", tmp_path / "retry"
+    ref_root.mkdir()
+    root.mkdir()
+    ref = run_periods(ref_root, stream_spec(ref_root), X, [20, 60], client)
+    spec = stream_spec(root)
+    blocker = root / "out.stream-state" / "p0001.arrays.tmp"
+    blocker.mkdir(parents=True)
+    put_input(root, X[:, :20])
+    with pytest.raises(OSError):
+        api.release(spec, client=client, seed=SEED, progress=False)
+    blocker.rmdir()
+    state = json.loads((root / "out.stream-state" / "stream.json").read_text())
+    assert state["periods"] == 0 and state["pending"]["period"] == 1
+    got = run_periods(root, spec, X, [40], client)
+    state = json.loads((root / "out.stream-state" / "stream.json").read_text())
+    assert state["periods"] == 1 and state["watermark"] == 20  # not 40
+    assert int(got[0].attrs["mvg_dask_stream_period"]) == 1
+    run_periods(root, spec, X, [60], client)
+    assert _files(root / "out" / "period-0002") == _files(ref_root / "out" / "period-0002")
+    assert len(ref) == 2

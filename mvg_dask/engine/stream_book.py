@@ -57,8 +57,11 @@ class StreamBook(Protocol):
         """The stream's key (hex)."""
         ...
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> Any:
-        """Claim the next period (in order; past the horizon refused)."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, watermark: int | None = None
+    ) -> Any:
+        """Claim the next period (in order; past the horizon refused), with the watermark it
+        reads to (a resumed period keeps its first attempt's: ``watermark_after``)."""
         ...
 
     def commit_period(
@@ -183,8 +186,11 @@ class FileStreamBook:
         meta = self._meta()
         return bool(meta and meta.get("seeded"))
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> BookPeriod:
-        """Claim ``period`` (the next one); a pending one is resumed."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, watermark: int | None = None
+    ) -> BookPeriod:
+        """Claim ``period`` (the next one) to read through ``watermark``; a pending one is
+        resumed with its first attempt's watermark."""
         meta = self._meta()
         assert meta is not None and meta["stream_id"] == stream_id
         if period > meta["horizon"]:
@@ -202,7 +208,7 @@ class FileStreamBook:
                     f"{pending['label']!r}, not {label!r}; re-run it with that label"
                 )
             return BookPeriod(**pending)
-        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"])
+        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"], watermark)
         meta["pending"] = asdict(entry)
         self._save(meta)
         return entry

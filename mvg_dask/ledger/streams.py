@@ -237,7 +237,13 @@ def _open(
 
 
 def _begin(
-    ex: Executor, lock: str, where: str, stream_id: str, period: int, label: str
+    ex: Executor,
+    lock: str,
+    where: str,
+    stream_id: str,
+    period: int,
+    label: str,
+    watermark: int | None = None,
 ) -> PeriodEntry:
     """The transaction of :meth:`StreamLedger.begin_period`."""
     s, _ = _locked(ex, stream_id, lock, where)
@@ -262,11 +268,13 @@ def _begin(
     ).fetchone()
     if pending is not None:  # cannot happen with in-order claims; a guard for hand edits
         raise ReleaseError(f"stream {stream_id!r}: period {pending[0]} is pending; resume it")
-    entry = PeriodEntry(stream_id, period, label, "pending", s.watermark, None, None, time.time())
-    ex.execute(
+    entry = PeriodEntry(
+        stream_id, period, label, "pending", s.watermark, watermark, None, time.time()
+    )
+    ex.execute(  # a pending period's watermark_after: what its every attempt reads to
         "INSERT INTO stream_periods (stream_id, period, label, status, watermark_before, "
-        "created) VALUES (?, ?, ?, 'pending', ?, ?)",
-        (stream_id, period, label, s.watermark, entry.created),
+        "watermark_after, created) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+        (stream_id, period, label, s.watermark, watermark, entry.created),
     )
     crash_point("ledger-begin-period")
     return entry
@@ -287,6 +295,11 @@ def _commit(
         raise ReleaseError(
             f"stream {stream_id!r}: period {period} is already committed through another "
             "record count; nothing was changed"
+        )
+    if p.watermark_after is not None and watermark != p.watermark_after:
+        raise ReleaseError(
+            f"stream {stream_id!r}: period {period} was claimed through {p.watermark_after} "
+            "records, not committed through another count; nothing was changed"
         )
     if watermark < p.watermark_before:
         raise ReleaseError(
@@ -453,7 +466,9 @@ class StreamLedger:
             raise LedgerError(f"stream {stream_id!r} is complete: its key is erased")
         return str(row[0])
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> PeriodEntry:
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, watermark: int | None = None
+    ) -> PeriodEntry:
         """Claim ``period`` of a stream (the next one), or find it pending or committed.
 
         Parameters
@@ -464,6 +479,10 @@ class StreamLedger:
             The period (1-based; must be the number of committed periods + 1 unless it exists).
         label : str
             Its label (a date, or the index); the same on every attempt.
+        watermark : int, optional
+            The record count a new claim reads to (kept as the pending period's
+            ``watermark_after``: a resumed attempt reads the same records, and the commit must
+            give it).
 
         Returns
         -------
@@ -483,7 +502,7 @@ class StreamLedger:
         if not isinstance(label, str) or not label:
             raise ValueError(f"period label: a non-empty string, not {label!r}")
         lock, where = self._lock_clause, self.display()
-        return self._run(lambda ex, _: _begin(ex, lock, where, stream_id, period, label))
+        return self._run(lambda ex, _: _begin(ex, lock, where, stream_id, period, label, watermark))
 
     def commit_period(
         self,
