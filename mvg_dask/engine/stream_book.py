@@ -229,9 +229,9 @@ class FileStreamBook:
             return  # committed already (a retry)
         for part, data in state.items():
             _write_atomic(self.directory / f"p{period:04d}.{part}", data)
+        pending = meta["pending"] or {}
         meta.update(periods=period, watermark=watermark, pending=None)
-        labels = meta.setdefault("labels", [])
-        labels.append(str(state.get("label", b"").decode()) if "label" in state else "")
+        meta.setdefault("labels", []).append(pending.get("label", str(period)))
         if period >= meta["horizon"]:
             meta.update(status="complete", key=None)
         self._save(meta)

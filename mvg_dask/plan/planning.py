@@ -230,7 +230,9 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
-def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
+def _lattice_context(
+    spec: ReleaseSpec, metadata: InputMetadata, min_log2_grid: int | None = None
+) -> LatticeContext | None:
     """How the engine will sum the query, from public values only: what the float-error bound
     of a lattice release needs (``None`` for float noise).
 
@@ -263,7 +265,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
         # that the plan, and the bytes of a release with standard directions, never depend on
         # output.matrix_chunk
         depth = max(depth, panel_depth(records, PANEL_RECORDS))
-    return LatticeContext(records=records, depth=depth)
+    return LatticeContext(records=records, depth=depth, min_log2_grid=min_log2_grid)
 
 
 def _stages(
@@ -329,17 +331,14 @@ def plan_release(
         bound the record domain proves for the query (before anything is read or charged).
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
-    m = metadata.features
-    matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
+    matrix_chunk = _matrix_chunk(spec, metadata.features)  # checked before any noise planning
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
     allocation, scale = _spec_allocation(spec)
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
-        context = _lattice_context(spec, metadata)
-        if context is not None and min_log2_grid is not None:
-            context = replace(context, min_log2_grid=min_log2_grid)
+        context = _lattice_context(spec, metadata, min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
         allocation = _scaled(allocation, scale, query, domain, mean_step is not None)
         if mean_step is None:
@@ -357,7 +356,7 @@ def plan_release(
         ) from None
     stages = _stages(query, budgets.count_share > 0, step, matrix_chunk, mech.noise, mean_step)
     plan = ReleasePlan(
-        tile_records=tile_records_for(m),
+        tile_records=tile_records_for(metadata.features),
         release_id=rid,
         name=spec.name,
         created=created or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -372,7 +371,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
-        missing_fill=_missing_fill(spec, m, domain),
+        missing_fill=_missing_fill(spec, metadata.features, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,
