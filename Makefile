@@ -46,6 +46,7 @@ test-fast: $(STAMP) lint typecheck
 ## docs/guide/performance.md).
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
+	$(BIN)/python -m tests.benchmarks.bench_latency
 	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
 	$(BIN)/python -m tests.benchmarks.bench_round

@@ -8,10 +8,15 @@ starts) and :func:`mvg_dask.engine.release.execute_release`.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import (
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "check",
     "dry_run",
+    "embedded_client",
+    "in_process",
     "load",
     "open_release",
     "performance_report_path",
@@ -304,7 +311,8 @@ def release(
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
     threads in this process, a larger one on a LocalCluster of worker processes (the same
-    bytes either way).
+    bytes either way; under add-remove neighbours the size is that of ``privacy.max_records``
+    records, see :func:`in_process`).
 
     Raises
     ------
@@ -337,6 +345,7 @@ def release(
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)
     from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
 
     with connect(
         scheduler,
@@ -345,9 +354,88 @@ def release(
         security=security,
         seeded=seed is not None,
         insecure_transport=insecure_transport,
-        processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
+        processes=not in_process(rplan.input, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
+    """Whether the embedded cluster of a release runs on threads in this process (an input of
+    at most ``IN_PROCESS_MAX_BYTES``) rather than on worker processes.
+
+    Decided from public values only. Under add-remove neighbours the record count is private,
+    and so is the input's size: the size counted is that of ``privacy.max_records`` records
+    (the declared public bound; by default ``2**32``, so worker processes).
+
+    Parameters
+    ----------
+    metadata : InputMetadata
+        The input's metadata (:func:`mvg_dask.engine.metadata.read_input_metadata`).
+    spec : ReleaseSpec
+        The spec.
+
+    Returns
+    -------
+    bool
+        True for threads in this process.
+    """
+    inp = metadata
+    if spec.privacy.neighbours != "add-remove":
+        return inp.nbytes <= IN_PROCESS_MAX_BYTES
+    from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS
+
+    records = spec.privacy.max_records or DEFAULT_MAX_RECORDS
+    per_record = sum(
+        part.features * np.dtype(part.dtype).itemsize
+        for part in (inp, inp.cols_input)
+        if part is not None
+    )
+    return records * per_record <= IN_PROCESS_MAX_BYTES
+
+
+@contextmanager
+def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Client]:
+    """One client for several releases of a spec's input (the periods of a stream, say):
+    the cluster :func:`release` would start for ``spec``, started once.
+
+    Each release on it is planned, reserved, charged and committed on its own, as with
+    ``release(spec, client=client)``; only the cluster is shared, and with it the cost of its
+    start (worker processes, their imports, the lattice kernels). Reusing it is safe: the choice
+    of threads or worker processes comes from public values only (:func:`in_process`), every
+    release sends its own key with its own tasks, and the workers keep no result of one release
+    once it is complete. ``DASK_SCHEDULER_ADDRESS``, when set, is used as by :func:`release`.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec of the releases to come (its input and plan pick the cluster).
+    output : str, optional
+        Overrides the spec's output store (for planning only).
+
+    Yields
+    ------
+    distributed.Client
+        The client; its cluster is closed on exit.
+
+    Examples
+    --------
+    >>> with api.embedded_client("period.yaml") as client:  # doctest: +SKIP
+    ...     for period in periods:
+    ...         api.release(period, client=client)
+    """
+    from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
+
+    s = load(spec, output=output)
+    rplan = dry_run(s)
+    with connect(
+        processes=not in_process(rplan.input, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
+    ) as client:
+        yield client
 
 
 def _release_period(
@@ -369,13 +457,13 @@ def _release_period(
         return run_stream_release(s, client, **options)
     from mvg_dask.engine.cluster import connect
 
-    nbytes = read_input_metadata(s.input, s.group_by, s.cols_variable).nbytes
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
     with connect(
         scheduler,
         cluster=cluster,
         security=security,
         seeded=seed is not None,
-        processes=nbytes > IN_PROCESS_MAX_BYTES,
+        processes=not in_process(metadata, s),  # public values only (add-remove)
     ) as new:
         return run_stream_release(s, new, **options)
 
@@ -577,6 +665,15 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
             "performance_report needs bokeh: pip install 'mvg_dask[notebook]' (or bokeh>=3.1)"
         )
     return path
+
+
+def _import_engine() -> None:
+    """Import what running a release needs on the client (the output format and its xarray and
+    dask arrays; about half a second of CPU in a fresh process), while the embedded cluster
+    starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``)."""
+    import dask.array  # noqa: F401
+
+    import mvg_dask.engine.release  # noqa: F401
 
 
 def _execute(

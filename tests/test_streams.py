@@ -266,6 +266,38 @@ def test_a_crash_in_period_5_resumes_with_the_same_bytes(point: str, tmp_path, c
         assert _files(crash_root / "out" / name) == _files(ref_root / "out" / name)
 
 
+def test_a_resumed_period_reads_the_records_it_claimed(tmp_path, client) -> None:
+    """A crash in period 2, then the next night's records are appended before the retry: the
+    retry finishes period 2 over the records period 2 claimed (the bytes of a run that never
+    crashed), and period 3 takes the appended ones."""
+    X = np.random.default_rng(4).uniform(0, 1, (M, 60))
+    sizes = [20, 40, 60]
+    ref_root, crash_root = tmp_path / "ref", tmp_path / "crash"
+    ref_root.mkdir()
+    crash_root.mkdir()
+    run_periods(ref_root, stream_spec(ref_root), X, sizes, client)
+    spec = stream_spec(crash_root)
+    run_periods(crash_root, spec, X, sizes[:1], client)
+    put_input(crash_root, X[:, : sizes[1]])
+    path = write_spec(crash_root / "nightly.yaml", spec)
+    env = {**os.environ, "MVG_DASK_CRASH_AT": "stream-skeleton"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH.format(seed=SEED), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stderr
+    state = json.loads((crash_root / "out.stream-state" / "stream.json").read_text())
+    assert state["pending"]["period"] == 2 and state["pending"]["watermark_after"] == sizes[1]
+    # the next night's records arrive before the retry
+    run_periods(crash_root, spec, X, [sizes[2], sizes[2]], client)
+    for t in (2, 3):
+        name = f"period-{t:04d}"
+        assert _files(crash_root / "out" / name) == _files(ref_root / "out" / name), t
+
+
 def test_sub_grid_changes_give_identical_bytes_in_every_period(tmp_path, client) -> None:
     X = np.random.default_rng(5).uniform(0.1, 0.9, (M, 90))
     Y = X.copy()
@@ -396,36 +428,6 @@ def test_one_ledger_charge_for_the_whole_stream(horizon: int, tmp_path, client) 
         assert book.summary() == summary
 
 
-def test_a_retried_period_consumes_the_records_of_its_first_attempt(tmp_path, client) -> None:
-    """Period 1 is written but its commit fails (a real fault: the state file's temporary
-    path is a directory); the store then grows before the retry. The retry must consume the
-    records of the first attempt (the published period was computed from them, with the
-    period's keyed noise): committing other records would store outputs that the published
-    period was not computed from, with the same noise, and period 2 would decode them. Period 2
-    has the bytes of a run that never failed."""
-    X = np.random.default_rng(11).uniform(0, 1, (M, 60))
-    ref_root, root = tmp_path / "ref", tmp_path / "retry"
-    ref_root.mkdir()
-    root.mkdir()
-    ref = run_periods(ref_root, stream_spec(ref_root), X, [20, 60], client)
-    spec = stream_spec(root)
-    blocker = root / "out.stream-state" / "p0001.arrays.tmp"
-    blocker.mkdir(parents=True)
-    put_input(root, X[:, :20])
-    with pytest.raises(OSError):
-        api.release(spec, client=client, seed=SEED, progress=False)
-    blocker.rmdir()
-    state = json.loads((root / "out.stream-state" / "stream.json").read_text())
-    assert state["periods"] == 0 and state["pending"]["period"] == 1
-    got = run_periods(root, spec, X, [40], client)
-    state = json.loads((root / "out.stream-state" / "stream.json").read_text())
-    assert state["periods"] == 1 and state["watermark"] == 20  # not 40
-    assert int(got[0].attrs["mvg_dask_stream_period"]) == 1
-    run_periods(root, spec, X, [60], client)
-    assert _files(root / "out" / "period-0002") == _files(ref_root / "out" / "period-0002")
-    assert len(ref) == 2
-
-
 @pytest.mark.parametrize("name", ["square-root", "tree"])
 def test_period_noise_has_the_published_std(name: str) -> None:
     """The engine's period functions alone (zero increments): over 300 keys x 16 entries the
@@ -463,7 +465,7 @@ def test_a_file_books_key_is_readable_by_its_owner_only(tmp_path) -> None:
     try:
         book = FileStreamBook.beside(str(tmp_path / "out"))
         book.open_stream(stream_id="s", horizon=2, spec_hash="h")
-        book.begin_period("s", 1, "1", watermark=3)
+        book.begin_period("s", 1, "1", target=3)
         book.commit_period("s", 1, watermark=3, state={"arrays": b"x"})
     finally:
         os.umask(old)

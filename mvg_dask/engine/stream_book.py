@@ -58,10 +58,10 @@ class StreamBook(Protocol):
         ...
 
     def begin_period(
-        self, stream_id: str, period: int, label: str, *, watermark: int | None = None
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
     ) -> Any:
-        """Claim the next period (in order; past the horizon refused), with the watermark it
-        reads to (a resumed period keeps its first attempt's: ``watermark_after``)."""
+        """Claim the next period (in order; past the horizon refused), reading through
+        ``target`` records (kept with the claim: a resumed period reads the same records)."""
         ...
 
     def commit_period(
@@ -192,10 +192,10 @@ class FileStreamBook:
         return bool(meta and meta.get("seeded"))
 
     def begin_period(
-        self, stream_id: str, period: int, label: str, *, watermark: int | None = None
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
     ) -> BookPeriod:
-        """Claim ``period`` (the next one) to read through ``watermark``; a pending one is
-        resumed with its first attempt's watermark."""
+        """Claim ``period`` (the next one) through ``target`` records; a pending one is resumed
+        with the target it was claimed with."""
         meta = self._meta()
         assert meta is not None and meta["stream_id"] == stream_id
         if period > meta["horizon"]:
@@ -213,7 +213,7 @@ class FileStreamBook:
                     f"{pending['label']!r}, not {label!r}; re-run it with that label"
                 )
             return BookPeriod(**pending)
-        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"], watermark)
+        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"], target)
         meta["pending"] = asdict(entry)
         self._save(meta)
         return entry
