@@ -42,12 +42,14 @@ test: $(STAMP) lint typecheck docs
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
-## Benchmarks (ratios against baselines measured in the same run; never asserted;
+## Benchmarks (ratios against baselines measured in the same run; never asserted; the DP
+## peers need the optional extra: `.venv/bin/pip install -e ".[bench]"`;
 ## docs/guide/performance.md).
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
 	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
+	$(BIN)/python -m tests.benchmarks.bench_peers
 
 ## The paper's experiments (docs/guide/paper.md) and the covariance benchmark, from the lab.
 experiments: $(STAMP)
