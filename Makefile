@@ -46,6 +46,7 @@ test-fast: $(STAMP) lint typecheck
 ## peers need the optional extra: `.venv/bin/pip install -e ".[bench]"`;
 ## docs/guide/performance.md).
 bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_codecs
 	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
 	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
