@@ -209,9 +209,14 @@ def _decode(start: int, stop: int, root: str, chunk: int) -> int:
     """The raw decode floor of a chunk: its file read into a buffer this process keeps and
     decoded (zstd, or the raw bytes) into an array this process keeps; nothing else (no
     metadata, no checks, no allocation)."""
+    import sys
+
     import numcodecs
 
-    meta = _DECODE.get(root)
+    # kept by the worker process: run as ``__main__``, this module's globals travel with each
+    # task by value, so a module-level cache would be a fresh one per task
+    kept: dict[str, dict[str, Any]] = sys.__dict__.setdefault("_mvg_bench_decode", {})
+    meta = kept.get(root)
     if meta is None:
         import json
 
@@ -220,7 +225,7 @@ def _decode(start: int, stop: int, root: str, chunk: int) -> int:
         codecs = [c["name"] for c in stored["codecs"]]
         shape = stored["chunk_grid"]["configuration"]["chunk_shape"]
         out = np.empty(shape, dtype=stored["data_type"])
-        meta = _DECODE[root] = {"zstd": "zstd" in codecs, "out": out, "buf": None}
+        meta = kept[root] = {"zstd": "zstd" in codecs, "out": out, "buf": None}
     path = os.path.join(root, "c", "0", str(start // chunk))
     t = time.perf_counter()
     with open(path, "rb", buffering=0) as f:
@@ -234,9 +239,6 @@ def _decode(start: int, stop: int, root: str, chunk: int) -> int:
     else:
         meta["out"].reshape(-1).view(np.uint8)[:] = np.frombuffer(view, dtype=np.uint8)
     return int(1e9 * (time.perf_counter() - t))  # ns spent reading and decoding
-
-
-_DECODE: dict[str, dict[str, Any]] = {}
 
 
 def _noise(start: int, stop: int, m: int, n: int) -> int:
