@@ -418,6 +418,11 @@ def main() -> None:
         help="largest input (elements) the in-memory peers load (numpy, diffprivlib, OpenDP)",
     )
     p.add_argument("--queries", default="covariance,identity")
+    p.add_argument(
+        "--product-only",
+        action="store_true",
+        help="time the product alone (its peak memory per worker and its error)",
+    )
     p.add_argument("--workdir", default=None)
     args = p.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mvg-peers-"))
@@ -440,7 +445,7 @@ def main() -> None:
             make = covariance_contenders if query == "covariance" else identity_contenders
             for n in (int(float(r)) for r in args.records.split(",")):
                 store = _input(work, client, m, n)
-                listed = make(client, store, work, args)
+                listed = make(client, store, work, args)[: 1 if args.product_only else None]
                 sampler = MemorySampler()
                 with sampler.sample(query, interval=0.1):
                     listed[0].once()  # the product once more, its memory sampled
