@@ -217,7 +217,7 @@ def _decode(lay: ChunkLayout, i: int, j: int) -> np.ndarray | None:
                 held = os.fstat(f.fileno()).st_size
                 if held != out.nbytes:
                     raise ValueError(f"chunk {i},{j} holds {held} bytes, expected {out.nbytes}")
-                target = memoryview(out.reshape(-1).view(np.uint8))
+                target = memoryview(out.data).cast("B")
                 got = 0
                 while got < held:
                     n = f.readinto(target[got:])
