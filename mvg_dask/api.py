@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
-from mvg_dask.spec import ReleaseSpec, load_spec, parse_spec, resolve_paths, with_output_store
+from mvg_dask.spec import (
+    ReleaseSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+    resolve_paths,
+    with_output_store,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -23,6 +30,8 @@ if TYPE_CHECKING:
     from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
+    from mvg_dask.engine.stream import PeriodResult
+    from mvg_dask.plan.stream import StreamPreview
 
 __all__ = [
     "check",
@@ -83,8 +92,9 @@ def release_spec(
         "important": [...], "share": 0.8}`` for its column covariance ``Psi``
         (docs/concepts/queries.md).
     mechanism, ledger : dict or model, optional
-        Left out: the defaults (unimodal, exact, standard directions, uniform allocation) and
-        no ledger.
+        Left out: the defaults (unimodal, exact, standard directions; allocation scale-aware
+        where the declared box gives the features different scales, else uniform) and no
+        ledger.
     release_id : str, optional
         A fixed release id (retry-safe).
     group_by : dict or GroupBySpec, optional
@@ -193,6 +203,36 @@ def dry_run(
     )
 
 
+def stream_dry_run(
+    spec: SpecLike, *, release_id: str | None = None, output: str | None = None
+) -> StreamPreview:
+    """Plan a stream's next period from metadata only (no chunk is read, nothing is charged).
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec with a ``stream`` section.
+    release_id, output : str, optional
+        Overrides, as for :func:`dry_run`.
+
+    Returns
+    -------
+    StreamPreview
+        The stream's plan, the next period's std and the comparison at the same budget
+        (naive re-release, the tree, the tree with Honaker's estimator, the square root);
+        ``.text`` is what ``mvg-dask release --dry-run`` prints.
+    """
+    from mvg_dask.engine.stream import next_period
+    from mvg_dask.plan.stream import one_shot_plan, plan_stream, preview_stream
+
+    s = load(spec, output=output)
+    if s.stream is None:
+        raise SpecError("stream_dry_run needs a spec with a stream section")
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
+    stream = plan_stream(s, metadata, release_id=release_id)
+    return preview_stream(stream, one_shot_plan(s, metadata), next_period(s, stream))
+
+
 def release(
     spec: SpecLike,
     *,
@@ -207,8 +247,10 @@ def release(
     security: Any = None,
     insecure_transport: bool = False,
     performance_report: str | Path | bool | None = None,
+    period_label: str | None = None,
 ) -> ReleaseResult:
-    """Plan and run a release.
+    """Plan and run a release; for a spec with a ``stream`` section, release the stream's next
+    period (docs/guide/streams.md).
 
     Parameters
     ----------
@@ -245,11 +287,15 @@ def release(
         depend on the data, so it must not be published (docs/guide/privacy.md, "What a release
         publishes").
         Needs bokeh (extra ``[notebook]``).
+    period_label : str, optional
+        A stream's period label (its coordinate in the stream's store, e.g. a date); default:
+        the period's index. Only for a spec with a ``stream`` section.
 
     Returns
     -------
     ReleaseResult
-        The finished release.
+        The finished release (a stream: the released period, a
+        :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
@@ -272,7 +318,14 @@ def release(
         true, ``charge`` and the message say what was charged to which ledger dataset
         (without a ledger, nothing is charged and the message says nothing of a charge).
     """
-    rplan = dry_run(spec, release_id=release_id, output=output)
+    s = load(spec, output=output)
+    if s.stream is not None:
+        return _release_period(
+            s, client, scheduler, seed, period_label, release_id, cluster, security
+        )
+    if period_label is not None:
+        raise SpecError("period_label names a period of a stream; the spec has no stream section")
+    rplan = dry_run(s, release_id=release_id)
     rplan.check_seed(seed)
     report = performance_report_path(rplan.output_store, performance_report)
     local = client is None and cluster == "local"
@@ -291,6 +344,36 @@ def release(
         processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def _release_period(
+    s: ReleaseSpec,
+    client: Client | None,
+    scheduler: str | None,
+    seed: int | None,
+    period_label: str | None,
+    release_id: str | None,
+    cluster: str,
+    security: Any,
+) -> PeriodResult:
+    """The next period of the stream of ``s``
+    (:func:`~mvg_dask.engine.stream.run_stream_release`)."""
+    from mvg_dask.engine.stream import run_stream_release
+
+    options: dict[str, Any] = {"period_label": period_label, "seed": seed, "release_id": release_id}
+    if client is not None:
+        return run_stream_release(s, client, **options)
+    from mvg_dask.engine.cluster import connect
+
+    nbytes = read_input_metadata(s.input, s.group_by, s.cols_variable).nbytes
+    with connect(
+        scheduler,
+        cluster=cluster,
+        security=security,
+        seeded=seed is not None,
+        processes=nbytes > IN_PROCESS_MAX_BYTES,
+    ) as new:
+        return run_stream_release(s, new, **options)
 
 
 def check(
@@ -542,13 +625,17 @@ def preview(
     return _preview(rplan)
 
 
-def open_release(store: str, **kwargs: Any) -> xr.Dataset:
+def open_release(store: str, *, period: int | str | None = None, **kwargs: Any) -> xr.Dataset:
     """Open a released dataset, refusing one that is not complete.
 
     Parameters
     ----------
     store : str
         Output store path or URL.
+    period : int or str, optional
+        A stream's store (docs/guide/streams.md): this period alone (its index or label), a
+        complete release whose ``.mvg`` gives the period's accuracy; default: every complete
+        period along a ``period`` dimension.
     **kwargs
         Passed to :func:`xarray.open_zarr`.
 
@@ -558,5 +645,13 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
         The release (its ``.mvg`` accessor is registered by ``import mvg_dask.xarray``).
     """
     from mvg_dask.engine.output import open_release as _open
+    from mvg_dask.engine.stream_store import is_stream_store, open_period, open_stream
 
+    options = kwargs.get("storage_options")
+    if is_stream_store(store, options):
+        if period is not None:
+            return open_period(store, period, storage_options=options)
+        return open_stream(store, storage_options=options)
+    if period is not None:
+        raise ValueError(f"{store} is not a stream's store: it has no periods")
     return _open(store, **kwargs)

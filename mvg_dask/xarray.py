@@ -26,13 +26,14 @@ errors); the input is the object itself, written to a new Zarr store in ``direct
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
-from mvg_dask.interactive import read, write
+from mvg_dask.interactive import choose, read, write
 from mvg_dask.plan.estimators import moment_regression
 from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.release_format import (
@@ -224,6 +225,15 @@ class MvgAccessor(_ReleaseAccessor):
         spiked shrinker helps a spiked spectrum and hurts a flat one, the identity target suits a
         flat one: :func:`mvg_dask.interactive.read.shrunk_covariance`)."""
         return read.shrunk_covariance(self._ds, target, bulk=bulk)
+
+    def estimate_covariance(
+        self, *, candidates: Sequence[str] | None = None, probes: int = 4, seed: int = 0
+    ) -> xr.DataArray:
+        """The covariance estimate that chooses for itself: the raw release, PSD projection,
+        shrinkers or nuclear-norm projection with the smallest unbiased risk estimate under the
+        published noise law (a new variable; no privacy cost:
+        :func:`mvg_dask.interactive.choose.estimate_covariance`)."""
+        return choose.estimate_covariance(self._ds, candidates=candidates, probes=probes, seed=seed)
 
     def correlation(self, level: float = 0.95) -> xr.Dataset:
         """Correlations with approximate per-entry intervals (new variables; no privacy cost:

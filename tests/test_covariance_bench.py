@@ -211,9 +211,12 @@ def test_spiked_shrinkage_bulk_mean_keeps_the_floor() -> None:
 def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A small grid runs every method (Amin et al. and CoinPress included at d = 6), is
     reproducible from its seed, and writes the CSV, the Markdown table and the figure."""
+    from mvg_dask.plan.covariance_selection import CANDIDATES
     from mvg_dask_lab.experiments.covariance_bench import (
         BASELINES,
         METHODS,
+        PRODUCT,
+        read_bench_rows,
         run_covariance_bench,
         write_bench_files,
     )
@@ -228,10 +231,32 @@ def test_covariance_bench_runs_and_writes_its_files(tmp_path) -> None:  # type: 
         assert name in BASELINES and err > 0
     files = write_bench_files(result, tmp_path / "bench", command="test")
     text = files.markdown.read_text()
-    assert "| spiked | 6 | 3,000 | 1 | `mvg-shrink` |" in text
-    assert "| full-rank | 6 | 3,000 | 1 | `mvg-identity` |" in text
+    assert "| spiked | 6 | 3,000 | 1 | `mvg-auto` |" in text
+    assert "| full-rank | 6 | 3,000 | 1 | `mvg-auto` |" in text
+    for setting in result.settings():  # mvg-auto's choice in each trial is a candidate
+        assert len(result.choices[setting]) == 2
+        assert set(result.choices[setting]) <= set(CANDIDATES)
     assert files.csv.read_text().count("\n") == 1 + len(result.rows)
     assert files.plot.stat().st_size > 10_000
+    # the baselines' rows of a run reused: the product's rows measured again, the same
+    reused = run_covariance_bench(
+        **kwargs,  # type: ignore[arg-type]
+        baseline_rows=read_bench_rows(files.csv),
+        baselines_from="earlier.csv",
+    )
+    as_written = {m: m in BASELINES for m in METHODS}  # the CSV keeps 6 significant digits
+    assert [(r.method, r.frobenius) for r in reused.rows] == [
+        (r.method, float(f"{r.frobenius:.6g}") if as_written[r.method] else r.frobenius)
+        for r in result.rows
+    ]
+    assert reused.reproduced == (2 * len(PRODUCT), 2 * len(PRODUCT))
+    text = write_bench_files(reused, tmp_path / "again", command="test").markdown.read_text()
+    assert "The baselines' rows are those of earlier.csv" in text
+    with pytest.raises(ValueError, match="no baselines with 3 trials"):
+        run_covariance_bench(
+            **{**kwargs, "trials": 3},  # type: ignore[arg-type]
+            baseline_rows=read_bench_rows(files.csv),
+        )
 
 
 def test_covariance_bench_cli_refuses_a_results_doc(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -243,3 +268,26 @@ def test_covariance_bench_cli_refuses_a_results_doc(tmp_path) -> None:  # type: 
     )
     assert out.exit_code == 2
     assert "--results-doc goes with the paper's experiments" in out.output
+
+
+def test_baselines_from_goes_with_the_covariance_bench(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from mvg_dask.cli import app
+
+    csv_path = tmp_path / "old.csv"
+    csv_path.write_text("benchmark,d\n")
+    out = CliRunner().invoke(
+        app, ["experiments", "first-pc", "--out", str(tmp_path), "--baselines-from", str(csv_path)]
+    )
+    assert out.exit_code == 2 and "--baselines-from goes with covariance-bench" in out.output
+    out = CliRunner().invoke(
+        app,
+        [
+            "experiments",
+            "covariance-bench",
+            "--out",
+            str(tmp_path),
+            "--baselines-from",
+            str(csv_path),
+        ],
+    )
+    assert out.exit_code == 2 and "--baselines-from" in out.output

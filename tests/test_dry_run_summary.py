@@ -23,6 +23,7 @@ LABELS = (
     "query",
     "domain",
     "mechanism",
+    "allocation",
     "sensitivity",
     "noise std",
     "arithmetic",

@@ -115,6 +115,17 @@ CASES: dict[str, dict[str, Any]] = {
         "query": "covariance",
         "mechanism": {"algorithm": "equi-modal", "calibration": "mvg-thm3"},
     },
+    # a box of features of different widths: the scale-aware allocation it takes by default
+    "covariance-scale-aware": {
+        "query": "covariance",
+        "mechanism": {"algorithm": "symmetric"},
+        "domain": {"lower": [-0.25, -0.5, -1.0, -1.0], "upper": [0.25, 0.5, 1.0, 4.0]},
+    },
+    "centered-scale-aware": {
+        "query": "centered-covariance",
+        "mechanism": {"algorithm": "symmetric"},
+        "domain": {"lower": [-0.25, -0.5, -1.0, -1.0], "upper": [0.25, 0.5, 1.0, 4.0]},
+    },
     "wide-symmetric": {
         "query": "covariance",
         "features": 300,
@@ -148,7 +159,10 @@ def _spec(case: str, root: Path, noise: str | None) -> dict[str, Any]:
         "name": "golden",
         "release_id": f"golden-{case}",
         "input": {"store": str(root / "input.zarr"), "variable": "X"},
-        "domain": {"box": {"lower": -1.0, "upper": 1.0}, "on_violation": "clip"},
+        "domain": {
+            "box": c.get("domain", {"lower": -1.0, "upper": 1.0}),
+            "on_violation": "clip",
+        },
         "query": c["query"],
         "mechanism": mechanism,
         "privacy": {"epsilon": 1.0, "delta": 1e-6, **c.get("privacy", {})},

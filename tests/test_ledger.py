@@ -649,8 +649,8 @@ def test_a_version_1_file_migrates_in_place(tmp_path):
         text=True,
         check=True,
     )
-    assert "migrated from schema version 1 to 3" in out.stdout
-    assert "already at schema version 3" in migrate_ledger(path)
+    assert "migrated from schema version 1 to 4" in out.stdout
+    assert "already at schema version 4" in migrate_ledger(path)
     with open_ledger(path) as book:
         entries = {e.release_id: e for e in book.releases()}
         assert set(entries) == {"v1-committed", "v1-pending"}
@@ -725,7 +725,7 @@ def test_a_version_2_file_migrates_with_every_loss_preserved(tmp_path):
     with pytest.raises(LedgerError, match=r"schema version 2; .* ledger migrate --ledger"):
         open_ledger(path)
     assert path.read_bytes() == before  # refused: nothing changed
-    assert "migrated from schema version 2 to 3" in migrate_ledger(path)
+    assert "migrated from schema version 2 to 4" in migrate_ledger(path)
     with open_ledger(path) as book:
         _check_migrated_v2(book)
         assert book.lookup("m-pending").noise_key == "00" * 32  # a pending key is kept
@@ -760,7 +760,7 @@ def test_a_version_2_postgres_ledger_migrates(pg_location):
             )
     with pytest.raises(LedgerError, match="schema version 2;"):
         open_ledger(pg_location)
-    assert "migrated from schema version 2 to 3" in migrate_ledger(pg_location)
+    assert "migrated from schema version 2 to 4" in migrate_ledger(pg_location)
     with open_ledger(pg_location) as book:
         _check_migrated_v2(book)
 
@@ -781,8 +781,8 @@ def test_migrate_creates_an_empty_postgres_ledger(pg_server, pg_location):
         open_ledger(empty, create=False)
     out = _cli("show", "--ledger", empty, check=False)
     assert out.returncode == 1 and "holds no mvg_dask ledger" in out.stderr
-    assert "created at schema version 3" in migrate_ledger(pg_location)
-    assert "already at schema version 3" in migrate_ledger(pg_location)
+    assert "created at schema version 4" in migrate_ledger(pg_location)
+    assert "already at schema version 4" in migrate_ledger(pg_location)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
@@ -814,7 +814,7 @@ def test_ledger_show_and_export_cli(location, tmp_path):
     exported = json.loads(target.read_text())
     assert KEY not in target.read_text()
     assert [r["release_id"] for r in exported["releases"]] == ["r1", "r2"]
-    assert exported["schema_version"] == 3 and exported["datasets"][0]["dataset"] == "d"
+    assert exported["schema_version"] == 4 and exported["datasets"][0]["dataset"] == "d"
     assert all("noise_key" not in r for r in exported["releases"])
     out = _cli("abort", "--ledger", location, "r2", "--reason", "crashed; not resumed")
     assert "stays charged" in out.stdout

@@ -95,7 +95,7 @@ def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_every_overlay_renders_with_kubectl_kustomize():
-    assert OVERLAYS == ["long-lived", "one-off", "scheduled"]
+    assert OVERLAYS == ["long-lived", "one-off", "scheduled", "stream"]
     kinds = {o: sorted(d["kind"] for d in render(o)) for o in OVERLAYS}
     base = ["ConfigMap", "Role", "RoleBinding", "Secret", "Secret", "ServiceAccount"]
     base += ["Service", "StatefulSet"]  # the ledger's PostgreSQL
@@ -192,8 +192,13 @@ def test_the_crd_check_fails_on_a_renamed_field(overlay, kind, path):
 # --- the release spec in the ConfigMap -------------------------------------------------------
 
 
+def _configmap(docs: list[dict[str, Any]], name: str = "mvg-dask-release") -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    return doc
+
+
 def _configmap_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    data = yaml.safe_load(one(docs, "ConfigMap")["data"]["release.yaml"])
+    data = yaml.safe_load(_configmap(docs)["data"]["release.yaml"])
     assert isinstance(data, dict)
     return data
 
@@ -217,7 +222,7 @@ def test_the_spec_validator_fails_on_a_renamed_field():
 
 def test_the_configmap_cluster_options_are_valid(tmp_path):
     f = tmp_path / "cluster.yaml"
-    f.write_text(one(render("scheduled"), "ConfigMap")["data"]["cluster.yaml"])
+    f.write_text(_configmap(render("scheduled"))["data"]["cluster.yaml"])
     options = load_cluster_options(f)
     assert options.image == DEFAULT_IMAGE and options.idle_timeout > 0
     f.write_text(f.read_text().replace("idle_timeout", "idle_timeoutt"))
@@ -272,7 +277,7 @@ def test_the_ephemeral_cluster_runs_the_job_pods_image(monkeypatch, tmp_path):
     from mvg_dask.engine.kube import IMAGE_ENV
 
     f = tmp_path / "cluster.yaml"
-    f.write_text(one(render("scheduled"), "ConfigMap")["data"]["cluster.yaml"])
+    f.write_text(_configmap(render("scheduled"))["data"]["cluster.yaml"])
     monkeypatch.setenv(IMAGE_ENV, "registry.example.org/mvg-dask:9.9")
     assert load_cluster_options(f).image == "registry.example.org/mvg-dask:9.9"
     monkeypatch.delenv(IMAGE_ENV)
@@ -284,7 +289,9 @@ def test_the_ephemeral_cluster_runs_the_job_pods_image(monkeypatch, tmp_path):
 
 def _release_pods(overlay: str) -> list[dict[str, Any]]:
     docs = render(overlay)
-    kind = {"scheduled": "CronJob", "one-off": "DaskJob", "long-lived": "Job"}[overlay]
+    kind = {"scheduled": "CronJob", "stream": "CronJob", "one-off": "DaskJob", "long-lived": "Job"}[
+        overlay
+    ]
     doc = one(docs, kind)
     if kind == "CronJob":
         return [doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]]
@@ -408,6 +415,61 @@ def test_the_cronjob_runs_once_per_scheduled_time_and_resumes_on_retry():
     assert args[args.index("--cluster") + 1] == "kubernetes"
     assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "mvg-dask-ledger"
     assert job["template"]["spec"]["serviceAccountName"] == "mvg-dask"
+
+
+def _stream_period_args(job_name: str) -> list[str]:
+    """The arguments the stream CronJob's shell hands to mvg-dask for a Job named ``job_name``
+    (Kubernetes' ``$$`` escape expanded as the kubelet does, the shell run for real)."""
+    (c,) = containers(one(render("stream"), "CronJob"))
+    assert c["command"][-2:] == ["/bin/sh", "-c"]
+    (script,) = c["args"]
+    script = script.replace("$$", "$")
+    assert script.startswith("exec mvg-dask release ")
+    script = script.replace("exec mvg-dask", "exec printf '%s\\n'", 1)
+    out = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={"PATH": os.environ["PATH"], "JOB_NAME": job_name, "TZ": "Pacific/Kiritimati"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+def test_the_stream_cronjob_releases_one_period_per_night_labelled_by_its_scheduled_date():
+    """Every pod of one scheduled run (a retry too) releases the same period label: the date of
+    the run's scheduled time in UTC, computed from the Job's name, not from the clock."""
+    import datetime as dt
+
+    cron = one(render("stream"), "CronJob")
+    spec = cron["spec"]
+    assert spec["schedule"] == "0 2 * * *" and spec["timeZone"] == "Etc/UTC"
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["jobTemplate"]["spec"]["backoffLimit"] >= 1
+    scheduled = dt.datetime(2027, 3, 14, 2, 0, tzinfo=dt.UTC)  # one night's run
+    minutes = int(scheduled.timestamp()) // 60
+    args = _stream_period_args(f"mvg-dask-stream-{minutes}")
+    assert args[:2] == ["release", "/etc/mvg-dask/stream.yaml"]
+    assert args[args.index("--period-label") + 1] == "2027-03-14"
+    assert args[args.index("--cluster") + 1] == "kubernetes"
+    assert "--release-id" not in args and "--output" not in args  # the stream's own, in its spec
+    late = _stream_period_args(f"mvg-dask-stream-{minutes + 23 * 60 + 59}")  # 01:59 next day
+    assert late[late.index("--period-label") + 1] == "2027-03-15"
+
+
+def test_the_stream_spec_is_a_valid_stream_on_the_shared_budget():
+    docs = render("stream")
+    spec = yaml.safe_load(_configmap(docs, "mvg-dask-stream")["data"]["stream.yaml"])
+    parsed = parse_spec(spec, source="ConfigMap stream.yaml")
+    assert parsed.stream is not None and parsed.stream.horizon == 365
+    base = parse_spec(_configmap_spec(docs))
+    assert parsed.ledger is not None and base.ledger is not None
+    # the stream and the one-off release charge the same dataset's one budget
+    assert parsed.ledger == base.ledger
+    (pod,) = _release_pods("stream")
+    (volume,) = pod["volumes"]
+    sources = [s["configMap"]["name"] for s in volume["projected"]["sources"]]
+    assert sources == ["mvg-dask-release", "mvg-dask-stream"]
 
 
 def test_the_role_has_exactly_the_rules_of_kubecluster():

@@ -258,6 +258,22 @@ CASES: list[Case] = [
     # missing values filled with a declared value (published as mvg_dask_missing, from the
     # spec): B's record has NaN where A's has values
     Case("covariance", "symmetric", "exact", "replace-one", None, "box", missing=True),
+    # the scale-aware allocation a box of features of different widths gets by default (its
+    # shares are published in the plan): every query it applies to, both relations
+    Case("covariance", "symmetric", "exact", "replace-one", None, "scaled-box"),
+    Case("covariance", "symmetric", "exact", "add-remove", None, "scaled-box"),
+    Case("centered-covariance", "symmetric", "exact", "replace-one", None, "scaled-box"),
+    Case("identity", "unimodal", "exact", "replace-one", None, "scaled-box"),
+    Case("mean", "unimodal", "exact", "add-remove", N0, "scaled-box"),
+    Case(
+        "centered-covariance",
+        "symmetric",
+        "exact",
+        "replace-one",
+        None,
+        "scaled-box",
+        route="mean-first",
+    ),
     Case("identity", "unimodal", "exact", "replace-one", None, "l2", missing=True),
     Case("covariance", "unimodal", "exact", "add-remove", None, "l2", missing=True),
     # output encoding: a float32 input gives a float32, zstd-compressed output
@@ -270,7 +286,7 @@ CASES: list[Case] = [
 def base_data(domain: str, records: int = RECORDS) -> np.ndarray:
     """``M x records`` records strictly inside the domain (nothing is clipped in A)."""
     rng = np.random.default_rng(7)
-    if domain == "box":  # [-1, 1]^4
+    if domain in ("box", "scaled-box"):  # [-1, 1]^4, inside the scaled box too
         return rng.uniform(-0.95, 0.95, (M, records))
     return rng.uniform(-0.9, 0.9, (M, records))  # norms <= 1.8 < 2 = l2_norm
 
@@ -312,6 +328,10 @@ def second_pair(case: Case, records: int = RECORDS) -> tuple[np.ndarray | None, 
     b[:, replaced_record(records)] = Y_OUTSIDE
     return a, b
 
+
+#: a box whose features have different widths (the default allocation is scale-aware): it holds
+#: :func:`base_data`'s box records, not :data:`OUTSIDE`
+SCALED_BOX = {"lower": [-1.0, -2.0, -1.0, -2.5], "upper": [1.0, 2.0, 1.5, 0.5 + 2.0]}
 
 GROUP_LABELS = {"move": [0, 1, 2], "drop": ["a", "b", "c"]}
 
@@ -358,6 +378,8 @@ def spec_for(case: Case, root: Path) -> dict[str, Any]:
     domain: dict[str, Any] = (
         {"box": {"lower": -1.0, "upper": 1.0}} if case.domain == "box" else {"l2_norm": 2.0}
     )
+    if case.domain == "scaled-box":  # features of different widths: scale-aware by default
+        domain = {"box": SCALED_BOX}
     grouped = (
         {"group_by": {"variable": "site", "groups": GROUP_LABELS[case.group]}} if case.group else {}
     )
@@ -654,3 +676,53 @@ def test_progress_lines_do_not_tell_the_chunk_count(caplog) -> None:
             progress.close()
         seen.add(tuple(log_lines(caplog)))
     assert seen == {tuple(("mvg_dask", "INFO", f"gram: {10 * i}%") for i in range(1, 11))}
+
+
+# -- streams: every period of a stream -----------------------------------------------------
+def _stream_periods(root: Path, X: np.ndarray, sizes: list[int], client: Any) -> list[Any]:
+    """Release one period of an add-remove covariance stream per entry of ``sizes``."""
+    from tests.pipeline_helpers import make_input
+
+    spec = {
+        "name": "nightly",
+        "input": {"store": str(root / "in.zarr"), "variable": "X"},
+        "domain": {"box": {"lower": 0.0, "upper": 1.0}},
+        "query": "covariance",
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "neighbours": "add-remove"},
+        "output": {"store": str(root / "out")},
+        "stream": {"horizon": 8, "factorization": "tree", "max_records": 10_000},
+    }
+    facts = []
+    for n in sizes:
+        shutil.rmtree(root / "in.zarr", ignore_errors=True)
+        make_input(root / "in.zarr", X[:, :n], chunk=16)
+        facts.append((api.stream_dry_run(spec).text, api.release(spec, client=client, seed=SEED)))
+    return facts
+
+
+def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> None:
+    """Add-remove: ``B`` is ``A`` with one record more in period 2. Every period's store, the
+    stream's description, the results and the dry runs are byte-identical but for the noisy
+    values: no watermark, record count, period size or input shape is published."""
+    rng = np.random.default_rng(11)
+    A = rng.uniform(0.0, 1.0, (4, 60))
+    B = np.insert(A, 25, rng.uniform(0.0, 1.0, 4), axis=1)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fa = _stream_periods(tmp_path / "a", A, [20, 40, 60], client)
+    fb = _stream_periods(tmp_path / "b", B, [20, 41, 61], client)
+    for (text_a, res_a), (text_b, res_b) in zip(fa, fb, strict=True):
+        assert text_a == text_b
+        assert res_a.plan.to_json() == res_b.plan.to_json()
+        same = {"plan": None, "output": None}
+        assert vars(res_a) | same == vars(res_b) | same
+    a, b = tmp_path / "a" / "out", tmp_path / "b" / "out"
+    assert (a / "stream.json").read_bytes() == (b / "stream.json").read_bytes()
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+    differing = {}
+    for t in (1, 2, 3):
+        name = f"period-{t:04d}"
+        differing[t] = assert_same_except_noisy(
+            a / name, b / name, {"covariance", "gram", "record_count"}
+        )
+    assert not differing[1] and differing[2] and differing[3]  # period 1 is the same data

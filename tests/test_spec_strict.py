@@ -114,7 +114,7 @@ def test_the_spec_package_keeps_its_public_paths() -> None:
     import mvg_dask.spec as spec
 
     classes = [c for n in spec.__all__ if isinstance(c := getattr(spec, n), type)]
-    assert len(classes) == 23
+    assert len(classes) == 24
     for cls in classes:
         assert cls.__module__ == "mvg_dask.spec" and getattr(spec, cls.__name__) is cls
         assert pickle.loads(pickle.dumps(cls)) is cls

@@ -63,6 +63,15 @@ from mvg_dask.errors import MvgDaskError
         "Reproducible noise for tests and demos; NOT private, so refused for a spec with a ledger."
     ),
 )
+@click.option(
+    "--period-label",
+    default=None,
+    metavar="LABEL",
+    help=(
+        "A stream's period label (its coordinate in the stream's store, e.g. a date); default: "
+        "the period's index. Only for a spec with a stream section."
+    ),
+)
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @click.option(
     "--verbose",
@@ -84,6 +93,7 @@ def release(
     as_json: bool,
     performance_report: str | None,
     seed: int | None,
+    period_label: str | None,
     quiet: bool,
     verbose: bool,
     cluster: str,
@@ -102,6 +112,10 @@ def release(
     if dry_run and performance_report is not None:
         raise click.UsageError("--performance-report needs a release, not a --dry-run")
     try:
+        if dry_run and api.load(spec, output=output).stream is not None:
+            preview = api.stream_dry_run(spec, release_id=release_id, output=output)
+            click.echo(json.dumps(preview.to_dict(), indent=2) if as_json else preview.text)
+            return
         if dry_run:
             plan = api.dry_run(spec, release_id=release_id, output=output)
             if as_json:
@@ -127,12 +141,20 @@ def release(
             performance_report=(
                 True if performance_report == "auto" else performance_report or None
             ),
+            period_label=period_label,
         )
     except (MvgDaskError, OSError, RuntimeError, ValueError) as exc:
         fail(exc)
         return
     note = " (seeded: NOT private)" if result.seeded else ""
-    click.echo(f"release {result.release_id} complete: {result.output}{note}")
+    period = getattr(result, "period", None)
+    if period is not None:  # a stream's period
+        label = getattr(result, "label", "")
+        click.echo(
+            f"stream period {period} ({label}) {result.release_id} complete: {result.output}{note}"
+        )
+    else:
+        click.echo(f"release {result.release_id} complete: {result.output}{note}")
     if performance_report is not None:
         report = api.performance_report_path(
             result.output, True if performance_report == "auto" else performance_report

@@ -49,6 +49,7 @@ from mvg_dask.release_format import (
     ROUTE_ATTR,
     ROW_COV,
     SYMMETRIC_RATIO,
+    attr,
     check_complete,
     feature_dim,
     released_query_type,
@@ -59,6 +60,10 @@ from mvg_dask.release_format import gaussian_variable as _gaussian_variable
 if TYPE_CHECKING:
     import pandas as pd
 
+
+#: A stream period's ``‖B[t]‖₂`` (an attribute of one period; a coordinate along ``period``).
+STREAM_STD_FACTOR_ATTR = attr("stream_std_factor")
+STREAM_STD_FACTOR_COORD = "noise_std_factor"
 
 __all__ = [
     "budget_table",
@@ -113,8 +118,20 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     Returns
     -------
     xarray.DataArray
-        Aligned with the variable.
+        Aligned with the variable. A period of a stream (docs/guide/streams.md): the period
+        plan's std times the period's ``‖B[t]‖₂`` (every output's noise, hence every entry's
+        std and the delta method's, scales alike).
     """
+    std = _noise_std(ds, variable)
+    factor = ds.attrs.get(STREAM_STD_FACTOR_ATTR)
+    if factor is not None:
+        return std * float(factor)
+    if STREAM_STD_FACTOR_COORD in ds.coords:  # a stream's periods along ``period``
+        return std * ds.coords[STREAM_STD_FACTOR_COORD]
+    return std
+
+
+def _noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     _check_complete(ds)
     name = variable or gaussian_variable(ds)
     sums = released_query_type(ds.attrs).sum_variable

@@ -3,7 +3,8 @@
 Three backends share one protocol (:mod:`mvg_dask.ledger.base`): a SQLite file (the embedded
 default, :mod:`mvg_dask.ledger.sqlite`), a PostgreSQL database shared by many jobs
 (:mod:`mvg_dask.ledger.postgres`) and an in-memory ledger for notebooks and tests
-(:mod:`mvg_dask.ledger.memory`). They store each release's privacy loss as one typed value; the
+(:mod:`mvg_dask.ledger.memory`). Streams (continual releases charged once for their horizon) are
+:mod:`mvg_dask.ledger.streams`. They store each release's privacy loss as one typed value; the
 accounting (how losses compose against a budget) is :mod:`mvg_dask.privacy.accounting`, applied by
 :mod:`mvg_dask.ledger.composition`. Open a ledger with :func:`open_ledger`; the CLI's ``ledger
 show/export/migrate`` use :func:`summary_text`, :func:`export_ledger` and :func:`migrate_ledger`.
@@ -28,13 +29,16 @@ from mvg_dask.ledger.composition import (
     spending,
 )
 from mvg_dask.ledger.location import parse_location, redact
+from mvg_dask.ledger.streams import PeriodEntry, StreamEntry
 
 __all__ = [
     "Guarantee",
     "Ledger",
     "LedgerEntry",
     "Neighbours",
+    "PeriodEntry",
     "Spending",
+    "StreamEntry",
     "convert_neighbours",
     "export_ledger",
     "gaussian_dp_composable",
@@ -128,11 +132,13 @@ def export_ledger(book: Ledger) -> dict[str, Any]:
         "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "datasets": [{k: v for k, v in ds.items() if k != "releases"} for ds in summary],
         "releases": [e.public() for e in book.releases()],
+        "streams": [s for ds in summary for s in ds.get("streams", [])],
     }
 
 
 def summary_text(summary: list[dict[str, Any]]) -> str:
-    """``ledger show``'s text: one line per dataset, one per release (curator-side)."""
+    """``ledger show``'s text: one line per dataset, one per release, and each stream with its
+    periods (curator-side)."""
     lines = []
     for ds in summary:
         b, s, left = ds["budget"], ds["spent"], ds["left"]
@@ -153,14 +159,17 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
                 f"  warning: {seeded} seeded release(s) from an earlier version: not private "
                 "(their noise can be recovered from their outputs), whatever the budget says"
             )
+        charges = {s["release_id"]: s["stream_id"] for s in ds.get("streams", [])}
         for r in ds["releases"]:
             extra = []
+            if r["release_id"] in charges:
+                extra.append(f"the one charge of stream {charges[r['release_id']]}")
             if r["neighbours"] != b["neighbours"]:
                 c = r["charged"]
                 extra.append(f"{r['neighbours']}, charged eps={c['epsilon']:g}")
             if r["clipped"] is not None:
                 extra.append(f"clipped={r['clipped']}")
-            if r["status"] == "pending":
+            if r["status"] == "pending" and r["release_id"] not in charges:
                 extra.append("charged; re-run the same release id to resume")
             if r["reason"]:
                 extra.append(f"reason: {r['reason']}")
@@ -171,6 +180,30 @@ def summary_text(summary: list[dict[str, Any]]) -> str:
                 f"  {r['release_id']:<48} {r['status']:<9} eps={r['epsilon']:<8g} "
                 f"delta={r['delta']:<9.3g} {r['calibration']:<9} {r['created']}{tail}"
             )
+        lines.extend(_stream_lines(ds.get("streams", [])))
     if not summary:
         lines.append("(empty ledger)")
     return "\n".join(lines)
+
+
+def _stream_lines(streams: list[dict[str, Any]]) -> list[str]:
+    """``ledger show``'s lines of a dataset's streams: each with its periods (never a key)."""
+    lines = []
+    for s in streams:
+        kind = s["factorization"].get("factorization", "?")
+        lines.append(
+            f"  stream {s['stream_id']}: {kind}, {s['periods']}/{s['horizon']} periods, "
+            f"{s['status']}; charged once as {s['release_id']}; records consumed "
+            f"{s['watermark']}; {s['created']}"
+        )
+        for p in s["period_entries"]:
+            records = (
+                f"records {p['watermark_before']}..{p['watermark_after']}"
+                if p["watermark_after"] is not None
+                else f"records from {p['watermark_before']}; re-run to resume"
+            )
+            clipped = f"; clipped={p['clipped']}" if p["clipped"] is not None else ""
+            lines.append(
+                f"    period {p['period']:>4} {p['label']:<24} {p['status']:<9} {records}{clipped}"
+            )
+    return lines

@@ -19,11 +19,18 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from mvg_dask.crash import crash_point
 from mvg_dask.errors import BudgetError, LedgerError, ReleaseError
 from mvg_dask.ledger import schema
+from mvg_dask.ledger.charging import (
+    Executor,
+    _charges,
+    _check_fits,
+    _insert_release,
+    _read_budget,
+)
 from mvg_dask.ledger.composition import (
     NEIGHBOURS,
     Guarantee,
@@ -35,8 +42,9 @@ from mvg_dask.ledger.composition import (
 from mvg_dask.ledger.composition import (
     convert_neighbours as _convert,
 )
+from mvg_dask.ledger.streams import StreamLedger, stream_summaries
 from mvg_dask.privacy import calibration as cal
-from mvg_dask.privacy.accounting import GaussianDP, PrivacyLoss, loss_from_json, loss_to_json
+from mvg_dask.privacy.accounting import GaussianDP, PrivacyLoss, loss_from_json
 
 T = TypeVar("T")
 
@@ -87,14 +95,6 @@ def check_registered_budget(
             f"{nb0} (a release of the other relation converts with "
             "ledger.convert_neighbours)"
         )
-
-
-class Executor(Protocol):
-    """What the protocol needs of a transaction: ``execute`` with ``?`` placeholders."""
-
-    def execute(self, sql: str, params: Sequence[Any] = ...) -> Any:  # pragma: no cover
-        """Run one statement; the result has ``fetchone``, ``fetchall`` and ``rowcount``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -213,12 +213,6 @@ def _entry(row: Sequence[Any]) -> LedgerEntry:
     )
 
 
-def _charges(ex: Executor, dataset: str) -> list[PrivacyLoss]:
-    """What every release of ``dataset`` counts against its budget."""
-    rows = ex.execute("SELECT charge FROM releases WHERE dataset = ?", (dataset,)).fetchall()
-    return [loss_from_json(r[0]) for r in rows]
-
-
 def _already_reserved(ex: Executor, release_id: str, own: tuple[str, str], retrying: bool) -> bool:
     """True when ``release_id`` is this very reservation, committed by an attempt whose
     connection was lost (``own``: its key and spec hash); refuses any other existing entry."""
@@ -232,61 +226,6 @@ def _already_reserved(ex: Executor, release_id: str, own: tuple[str, str], retry
     raise ReleaseError(
         f"release_id {release_id!r} is already in the ledger; resume it with the "
         "same spec, or choose another release_id"
-    )
-
-
-def _check_fits(
-    dataset: str,
-    charges: list[PrivacyLoss],
-    charge: Guarantee,
-    budget: tuple[float, float],
-    *,
-    converted: bool,
-) -> Spending:
-    """The dataset's spending with the new charge (``converted``: to the budget's neighbour
-    relation); refused when it exceeds the budget."""
-    b_eps, b_delta = budget
-    before = spending(charges, b_delta)
-    after = spending([*charges, charge.loss], b_delta)
-    if not after.fits(b_eps, b_delta):
-        how = " after conversion to replace-one" if converted else ""
-        raise BudgetError(
-            f"privacy budget of dataset {dataset!r} would be exceeded: spent "
-            f"epsilon={before.epsilon:.6g}, delta={before.delta:.3g} ({before.composition})"
-            f" of epsilon={b_eps:g}, delta={b_delta:g}; this release needs "
-            f"epsilon={charge.epsilon:g}, delta={charge.delta:.3g}{how}. Nothing "
-            "was read or charged"
-        )
-    return after
-
-
-def _insert_release(
-    ex: Executor,
-    row: tuple[Any, ...],
-    charge: Guarantee,
-    recorded: tuple[str, str, str],
-) -> None:
-    """The pending entry: the release's own guarantee (``row``), its charge, and its spec hash,
-    output and key (``recorded``)."""
-    release_id, dataset, calibration, loss, neighbours = row
-    spec_hash, output, noise_key = recorded
-    ex.execute(
-        "INSERT INTO releases (release_id, dataset, status, calibration, loss, neighbours, "
-        "charge, spec_hash, output, noise_key, seeded, created) "
-        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            release_id,
-            dataset,
-            calibration,
-            loss_to_json(loss),
-            neighbours,
-            loss_to_json(charge.loss),
-            spec_hash,
-            output,
-            noise_key,
-            False,
-            time.time(),
-        ),
     )
 
 
@@ -314,20 +253,6 @@ def _schema_version(ex: Executor, table_exists: Callable[[Executor, str], bool],
     if table_exists(ex, "releases"):
         return 1  # the first SQLite format had no schema_version table
     return 0
-
-
-def _read_budget(
-    ex: Executor, dataset: str, lock_clause: str, where: str
-) -> tuple[float, float, Neighbours]:
-    """The dataset's budget, read (and locked by ``lock_clause``, where the backend can) for a
-    reservation."""
-    budget = ex.execute(
-        "SELECT epsilon, delta, neighbours FROM datasets WHERE dataset = ?" + lock_clause,
-        (dataset,),
-    ).fetchone()
-    if budget is None:
-        raise BudgetError(f"ledger.dataset: {dataset!r} has no budget in {where}")
-    return tuple(budget)
 
 
 def _create_or_upgrade(
@@ -363,7 +288,7 @@ def _create_or_upgrade(
             ex.execute("INSERT INTO schema_version VALUES (?, ?)", (step + 1, time.time()))
 
 
-class Ledger(ABC):
+class Ledger(StreamLedger, ABC):
     """A privacy ledger: per-dataset budgets, reservations, commits and aborts.
 
     Open one with :func:`mvg_dask.ledger.open_ledger`. Every method is one transaction;
@@ -398,10 +323,10 @@ class Ledger(ABC):
     def _table_exists(self, ex: Executor, name: str) -> bool:
         """Whether ``name`` is a table of the ledger's database."""
 
-    def _schema_lock(self, ex: Executor) -> None:  # noqa: B027 (optional hook)
+    def _schema_lock(self, ex: Executor) -> None:
         """Serialise schema creation and migration (the write transaction may already)."""
 
-    def _erased(self) -> None:  # noqa: B027 (optional hook)
+    def _erased(self) -> None:
         """Called after a key was erased (SQLite truncates its WAL)."""
 
     def __enter__(self) -> Ledger:
@@ -632,7 +557,9 @@ class Ledger(ABC):
         """
         self._run(
             lambda ex, _: ex.execute(
-                "DELETE FROM releases WHERE release_id = ? AND status = 'pending'", (release_id,)
+                "DELETE FROM releases WHERE release_id = ? AND status = 'pending' AND "
+                "release_id NOT IN (SELECT release_id FROM streams)",  # cancel_stream does
+                (release_id,),
             )
         )
         self._erased()
@@ -645,30 +572,36 @@ class Ledger(ABC):
         return [_entry(r) for r in rows]
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per dataset: budget, spending (pending and aborted releases included), what is left."""
-
-        def fn(ex: Executor, retrying: bool) -> tuple[list[Any], list[Any]]:
-            datasets = ex.execute(
-                "SELECT dataset, epsilon, delta, neighbours FROM datasets ORDER BY dataset"
-            ).fetchall()
-            rows = ex.execute(
-                f"SELECT {schema.RELEASE_COLUMNS} FROM releases ORDER BY created, release_id"
-            ).fetchall()
-            return datasets, rows
-
-        datasets, rows = self._run(fn)
+        """Per dataset: budget, spending (pending and aborted releases included), what is left,
+        its releases and (when it has any) its streams with their periods."""
+        datasets, rows, streams = self._run(_summary_rows)
         entries = [_entry(r) for r in rows]
         return [
-            _dataset_summary(tuple(d), [e for e in entries if e.dataset == d[0]]) for d in datasets
+            _dataset_summary(tuple(d), [e for e in entries if e.dataset == d[0]], streams)
+            for d in datasets
         ]
 
 
-def _dataset_summary(dataset: tuple[Any, ...], mine: list[LedgerEntry]) -> dict[str, Any]:
+def _summary_rows(ex: Executor, retrying: bool) -> tuple[list[Any], list[Any], dict[str, Any]]:
+    """The rows :meth:`Ledger.summary` reads, in one transaction."""
+    datasets = ex.execute(
+        "SELECT dataset, epsilon, delta, neighbours FROM datasets ORDER BY dataset"
+    ).fetchall()
+    rows = ex.execute(
+        f"SELECT {schema.RELEASE_COLUMNS} FROM releases ORDER BY created, release_id"
+    ).fetchall()
+    return datasets, rows, stream_summaries(ex)
+
+
+def _dataset_summary(
+    dataset: tuple[Any, ...], mine: list[LedgerEntry], streams: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
     """One dataset's budget (``(name, epsilon, delta, neighbours)``), spending and what is
-    left, with its releases."""
+    left, with its releases and (only when it has any: older summaries are unchanged) its
+    streams (``streams``: every dataset's)."""
     name, eps, delta, neighbours = dataset
     spent = spending([e.charge for e in mine], delta)
-    return {
+    out = {
         "dataset": name,
         "budget": {"epsilon": eps, "delta": delta, "neighbours": neighbours},
         "composition": spent.composition,
@@ -680,3 +613,6 @@ def _dataset_summary(dataset: tuple[Any, ...], mine: list[LedgerEntry]) -> dict[
         },
         "releases": [e.public() for e in mine],
     }
+    if streams.get(name):
+        out["streams"] = streams[name]
+    return out

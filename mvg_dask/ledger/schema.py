@@ -30,7 +30,7 @@ from typing import Any
 from mvg_dask.ledger.composition import charge_loss
 from mvg_dask.privacy.accounting import loss_to_json
 
-CURRENT = 3
+CURRENT = 4
 
 _NEIGHBOURS_CHECK = "CHECK (neighbours IN ('replace-one', 'add-remove'))"
 
@@ -51,6 +51,54 @@ def _tables(real: str, boolean: str, integer: str) -> list[str]:
         _releases("releases", real, boolean, integer),
         "CREATE INDEX releases_by_dataset ON releases(dataset)",
     ]
+
+
+def _stream_tables(real: str, integer: str, blob: str) -> list[str]:
+    """The tables of version 4: streams, their periods and their curator-side state."""
+    return [
+        f"""CREATE TABLE streams (
+            stream_id TEXT PRIMARY KEY,
+            dataset TEXT NOT NULL REFERENCES datasets(dataset),
+            release_id TEXT NOT NULL UNIQUE REFERENCES releases(release_id),
+            horizon {integer} NOT NULL CHECK (horizon >= 1),
+            factorization TEXT NOT NULL,
+            spec_hash TEXT NOT NULL,
+            output TEXT NOT NULL,
+            stream_key TEXT,
+            periods {integer} NOT NULL CHECK (periods >= 0 AND periods <= horizon),
+            watermark {integer} NOT NULL CHECK (watermark >= 0),
+            created {real} NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('open', 'complete')),
+            CHECK (status = 'open' OR stream_key IS NULL)
+        )""",
+        "CREATE INDEX streams_by_dataset ON streams(dataset)",
+        f"""CREATE TABLE stream_periods (
+            stream_id TEXT NOT NULL REFERENCES streams(stream_id),
+            period {integer} NOT NULL CHECK (period >= 1),
+            label TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'committed')),
+            watermark_before {integer} NOT NULL,
+            watermark_after {integer},
+            created {real} NOT NULL,
+            committed {real},
+            clipped {integer},
+            PRIMARY KEY (stream_id, period)
+        )""",
+        f"""CREATE TABLE stream_state (
+            stream_id TEXT NOT NULL REFERENCES streams(stream_id),
+            period {integer} NOT NULL,
+            part TEXT NOT NULL,
+            data {blob} NOT NULL,
+            PRIMARY KEY (stream_id, period, part)
+        )""",
+    ]
+
+
+_SQLITE_STREAMS = _stream_tables("REAL", "INTEGER", "BLOB")
+_PG_STREAMS = [
+    *_stream_tables("DOUBLE PRECISION", "BIGINT", "BYTEA"),
+    "REVOKE ALL ON streams, stream_periods, stream_state FROM PUBLIC",
+]
 
 
 def _releases(name: str, real: str, boolean: str, integer: str) -> str:
@@ -103,12 +151,13 @@ def _releases_v2(name: str, real: str, boolean: str, integer: str) -> str:
 
 #: Statements creating the current schema, per backend (the caller inserts the version row).
 CREATE: dict[str, list[str]] = {
-    "sqlite": _tables("REAL", "INTEGER", "INTEGER"),
+    "sqlite": [*_tables("REAL", "INTEGER", "INTEGER"), *_SQLITE_STREAMS],
     "postgresql": [
         *_tables("DOUBLE PRECISION", "BOOLEAN", "BIGINT"),
         # explicit, although PostgreSQL grants nothing on new tables to PUBLIC: only the
         # ledger's role (the owner) reads the keys
         "REVOKE ALL ON schema_version, datasets, releases FROM PUBLIC",
+        *_PG_STREAMS,
     ],
 }
 CREATE["memory"] = CREATE["sqlite"]
@@ -173,6 +222,7 @@ UPGRADE: dict[str, dict[int, list[Step]]] = {
             "ALTER TABLE releases_v3 RENAME TO releases",
             "CREATE INDEX releases_by_dataset ON releases(dataset)",
         ],
+        3: list(_SQLITE_STREAMS),
     },
     # PostgreSQL ledgers start at version 2
     "postgresql": {
@@ -184,6 +234,7 @@ UPGRADE: dict[str, dict[int, list[Step]]] = {
             "ALTER TABLE releases ALTER COLUMN charge SET NOT NULL",
             *(f"ALTER TABLE releases DROP COLUMN {c}" for c in _V2_TO_V3_DROPPED),
         ],
+        3: list(_PG_STREAMS),
     },
     # in-memory ledgers start at the current version
     "memory": {},
@@ -193,4 +244,18 @@ UPGRADE: dict[str, dict[int, list[Step]]] = {
 RELEASE_COLUMNS = (
     "release_id, dataset, status, calibration, loss, neighbours, charge, spec_hash, output, "
     "noise_key, seeded, created, committed, aborted, reason, clipped"
+)
+
+#: The columns of ``streams`` in the order :class:`~mvg_dask.ledger.streams.StreamEntry` takes
+#: them (never the key).
+STREAM_COLUMNS = (
+    "stream_id, dataset, release_id, horizon, factorization, spec_hash, output, periods, "
+    "watermark, status, created"
+)
+
+#: The columns of ``stream_periods`` in the order :class:`~mvg_dask.ledger.streams.PeriodEntry`
+#: takes them.
+PERIOD_COLUMNS = (
+    "stream_id, period, label, status, watermark_before, watermark_after, clipped, created, "
+    "committed"
 )

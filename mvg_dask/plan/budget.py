@@ -33,7 +33,7 @@ class Allocation:
 
     Parameters
     ----------
-    strategy : {"uniform", "binary", "custom", "max-pnr", "mgm-optimal"}
+    strategy : {"uniform", "scale-aware", "binary", "custom", "max-pnr", "mgm-optimal"}
         Strategy name.
     important : sequence of int, optional
         Important directions (``binary``); defaults to the directions' own (DP-PCA top-k).
@@ -45,6 +45,11 @@ class Allocation:
         Query variance along each direction (``max-pnr``); defaults to DP-PCA's noisy ones.
     utility : ndarray, optional
         ``W_1`` of a linear utility subspace (``mgm-optimal``).
+    scales : sequence of float, optional
+        The public scale of each direction (``scale-aware``): noise variances proportional to
+        their squares (:func:`~mvg_dask.privacy.allocation.scale_aware`).
+    reason : str, optional
+        Why the plan took this strategy (the dry run's ``allocation`` line; not published).
     """
 
     strategy: alloc.AllocationStrategy = "uniform"
@@ -53,6 +58,8 @@ class Allocation:
     theta: Sequence[float] | None = None
     eigenvalues: Sequence[float] | None = None
     utility: np.ndarray | None = None
+    scales: Sequence[float] | None = None
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description."""
@@ -250,6 +257,13 @@ def resolve_allocation(
         )
     if spec.strategy == "uniform":
         return alloc.uniform(m)
+    if spec.strategy == "scale-aware":
+        if spec.scales is None or len(spec.scales) != m or not directions.is_standard:
+            raise ValueError(
+                "scale-aware allocation needs the standard directions and one public scale per "
+                f"direction ({m})"
+            )
+        return alloc.scale_aware(spec.scales, kind)
     if spec.strategy == "binary":
         important = spec.important if spec.important is not None else directions.important
         if not important:

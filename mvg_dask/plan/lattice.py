@@ -52,10 +52,31 @@ class LatticeContext:
     depth : int
         The most floating-point additions a product term of the Gram sum passes through
         (``0`` for the identity query, which sums nothing).
+    min_log2_grid : int or None
+        The coarsest grid's floor a stream needs (its periods' integers are summed with
+        weights: docs/guide/streams.md); ``None`` for a one-shot release.
     """
 
     records: int
     depth: int
+    min_log2_grid: int | None = None
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready form (``min_log2_grid`` only when set: a stream's coarser grid)."""
+        out = {"records": self.records, "depth": self.depth}
+        if self.min_log2_grid is not None:
+            out["min_log2_grid"] = self.min_log2_grid
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatticeContext:
+        """Inverse of :meth:`to_dict`."""
+        floor = data.get("min_log2_grid")
+        return cls(
+            records=int(data["records"]),
+            depth=int(data["depth"]),
+            min_log2_grid=None if floor is None else int(floor),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

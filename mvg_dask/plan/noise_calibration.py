@@ -384,6 +384,8 @@ def calibrate_lattice(
 
     d_m, err = measure(variances)
     k = choose_log2_grid(mu, c, err)
+    if context is not None and context.min_log2_grid is not None:
+        k = max(k, context.min_log2_grid)  # a stream's floor (docs/guide/streams.md)
     room = mu - math.ldexp(math.sqrt(c), k)
     if not room > 0:
         # the grid's floor (a share of E, which keeps the integers in range) alone exceeds mu

@@ -341,9 +341,7 @@ class NoisePlan:
         ctx = self.lattice_context
         return {
             "lattice": self.lattice.to_dict(),
-            "lattice_context": (
-                None if ctx is None else {"records": ctx.records, "depth": ctx.depth}
-            ),
+            "lattice_context": None if ctx is None else ctx.to_dict(),
         }
 
     def to_json(self, **kwargs: Any) -> str:
@@ -525,7 +523,7 @@ def lattice_context_from_dict(data: dict[str, Any]) -> LatticeContext | None:
     ctx = data.get("lattice_context")
     if ctx is None:
         return None
-    return LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
+    return LatticeContext.from_dict(ctx)
 
 
 def noise_plan_from_dict(data: dict[str, Any]) -> NoisePlan:

@@ -20,7 +20,7 @@ resume and its readers all go through these (:class:`mvg_dask.release_codec.Rele
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -310,6 +310,13 @@ class PendingCentre:
     #: the fields of the published form that are ``null``
     dependent = CENTRE_DEPENDENT
 
+    def __post_init__(self) -> None:
+        # a scale-aware allocation's scales are the box's widths (they do not depend on the
+        # centre), also when the plan is read back from its published form
+        if self.allocation.strategy == "scale-aware" and self.allocation.scales is None:
+            widths = tuple(float(w) for w in self.box.widths)
+            object.__setattr__(self, "allocation", replace(self.allocation, scales=widths))
+
     @property
     def budgets(self) -> StepBudgets:
         """The budget shares of the mean step (in the direction step's place) and the
@@ -321,12 +328,13 @@ class PendingCentre:
         self.to_dict()
 
     def _theta(self, kind: str | None) -> np.ndarray:
-        """The allocation over the standard directions: uniform, binary and custom shares do not
-        depend on the centre (max-pnr's and mgm-optimal's would)."""
-        if self.allocation.strategy not in ("uniform", "binary", "custom"):
+        """The allocation over the standard directions: uniform, scale-aware (the box's
+        widths), binary and custom shares do not depend on the centre (max-pnr's and
+        mgm-optimal's would)."""
+        if self.allocation.strategy not in ("uniform", "scale-aware", "binary", "custom"):
             raise ValueError(
-                f"a mean-first release allocates uniform, binary or custom shares, not "
-                f"{self.allocation.strategy}"
+                f"a mean-first release allocates uniform, scale-aware, binary or custom shares, "
+                f"not {self.allocation.strategy}"
             )
         standard = Directions.standard(self.box.m)
         return resolve_allocation(

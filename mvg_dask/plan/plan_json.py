@@ -145,11 +145,7 @@ def plan_fields(
         "mean_first": mean_step,
         "tile_records": int(data["tile_records"]),
         "noise_kind": noise_d.get("noise", "float"),
-        "lattice_context": (
-            None
-            if ctx is None
-            else LatticeContext(records=int(ctx["records"]), depth=int(ctx["depth"]))
-        ),
+        "lattice_context": None if ctx is None else LatticeContext.from_dict(ctx),
         # absent from plans saved before plans carried their stages: implied by the fields
         "stages": tuple(data.get("stages", ())),
     }

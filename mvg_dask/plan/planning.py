@@ -40,6 +40,7 @@ from mvg_dask.privacy import allocation
 from mvg_dask.privacy import calibration as cal
 from mvg_dask.privacy.accounting import GaussianDP
 from mvg_dask.privacy.registry import get_calibration
+from mvg_dask.privacy.sensitivity import augmented_scale
 from mvg_dask.spec import (
     ColumnsSpec,
     CrossCovarianceQuerySpec,
@@ -48,6 +49,7 @@ from mvg_dask.spec import (
     SpecError,
     spec_hash,
 )
+from mvg_dask.spec.allocation import choose_allocation
 
 
 def new_release_id(name: str) -> str:
@@ -205,7 +207,7 @@ def _matrix_chunk(spec: ReleaseSpec, m: int) -> int | None:
             f"or dp-pca (its top k are kept), {whole}"
         )
     if d.method == "dp-pca":
-        if a.strategy not in ("uniform", "binary"):
+        if a.strategy not in (None, "uniform", "binary"):
             raise DataError(
                 f"{blocked}: DP-PCA keeps only its top k directions, so allocation.strategy must "
                 f"be uniform or binary (got {a.strategy}), {whole}"
@@ -294,6 +296,7 @@ def plan_release(
     release_id: str | None = None,
     directions_matrix: np.ndarray | None = None,
     created: str | None = None,
+    min_log2_grid: int | None = None,
 ) -> ReleasePlan:
     """Plan a release from its spec and the input's metadata. Pure: reads nothing.
 
@@ -309,6 +312,8 @@ def plan_release(
         The matrix of ``directions: {method: matrix}`` (loaded by the caller).
     created : str, optional
         Plan time (ISO 8601); now by default.
+    min_log2_grid : int, optional
+        A floor of the lattice's grid exponent (a stream's, :mod:`mvg_dask.plan.stream`).
 
     Returns
     -------
@@ -329,14 +334,22 @@ def plan_release(
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
     a = mech.allocation
+    choice = choose_allocation(spec)
     allocation = Allocation(
-        strategy=a.strategy, important=a.important, share=a.share, theta=a.theta
+        strategy=choice.strategy,  # type: ignore[arg-type]
+        important=a.important,
+        share=a.share,
+        theta=a.theta,
+        reason=choice.reason,
     )
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
         context = _lattice_context(spec, metadata)
+        if context is not None and min_log2_grid is not None:
+            context = replace(context, min_log2_grid=min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
+        allocation = _scaled(allocation, choice.scale, query, domain, mean_step is not None)
         if mean_step is None:
             budgets, step, noise = _budgets_and_noise(
                 spec, query, domain, allocation, directions, step, context
@@ -389,6 +402,37 @@ def plan_release(
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan
+
+
+def _scaled(
+    allocation: Allocation,
+    scale: str | None,
+    query: MatrixQuery,
+    domain: RecordDomain,
+    mean_first: bool,
+) -> Allocation:
+    """A scale-aware allocation with each noise row's public scale (docs/bounds.md,
+    "Scale-aware allocation"): the box's widths or largest absolute values; a moment query's
+    constant coordinate ``s`` gets ``s / s'``, with ``s'`` the constant of the records rescaled
+    to unit widths, so the noise is the uniform noise of the rescaled records' moment mapped
+    back (the mean-first route's covariance step takes the widths)."""
+    if allocation.strategy != "scale-aware":
+        return allocation
+    if not isinstance(domain, BoxDomain):
+        raise DataError("mechanism.allocation: scale-aware needs a box domain (domain.box)")
+    scales = domain.widths if scale == "width" else domain.abs_max
+    if not np.all(scales > 0):
+        raise DataError(
+            "mechanism.allocation: scale-aware needs every feature's box to have a positive "
+            "scale; use uniform"
+        )
+    rows = query.shape[0]
+    if not mean_first and rows == domain.m + 1:  # a moment query's constant coordinate
+        unit = augmented_scale(domain.m / 4.0, domain.m)
+        scales = np.append(scales, float(getattr(query, "scale", 1.0)) / unit)
+    if scales.size != rows and not mean_first:
+        raise DataError(f"mechanism.allocation: scale-aware needs one scale per noise row ({rows})")
+    return replace(allocation, scales=tuple(float(v) for v in scales))
 
 
 def _mean_first_step(

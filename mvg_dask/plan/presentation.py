@@ -164,6 +164,12 @@ def _noise_kind_text(rplan: ReleasePlan) -> str:
     return "; ".join(parts)
 
 
+def _allocation_text(rplan: ReleasePlan) -> str:
+    """The allocation taken and why (a function of the spec only)."""
+    a = rplan.allocation
+    return a.strategy if a.reason is None else f"{a.strategy} ({a.reason})"
+
+
 def plan_rows(rplan: ReleasePlan) -> list[Row]:
     """The plan as labelled lines (data-independent: the record count is ``?`` under
     add-remove neighbours).
@@ -198,9 +204,9 @@ def plan_rows(rplan: ReleasePlan) -> list[Row]:
         (
             "mechanism",
             f"MVG {rplan.algorithm} ({_ALGORITHM.get(rplan.algorithm, rplan.algorithm)}), "
-            f"calibration {rplan.calibration}, directions {directions}, "
-            f"allocation {rplan.allocation.strategy}",
+            f"calibration {rplan.calibration}, directions {directions}",
         ),
+        ("allocation", _allocation_text(rplan)),
     ]
     delta_m = public["mahalanobis_sensitivity"]
     if rplan.mean_first is not None:

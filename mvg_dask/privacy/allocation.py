@@ -12,9 +12,10 @@ from typing import Literal
 
 import numpy as np
 
-AllocationStrategy = Literal["uniform", "binary", "custom", "max-pnr", "mgm-optimal"]
+AllocationStrategy = Literal["uniform", "scale-aware", "binary", "custom", "max-pnr", "mgm-optimal"]
 ALLOCATIONS: tuple[AllocationStrategy, ...] = (
     "uniform",
+    "scale-aware",
     "binary",
     "custom",
     "max-pnr",
@@ -75,6 +76,36 @@ def uniform(m: int) -> np.ndarray:
     if m < 1:
         raise ValueError(f"need at least one direction, got m={m}")
     return np.full(m, 1.0 / m)
+
+
+def scale_aware(scales: Sequence[float] | np.ndarray, kind: str) -> np.ndarray:
+    """The allocation whose noise variances are proportional to ``scales**2``.
+
+    With the standard directions this is ``Sigma`` proportional to ``diag(a^2)``: the noise of
+    the query of the rescaled records ``x_i / a_i`` with one precision for every direction,
+    mapped back to the records' units. Two-sided noise (equi-modal, symmetric) on entry
+    ``(i, j)`` then has a standard deviation proportional to ``a_i a_j``, one-sided noise
+    (unimodal) on row ``i`` to ``a_i`` (docs/bounds.md, "Scale-aware allocation").
+
+    Parameters
+    ----------
+    scales : array_like
+        ``a_i > 0``: the public scale of each direction (a feature's largest absolute value, or
+        half its width about the box's centre).
+    kind : {"squared", "linear"}
+        What the calibration's budget bounds.
+
+    Returns
+    -------
+    ndarray
+        ``theta``, summing to 1.
+    """
+    a = np.asarray(scales, dtype=np.float64).reshape(-1)
+    if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError("scale-aware allocation needs one finite, positive scale per direction")
+    # precisions 1 / a^2, scaled by the largest scale first so that no square under- or overflows
+    q = (float(np.max(a)) / a) ** 2
+    return _shape_to_theta(q, kind)
 
 
 def binary(m: int, important: Sequence[int], share: float) -> np.ndarray:

@@ -46,6 +46,7 @@ from mvg_dask.spec.sections import (
     Missing,
     MissingSpec,
     OutputSpec,
+    StreamSpec,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "SimpleQuery",
     "SpecError",
     "SpecLoader",
+    "StreamSpec",
     "is_local",
     "load_spec",
     "parse_spec",
@@ -120,6 +122,7 @@ for _cls in (
     CenteredParams,
     CenteredCovarianceSpec,
     GroupBySpec,
+    StreamSpec,
     ReleaseSpec,
 ):
     _cls.__module__ = __name__

@@ -12,6 +12,7 @@ from pydantic import (
 
 from mvg_dask.privacy.accounting import BasicAccountant, GaussianDP, GaussianDPAccountant
 from mvg_dask.privacy.registry import CompatibilityError, check_compatible, get_calibration
+from mvg_dask.spec.allocation import check_scale_aware, choose_allocation
 from mvg_dask.spec.base import _Strict
 from mvg_dask.spec.privacy import LedgerSpec, PrivacySpec
 from mvg_dask.spec.queries import (
@@ -25,7 +26,14 @@ from mvg_dask.spec.queries import (
     SimpleQuery,
     _query_kind,
 )
-from mvg_dask.spec.sections import DomainSpec, InputSpec, MechanismSpec, OutputSpec
+from mvg_dask.spec.sections import (
+    STREAM_QUERIES,
+    DomainSpec,
+    InputSpec,
+    MechanismSpec,
+    OutputSpec,
+    StreamSpec,
+)
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -43,6 +51,7 @@ class ReleaseSpec(_Strict):
     output: OutputSpec
     ledger: LedgerSpec | None = None
     group_by: GroupBySpec | None = None
+    stream: StreamSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -154,6 +163,9 @@ class ReleaseSpec(_Strict):
             _check_fits_alone(self)
         if self.group_by is not None:
             _check_group_by(self)
+        if self.stream is not None:
+            _check_stream(self)
+        check_scale_aware(self)
         if mech.allocation.strategy == "max-pnr" and mech.directions.method != "dp-pca":
             raise ValueError(
                 "mechanism.allocation: max-pnr needs DP eigenvalues: use directions: "
@@ -294,6 +306,56 @@ def _check_group_by(spec: ReleaseSpec) -> None:
         )
 
 
+def _check_stream(spec: ReleaseSpec) -> None:
+    """Refuse a ``stream`` the period release cannot take (docs/guide/streams.md): a query that
+    is not a sum over records, or a mechanism that is not one exactly calibrated Gaussian
+    mechanism on the lattice with fixed standard directions."""
+    kind, mech = spec.query_kind, spec.mechanism
+    if kind not in STREAM_QUERIES:
+        what = (
+            "has one column per record, not a sum over records"
+            if kind == "identity"
+            else "is not offered in a stream"
+        )
+        raise ValueError(
+            f"stream: the {kind} query {what}; a stream releases a sum-decomposable query: "
+            f"{', '.join(STREAM_QUERIES)} (also with group_by)"
+        )
+    if spec.centered_route not in (None, "moment"):
+        raise ValueError(
+            "stream: a stream releases the centered covariance by its moment (a sum over "
+            "records); use query: centered-covariance (route: moment)"
+        )
+    if mech.noise != "lattice":
+        raise ValueError(
+            "stream: a stream adds its periods exactly in integers on the lattice; use "
+            f"mechanism.noise: lattice, not {mech.noise}"
+        )
+    if mech.calibration != "exact":
+        raise ValueError(
+            "stream: the whole stream is one Gaussian mechanism calibrated exactly; use "
+            f"mechanism.calibration: exact, not {mech.calibration}"
+        )
+    if mech.directions.method != "standard":
+        raise ValueError(
+            "stream: a stream whitens every period alike with the standard directions; use "
+            f"mechanism.directions: {{method: standard}}, not {mech.directions.method}"
+        )
+    cross = (
+        spec.query.cross_covariance if isinstance(spec.query, CrossCovarianceQuerySpec) else None
+    )
+    if cross is not None and cross.col_allocation is not None:
+        raise ValueError(
+            "stream: a stream whitens the rows only (Psi = I); remove "
+            "query.cross-covariance.col_allocation"
+        )
+    if mech.algorithm not in ("symmetric", "unimodal"):
+        raise ValueError(
+            f"stream: a stream adds symmetric or unimodal noise, not {mech.algorithm}; use "
+            "mechanism.algorithm: symmetric"
+        )
+
+
 def spec_hash(spec: ReleaseSpec) -> str:
     """A stable hash of everything in the spec but its release id (to recognise a resume)."""
     import hashlib
@@ -301,9 +363,14 @@ def spec_hash(spec: ReleaseSpec) -> str:
 
     # a spec without group_by hashes as it did before group_by existed
     exclude = {"release_id"} if spec.group_by is not None else {"release_id", "group_by"}
+    if spec.stream is None:
+        exclude.add("stream")  # a spec without a stream hashes as it did before streams
     data = spec.model_dump(mode="json", exclude=exclude)
     if data["domain"].get("missing") == "error":
         data["domain"].pop("missing")  # missing: error hashes as it did before missing existed
+    allocation = data["mechanism"]["allocation"]
+    if allocation["strategy"] is None:  # the default hashes as the strategy it resolves to
+        allocation["strategy"] = choose_allocation(spec).strategy
     cross = data["query"].get("cross_covariance") if isinstance(data["query"], dict) else None
     if cross is not None and cross.get("col_allocation") is None:
         cross.pop("col_allocation", None)  # Psi = I hashes as it did before Psi existed

@@ -131,9 +131,10 @@ class DirectionsSpec(_Strict):
 
 
 class AllocationSpecModel(_Strict):
-    """Precision allocation."""
+    """Precision allocation. ``strategy`` left out: ``scale-aware`` where the declared box gives
+    the features different scales, else ``uniform`` (docs/howto/feature-scales.md)."""
 
-    strategy: AllocationStrategy = "uniform"
+    strategy: AllocationStrategy | None = None
     important: list[Annotated[int, Field(ge=0)]] | None = None
     share: Annotated[float, Field(gt=0, le=1)] | None = None
     theta: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
@@ -224,3 +225,25 @@ class OutputSpec(_Strict):
                     "name without * ? [ (a local path may hold them)"
                 )
         return value
+
+
+#: The queries a stream can release: sums over records (docs/guide/streams.md).
+STREAM_QUERIES = ("covariance", "centered-covariance", "regression", "cross-covariance", "mean")
+
+
+class StreamSpec(_Strict):
+    """``stream: {horizon, factorization}``: a continual release of the query over a growing
+    store, one period per run (docs/guide/streams.md).
+
+    ``horizon`` is the number of periods the stream's one charge covers; ``factorization`` the
+    factorization ``A = B C`` of the prefix sums (docs/bounds.md, "Continual releases"):
+    ``square-root`` (about 2.9x the std of one release at ``T = 365``) or ``tree`` (the binary
+    tree with Honaker's estimator). ``max_records`` is a public bound on the records the
+    stream will ever hold (default ``privacy.max_records``, else ``2**32``): the float-error
+    bound of every period and the integers' headroom are planned for it, and a store that
+    outgrows it is refused.
+    """
+
+    horizon: Annotated[int, Field(ge=1, le=10_000)]
+    factorization: Literal["square-root", "tree"] = "square-root"
+    max_records: Annotated[int, Field(ge=1)] | None = None

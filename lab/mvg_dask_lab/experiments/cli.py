@@ -56,6 +56,14 @@ _METAVAR = "{" + ",".join(_CHOICES) + "}"
     "The baselines and the other non-MVG rows are the same under both.",
 )
 @click.option(
+    "--baselines-from",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="covariance-bench only: take the baselines' rows from an earlier run's "
+    "covariance_bench.csv of the same --seed and --trials (their errors are a deterministic "
+    "function of the seed) and measure only the product's rows.",
+)
+@click.option(
     "--results-doc",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -67,6 +75,7 @@ def experiments(
     out_dir: Path,
     seed: int,
     noise: Literal["float", "lattice"],
+    baselines_from: Path | None,
     results_doc: Path | None,
 ) -> None:
     """Reproduce the MVG paper's experiments (Tables 3-5) with every calibration and baseline,
@@ -80,8 +89,10 @@ def experiments(
     covariance_bench.csv, .md and .png into --out.
     """
     if which == "covariance-bench":
-        _covariance_bench(trials or 5, out_dir, seed, results_doc)
+        _covariance_bench(trials or 5, out_dir, seed, results_doc, baselines_from)
         return
+    if baselines_from is not None:
+        raise click.UsageError("--baselines-from goes with covariance-bench")
     trials = trials or 100
     from mvg_dask_lab.experiments import EXPERIMENTS, run_experiment
     from mvg_dask_lab.experiments.document import write_results_document
@@ -143,27 +154,40 @@ def experiments(
     click.echo(f"all done in {total:.1f} s", err=True)
 
 
-def _covariance_bench(trials: int, out_dir: Path, seed: int, results_doc: Path | None) -> None:
-    from mvg_dask_lab.experiments.covariance_bench import run_covariance_bench, write_bench_files
+def _covariance_bench(
+    trials: int, out_dir: Path, seed: int, results_doc: Path | None, baselines_from: Path | None
+) -> None:
+    from mvg_dask_lab.experiments.covariance_bench import (
+        read_bench_rows,
+        run_covariance_bench,
+        write_bench_files,
+    )
 
     if results_doc is not None:
         raise click.UsageError("--results-doc goes with the paper's experiments ('all')")
     if out_dir.exists() and not out_dir.is_dir():
         raise click.UsageError(f"--out {out_dir} exists and is not a directory")
     click.echo(f"[covariance-bench] {trials} trials per method and setting", err=True)
-    result = run_covariance_bench(
-        trials=trials, seed=seed, progress=lambda line: click.echo(line, err=True)
-    )
-    command = " ".join(
-        [
-            "mvg-dask experiments covariance-bench --trials",
-            str(trials),
-            "--seed",
-            str(seed),
-            "--out",
-            shlex.quote(out_dir.as_posix()),
-        ]
-    )
+    reused = None
+    if baselines_from is not None:
+        try:
+            reused = read_bench_rows(baselines_from)
+        except (OSError, KeyError, ValueError) as exc:
+            raise click.UsageError(f"--baselines-from {baselines_from}: {exc}") from None
+    try:
+        result = run_covariance_bench(
+            trials=trials,
+            seed=seed,
+            progress=lambda line: click.echo(line, err=True),
+            baseline_rows=reused,
+            baselines_from=None if baselines_from is None else baselines_from.as_posix(),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    words = ["mvg-dask experiments covariance-bench --trials", str(trials), "--seed", str(seed)]
+    if baselines_from is not None:
+        words += ["--baselines-from", shlex.quote(baselines_from.as_posix())]
+    command = " ".join([*words, "--out", shlex.quote(out_dir.as_posix())])
     try:
         files = write_bench_files(result, out_dir, command=command)
     except OSError as exc:

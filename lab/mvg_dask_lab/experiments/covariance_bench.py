@@ -7,11 +7,16 @@ unit ``l2`` ball (``d`` features, ``N`` records, rows here) and measures the rel
 * the product: the default covariance release (exact calibration, symmetric noise, the declared
   domain ``||x|| <= 1``), raw (``mvg``), projected onto the PSD cone (``mvg-psd``), with the
   spiked-Wigner eigenvalue shrinker and the bulk set to its mean (``mvg-shrink``), or shrunk
-  toward a multiple of the identity (``mvg-identity``), all free post-processing by the
-  accessor methods
+  toward a multiple of the identity (``mvg-identity``), projected onto the PSD matrices of
+  trace at most the declared domain's bound ``sup ||x||^2 = 1`` (``mvg-nuclear``) or the
+  release's own trace (``mvg-nuclear-trace``), and the estimator that chooses among all of these
+  from the release by Stein's unbiased risk estimate (``mvg-auto``), all free post-processing
+  with the plan's public noise law
   (:func:`~mvg_dask.plan.estimators.psd_projection`,
   :func:`~mvg_dask.plan.estimators.spiked_shrinkage`,
-  :func:`~mvg_dask.plan.estimators.identity_shrinkage`, using the plan's public noise level);
+  :func:`~mvg_dask.plan.estimators.identity_shrinkage`,
+  :func:`~mvg_dask.plan.covariance_selection.nuclear_norm_projection`,
+  :func:`~mvg_dask.plan.covariance_selection.select_covariance`);
 * the baselines of :mod:`mvg_dask_lab.baselines.covariance`: Analyze Gauss, SeparateCov and
   AdaptiveCov (Dong et al. 2022), CoinPress (Biswas et al. 2020) and, up to 100 features, Amin et
   al. (2019).
@@ -24,10 +29,10 @@ mechanisms and more than its due for AdaptiveCov's sparse-vector step (which the
 treats as Gaussian): the comparison never favours the product. Amin et al. run at
 ``(epsilon, delta)`` by their own accounting (Laplace plus advanced composition).
 
-The product's design for each benchmark is fixed in advance, from what the user knows and
-docs/accuracy guidance says, never by looking at the error: the shrinker for the spiked
-benchmark (a few eigenvalues far above the noise), the shrinkage toward the identity for the
-full-rank one.
+The product's design is fixed in advance and the same for every setting: ``mvg-auto``, which
+picks its estimator from the release alone. (Before it, the design was chosen per benchmark
+from the spectrum: the spiked shrinker for the spiked benchmark, the shrinkage toward the
+identity for the full-rank one; :data:`FORMER_DESIGN` keeps that choice for comparison.)
 """
 
 from __future__ import annotations
@@ -43,8 +48,8 @@ from typing import Final, Literal
 import numpy as np
 
 from mvg_dask.noise import NoiseKey
+from mvg_dask.plan.covariance_selection import sure_risks
 from mvg_dask.plan.domain import L2BallDomain
-from mvg_dask.plan.estimators import identity_shrinkage, psd_projection, spiked_shrinkage
 from mvg_dask.plan.queries import CovarianceQuery
 from mvg_dask.privacy import analytic_gaussian_mu
 from mvg_dask_lab.baselines.covariance import (
@@ -86,11 +91,30 @@ SPIKES: Final = (5.0, 4.0, 3.0, 2.0, 1.0)
 SPIKE_SHARE: Final = 0.9
 _CHUNK_ELEMENTS: Final = 1 << 22
 
-PRODUCT: Final = ("mvg", "mvg-psd", "mvg-shrink", "mvg-identity")
+PRODUCT: Final = (
+    "mvg",
+    "mvg-psd",
+    "mvg-shrink",
+    "mvg-identity",
+    "mvg-nuclear",
+    "mvg-nuclear-trace",
+    "mvg-auto",
+)
+#: Each product method's candidate of :func:`~mvg_dask.plan.covariance_selection.sure_risks`.
+_CANDIDATE: Final[dict[str, str]] = {
+    "mvg": "raw",
+    "mvg-psd": "psd",
+    "mvg-shrink": "spiked",
+    "mvg-identity": "identity",
+    "mvg-nuclear": "nuclear-domain",
+    "mvg-nuclear-trace": "nuclear-trace",
+}
 BASELINES: Final = ("gauss", "separate", "adaptive", "coinpress", "amin")
 METHODS: Final = PRODUCT + BASELINES
-#: The product's design per benchmark, fixed in advance (see the module docstring).
-DESIGNED_METHOD: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
+#: The product's design, fixed in advance and the same for every setting.
+DESIGNED_METHOD: Final[dict[str, str]] = {"spiked": "mvg-auto", "full-rank": "mvg-auto"}
+#: The former design, chosen per benchmark from the spectrum (for comparison only).
+FORMER_DESIGN: Final[dict[str, str]] = {"spiked": "mvg-shrink", "full-rank": "mvg-identity"}
 #: The targets: the design's error over the best baseline's.
 TARGET: Final[dict[str, float]] = {"spiked": 0.8, "full-rank": 1.0}
 
@@ -195,6 +219,13 @@ class BenchResult:
     trials: int
     seed: int
     elapsed: float
+    #: ``mvg-auto``'s choice in every trial, per ``(benchmark, d, n, epsilon)``.
+    choices: dict[tuple[str, int, int, float], list[str]] = field(default_factory=dict)
+    #: Where the baselines' rows came from, when reused (:func:`read_bench_rows`).
+    baselines_from: str | None = None
+    #: Reused runs: how many of the earlier run's product rows this run reproduced (the same
+    #: mean error to 6 significant digits), and how many it had.
+    reproduced: tuple[int, int] = (0, 0)
 
     def value(self, benchmark: str, d: int, n: int, epsilon: float, method: str) -> float:
         """Mean relative Frobenius error of one method at one setting (NaN if not run)."""
@@ -232,23 +263,24 @@ def _relative_errors(estimate: np.ndarray, S: np.ndarray) -> tuple[float, float]
 
 def _product_estimators(
     S: np.ndarray, n: int, epsilon: float, delta: float
-) -> Callable[[NoiseKey], dict[str, np.ndarray]]:
-    """The product's release and its two post-processed estimates, for one setting."""
+) -> Callable[[NoiseKey], tuple[dict[str, np.ndarray], str]]:
+    """The product's release, its post-processed estimates and ``mvg-auto``'s choice."""
     from mvg_dask_lab.experiments.mechanisms import symmetric_plan
 
     d = S.shape[0]
     plan = symmetric_plan(CovarianceQuery(d, n), L2BallDomain(1.0, d), epsilon=epsilon, delta=delta)
     std = plan.released_entry_std()
-    off = float(std[0, 1]) if d > 1 else float(std[0, 0])
+    bound = plan.domain.sup_norm_sq()  # tr S <= sup ||x||^2: public
 
-    def draw(key: NoiseKey) -> dict[str, np.ndarray]:
+    def draw(key: NoiseKey) -> tuple[dict[str, np.ndarray], str]:
         released = S + plan.draw(key)
-        return {
-            "mvg": released,
-            "mvg-psd": psd_projection(released),
-            "mvg-shrink": spiked_shrinkage(released, off, bulk="mean"),
-            "mvg-identity": identity_shrinkage(released, std),
-        }
+        # one eigendecomposition for every candidate (each the named estimator exactly:
+        # tests/test_covariance_selection.py); mvg-auto takes the smallest risk estimate
+        risks, estimates = sure_risks(released, std, trace_bound=bound)
+        out = {name: estimates[c] for name, c in _CANDIDATE.items()}
+        choice = min(risks, key=lambda c: risks[c])
+        out["mvg-auto"] = estimates[choice]
+        return out, choice
 
     return draw
 
@@ -263,8 +295,16 @@ def run_covariance_bench(
     trials: int = 5,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    baseline_rows: Sequence[BenchRow] | None = None,
+    baselines_from: str | None = None,
 ) -> BenchResult:
     """Run the covariance benchmark over every setting.
+
+    The baselines' errors are a deterministic function of the seed (their noise comes from
+    seeded keys, their data from the seed), so ``baseline_rows`` from an earlier run of the
+    same seed and trials (:func:`read_bench_rows`) can stand in for re-running them: the
+    product's rows are measured afresh, and the earlier run's product rows that this run
+    measures again are compared (:attr:`BenchResult.reproduced`).
 
     Parameters
     ----------
@@ -280,6 +320,10 @@ def run_covariance_bench(
         Seed of the data and of the noise keys (reproducible, not private).
     progress : callable, optional
         Receives one line per setting.
+    baseline_rows : sequence of BenchRow, optional
+        The baselines' rows of an earlier run with the same seed and trials.
+    baselines_from : str, optional
+        Where they came from (recorded in the Markdown file).
 
     Returns
     -------
@@ -291,6 +335,9 @@ def run_covariance_bench(
     start = time.perf_counter()
     root = NoiseKey.from_seed(seed)
     rows: list[BenchRow] = []
+    choices: dict[tuple[str, int, int, float], list[str]] = {}
+    earlier = {(r.benchmark, r.d, r.n, r.epsilon, r.method): r for r in baseline_rows or ()}
+    same = [0, 0]
     for bench in benchmarks:
         for d in features:
             for n in records:
@@ -298,8 +345,18 @@ def run_covariance_bench(
                 S = data.gram() / n
                 for eps in epsilons:
                     tick = time.perf_counter()
-                    mine = _run_setting(data, S, eps, delta, trials, root)
+                    reuse = None
+                    if baseline_rows is not None:
+                        reuse = _reused(earlier, (bench, d, n, eps), trials)
+                        same[1] += len(_earlier_product_rows(earlier, (bench, d, n, eps)))
+                    mine, picked = _run_setting(data, S, eps, delta, trials, root, reuse)
+                    if baseline_rows is not None:
+                        for r in mine:
+                            old = earlier.get((bench, d, n, eps, r.method))
+                            if old is not None and r.method in PRODUCT:
+                                same[0] += f"{old.frobenius:.6g}" == f"{r.frobenius:.6g}"
                     rows.extend(mine)
+                    choices[(bench, d, n, eps)] = picked
                     if progress is not None:
                         best = DESIGNED_METHOD[bench]
                         errs = {r.method: r.frobenius for r in mine}
@@ -307,14 +364,80 @@ def run_covariance_bench(
                         progress(
                             f"[{bench} d={d} N={n:,} eps={eps:g}] {best} {errs[best]:.4g}, "
                             f"best baseline {base:.4g} (ratio {errs[best] / base:.3f}), "
+                            f"chose {','.join(picked)}, "
                             f"{time.perf_counter() - tick:.1f} s"
                         )
-    return BenchResult(rows, delta, trials, seed, time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    result = BenchResult(rows, delta, trials, seed, elapsed, choices)
+    if baseline_rows is not None:
+        result.baselines_from = baselines_from or "an earlier run"
+        result.reproduced = (same[0], same[1])
+    return result
+
+
+def _earlier_product_rows(
+    earlier: dict[tuple[str, int, int, float, str], BenchRow], setting: tuple[str, int, int, float]
+) -> list[BenchRow]:
+    """The earlier run's product rows at a setting (which this run measures again)."""
+    return [r for m in PRODUCT if (r := earlier.get((*setting, m))) is not None]
+
+
+def _reused(
+    earlier: dict[tuple[str, int, int, float, str], BenchRow],
+    setting: tuple[str, int, int, float],
+    trials: int,
+) -> list[BenchRow]:
+    found = [r for m in BASELINES if (r := earlier.get((*setting, m))) is not None]
+    if not found or any(r.trials != trials for r in found):
+        bench, d, n, eps = setting
+        raise ValueError(
+            f"the reused rows have no baselines with {trials} trials at {bench} d={d} N={n} "
+            f"eps={eps:g}: re-run the baselines (no --baselines-from)"
+        )
+    return found
+
+
+def read_bench_rows(path: Path) -> list[BenchRow]:
+    """The rows of a ``covariance_bench.csv`` (:func:`write_bench_files`).
+
+    Parameters
+    ----------
+    path : pathlib.Path
+        The CSV.
+
+    Returns
+    -------
+    list of BenchRow
+        Its rows.
+    """
+    with path.open(newline="") as fh:
+        return [
+            BenchRow(
+                r["benchmark"],
+                int(r["d"]),
+                int(r["N"]),
+                float(r["epsilon"]),
+                r["method"],
+                int(r["trials"]),
+                float(r["rel_frobenius"]),
+                float(r["rel_frobenius_se"]),
+                float(r["rel_spectral"]),
+                float(r["rel_spectral_se"]),
+                float(r["seconds_per_trial"]),
+            )
+            for r in csv.DictReader(fh)
+        ]
 
 
 def _run_setting(
-    data: SyntheticRecords, S: np.ndarray, eps: float, delta: float, trials: int, root: NoiseKey
-) -> list[BenchRow]:
+    data: SyntheticRecords,
+    S: np.ndarray,
+    eps: float,
+    delta: float,
+    trials: int,
+    root: NoiseKey,
+    reuse: list[BenchRow] | None = None,
+) -> tuple[list[BenchRow], list[str]]:
     n, d = data.n, data.d
     rho = analytic_gaussian_mu(eps, delta) ** 2 / 2.0
     product = _product_estimators(S, n, eps, delta)
@@ -327,12 +450,16 @@ def _run_setting(
         baselines["coinpress"] = lambda rng: coinpress_cov(data, rho, rng)
     if d <= EM_MAX_FEATURES:
         baselines["amin"] = lambda rng: em_cov(S, n, eps, delta, rng)
+    if reuse is not None:
+        baselines = {}
     errors: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
     seconds: dict[str, float] = dict.fromkeys(METHODS, 0.0)
+    picked: list[str] = []
     for t in range(trials):
         key = root.derive(f"{data.kind}/{d}/{n}/{eps!r}/trial/{t}")
         tick = time.perf_counter()
-        estimates = product(key.derive("mvg"))
+        estimates, choice = product(key.derive("mvg"))
+        picked.append(choice)
         for name, est in estimates.items():
             errors[name].append(_relative_errors(est, S))
             seconds[name] += (time.perf_counter() - tick) / len(estimates)
@@ -341,9 +468,10 @@ def _run_setting(
             est = fn(key.derive(name).generator())
             seconds[name] += time.perf_counter() - tick
             errors[name].append(_relative_errors(est, S))
-    out = []
+    out: list[BenchRow] = []
     for name in METHODS:
         if not errors[name]:
+            out.extend(r for r in reuse or () if r.method == name)
             continue
         arr = np.asarray(errors[name])
         se = arr.std(axis=0, ddof=1) / math.sqrt(len(arr)) if len(arr) > 1 else np.zeros(2)
@@ -362,7 +490,7 @@ def _run_setting(
                 seconds[name] / len(arr),
             )
         )
-    return out
+    return out, picked
 
 
 @dataclass(frozen=True)
@@ -374,12 +502,20 @@ class BenchFiles:
     plot: Path
 
 
+def _choice_text(picked: Sequence[str]) -> str:
+    counts: dict[str, int] = {}
+    for c in picked:
+        counts[c] = counts.get(c, 0) + 1
+    return ", ".join(f"{c} ×{k}" for c, k in counts.items()) if counts else "–"
+
+
 def summary_lines(result: BenchResult) -> list[str]:
-    """The Markdown table: the product's design against the best baseline, per setting."""
+    """The Markdown table: the product's design against the best baseline, per setting (with
+    what ``mvg-auto`` chose in each trial and the former per-benchmark design's ratio)."""
     lines = [
         "| benchmark | d | N | ε | product design | its error | best baseline | its error "
-        "| ratio | target |",
-        "|---|---:|---:|---:|---|---:|---|---:|---:|---|",
+        "| ratio | target | `mvg-auto` chose | former design's ratio |",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---|---|---:|",
     ]
     for bench, d, n, eps in result.settings():
         design = DESIGNED_METHOD[bench]
@@ -387,9 +523,11 @@ def summary_lines(result: BenchResult) -> list[str]:
         name, base = result.best_baseline(bench, d, n, eps)
         ratio = mine / base
         ok = "met" if ratio <= TARGET[bench] else "**not met**"
+        former = result.value(bench, d, n, eps, FORMER_DESIGN[bench]) / base
+        chose = _choice_text(result.choices.get((bench, d, n, eps), []))
         lines.append(
             f"| {bench} | {d} | {n:,} | {eps:g} | `{design}` | {mine:.4g} | `{name}` | {base:.4g} "
-            f"| {ratio:.3f} | ≤ {TARGET[bench]:g}: {ok} |"
+            f"| {ratio:.3f} | ≤ {TARGET[bench]:g}: {ok} | {chose} | {former:.3f} |"
         )
     return lines
 
@@ -446,6 +584,18 @@ def write_bench_files(result: BenchResult, out_dir: Path, *, command: str) -> Be
         f"method and setting, δ = {result.delta:g}, seed {result.seed}. Errors are the mean "
         "relative Frobenius error ‖S̃ − S‖_F / ‖S‖_F of S = XᵀX/N (the spectral error is in the "
         "CSV).",
+        *(
+            [
+                "",
+                f"The baselines' rows are those of {result.baselines_from} (same seed and "
+                "trials: their errors are a deterministic function of the seed); the product's "
+                f"rows were measured afresh, and {result.reproduced[0]} of the "
+                f"{result.reproduced[1]} product rows that run also had came out the same to "
+                "6 significant digits.",
+            ]
+            if result.baselines_from
+            else []
+        ),
         "",
         "## The product's design against the best baseline",
         "",
