@@ -48,9 +48,12 @@ test-fast: $(STAMP) lint typecheck
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_codecs
 	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
+	$(BIN)/python -m tests.benchmarks.bench_latency
 	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
 	$(BIN)/python -m tests.benchmarks.bench_peers
+	$(BIN)/python -m tests.benchmarks.bench_round
+	$(BIN)/python -m tests.benchmarks.bench_stream
 
 ## The paper's experiments (docs/guide/paper.md) and the covariance benchmark, from the lab.
 experiments: $(STAMP)

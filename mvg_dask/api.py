@@ -8,10 +8,15 @@ starts) and :func:`mvg_dask.engine.release.execute_release`.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
+from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.planning import plan_release
 from mvg_dask.plan.release_plan import ReleasePlan
 from mvg_dask.spec import (
@@ -30,19 +35,25 @@ if TYPE_CHECKING:
     from mvg_dask.engine.check import CheckReport
     from mvg_dask.engine.preview import PlanPreview
     from mvg_dask.engine.release import ReleaseResult
+    from mvg_dask.engine.rounds import RoundRelease, TrainingRun
     from mvg_dask.engine.stream import PeriodResult
+    from mvg_dask.ledger.base import Ledger
     from mvg_dask.plan.stream import StreamPreview
 
 __all__ = [
     "check",
     "dry_run",
+    "embedded_client",
+    "in_process",
     "load",
     "open_release",
     "performance_report_path",
     "preflight",
     "preview",
     "release",
+    "release_round",
     "release_spec",
+    "training_run",
 ]
 
 SpecLike = ReleaseSpec | dict[str, Any] | str | Path
@@ -300,7 +311,8 @@ def release(
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
     an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
     threads in this process, a larger one on a LocalCluster of worker processes (the same
-    bytes either way).
+    bytes either way; under add-remove neighbours the size is that of ``privacy.max_records``
+    records, see :func:`in_process`).
 
     Raises
     ------
@@ -333,6 +345,7 @@ def release(
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)
     from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
 
     with connect(
         scheduler,
@@ -341,9 +354,88 @@ def release(
         security=security,
         seeded=seed is not None,
         insecure_transport=insecure_transport,
-        processes=rplan.input.nbytes > IN_PROCESS_MAX_BYTES,
+        processes=not in_process(rplan.input, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
+
+
+def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
+    """Whether the embedded cluster of a release runs on threads in this process (an input of
+    at most ``IN_PROCESS_MAX_BYTES``) rather than on worker processes.
+
+    Decided from public values only. Under add-remove neighbours the record count is private,
+    and so is the input's size: the size counted is that of ``privacy.max_records`` records
+    (the declared public bound; by default ``2**32``, so worker processes).
+
+    Parameters
+    ----------
+    metadata : InputMetadata
+        The input's metadata (:func:`mvg_dask.engine.metadata.read_input_metadata`).
+    spec : ReleaseSpec
+        The spec.
+
+    Returns
+    -------
+    bool
+        True for threads in this process.
+    """
+    inp = metadata
+    if spec.privacy.neighbours != "add-remove":
+        return inp.nbytes <= IN_PROCESS_MAX_BYTES
+    from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS
+
+    records = spec.privacy.max_records or DEFAULT_MAX_RECORDS
+    per_record = sum(
+        part.features * np.dtype(part.dtype).itemsize
+        for part in (inp, inp.cols_input)
+        if part is not None
+    )
+    return records * per_record <= IN_PROCESS_MAX_BYTES
+
+
+@contextmanager
+def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Client]:
+    """One client for several releases of a spec's input (the periods of a stream, say):
+    the cluster :func:`release` would start for ``spec``, started once.
+
+    Each release on it is planned, reserved, charged and committed on its own, as with
+    ``release(spec, client=client)``; only the cluster is shared, and with it the cost of its
+    start (worker processes, their imports, the lattice kernels). Reusing it is safe: the choice
+    of threads or worker processes comes from public values only (:func:`in_process`), every
+    release sends its own key with its own tasks, and the workers keep no result of one release
+    once it is complete. ``DASK_SCHEDULER_ADDRESS``, when set, is used as by :func:`release`.
+
+    Parameters
+    ----------
+    spec : ReleaseSpec, dict or path
+        A spec of the releases to come (its input and plan pick the cluster).
+    output : str, optional
+        Overrides the spec's output store (for planning only).
+
+    Yields
+    ------
+    distributed.Client
+        The client; its cluster is closed on exit.
+
+    Examples
+    --------
+    >>> with api.embedded_client("period.yaml") as client:  # doctest: +SKIP
+    ...     for period in periods:
+    ...         api.release(period, client=client)
+    """
+    from mvg_dask.engine.cluster import connect
+    from mvg_dask.engine.warmup import needs_kernels
+
+    s = load(spec, output=output)
+    rplan = dry_run(s)
+    with connect(
+        processes=not in_process(rplan.input, s),
+        kernels=needs_kernels(rplan),
+        while_starting=_import_engine,
+    ) as client:
+        yield client
 
 
 def _release_period(
@@ -365,13 +457,13 @@ def _release_period(
         return run_stream_release(s, client, **options)
     from mvg_dask.engine.cluster import connect
 
-    nbytes = read_input_metadata(s.input, s.group_by, s.cols_variable).nbytes
+    metadata = read_input_metadata(s.input, s.group_by, s.cols_variable)
     with connect(
         scheduler,
         cluster=cluster,
         security=security,
         seeded=seed is not None,
-        processes=nbytes > IN_PROCESS_MAX_BYTES,
+        processes=not in_process(metadata, s),  # public values only (add-remove)
     ) as new:
         return run_stream_release(s, new, **options)
 
@@ -575,6 +667,15 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
     return path
 
 
+def _import_engine() -> None:
+    """Import what running a release needs on the client (the output format and its xarray and
+    dask arrays; about half a second of CPU in a fresh process), while the embedded cluster
+    starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``)."""
+    import dask.array  # noqa: F401
+
+    import mvg_dask.engine.release  # noqa: F401
+
+
 def _execute(
     rplan: ReleasePlan,
     client: Client,
@@ -655,3 +756,141 @@ def open_release(store: str, *, period: int | str | None = None, **kwargs: Any) 
     if period is not None:
         raise ValueError(f"{store} is not a stream's store: it has no periods")
     return _open(store, **kwargs)
+
+
+def release_round(
+    values: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    seed: int | None = None,
+) -> RoundRelease:
+    """Release one matrix from memory under ``(epsilon, delta)``-DP: a round.
+
+    One contributor determines the whole matrix within a declared bound: ``clip=C`` (every
+    entry in ``[-C, C]``) or ``frobenius=r`` (``||f||_F <= r``); the matrix is clipped to it
+    and released with lattice noise from the keyed generator, without Zarr or a cluster, and
+    without a ledger (:func:`training_run` charges one; docs/guide/rounds.md).
+
+    Parameters
+    ----------
+    values : array-like
+        An ``m x n`` numpy or dask matrix (a dask array is computed).
+    epsilon, delta : float
+    calibration : {"mgm-idn", "mgm-udn", "mgm", "mvg-thm2", "exact", "gaussian"}
+        ``gaussian`` is the i.i.d. analytic Gaussian; ``mgm-idn`` needs ``clip``.
+    clip, frobenius : float
+        Exactly one: the declared per-contributor bound.
+    allocation : str or dict, optional
+        ``"uniform"`` or ``{"binary": {"important": [rows], "share": 0.8}}`` over the rows.
+    seed : int, optional
+        A reproducible key (not private); default: a fresh one.
+
+    Returns
+    -------
+    RoundRelease
+        ``.values`` (the noisy matrix) and ``.plan`` (its public plan: ``.std`` per entry).
+
+    Raises
+    ------
+    ValueError
+        One line for bad input (a calibration that does not apply, no bound, a bad matrix).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> out = api.release_round(np.zeros((3, 2)), epsilon=1.0, delta=1e-5, clip=1.0, seed=0)
+    >>> out.values.shape, out.plan.calibration
+    ((3, 2), 'mgm-idn')
+    """
+    from mvg_dask.engine.rounds import one_round
+    from mvg_dask.plan.rounds import RoundBound
+
+    bound = RoundBound.of(clip, frobenius)
+    return one_round(values, epsilon, delta, calibration, bound, allocation, seed)
+
+
+def training_run(
+    *,
+    shape: tuple[int, int],
+    rounds: int,
+    epsilon: float,
+    delta: float,
+    calibration: str = "mgm-idn",
+    clip: float | None = None,
+    frobenius: float | None = None,
+    allocation: str | dict[str, Any] | None = None,
+    sampling_probability: float = 1.0,
+    ledger: Ledger | str | Path | None = None,
+    dataset: str | None = None,
+    release_id: str | None = None,
+    seed: int | None = None,
+) -> TrainingRun:
+    """A training run: ``rounds`` rounds of one contributor's ``shape`` matrices (gradients,
+    features) whose total is ``(epsilon, delta)``, charged to the ledger as one entry.
+
+    The total is split over the rounds by dp-accounting's privacy-loss distributions (with
+    Poisson-subsampling amplification when ``sampling_probability < 1``); the run's composed
+    loss is checked against the dataset's budget and reserved *before round 1*: a run that
+    does not fit is refused here and nothing is charged (docs/guide/rounds.md).
+
+    Parameters
+    ----------
+    shape, rounds : tuple of int, int
+        ``(m, n)`` of every round's matrix, and how many rounds.
+    epsilon, delta : float
+        The run's total guarantee.
+    calibration, clip, frobenius, allocation
+        As for :func:`release_round`.
+    sampling_probability : float, default 1
+        Each round is computed on a Poisson sample of the records at this rate (the caller
+        samples; the guarantee is then add-remove).
+    ledger : Ledger, str or Path, optional
+        Where the run is charged (``dataset`` must have a budget there).
+    dataset, release_id : str, optional
+        The ledger's dataset, and the entry's id (default: a fresh one).
+    seed : int, optional
+        A reproducible key: not private, so the ledger refuses it.
+
+    Returns
+    -------
+    TrainingRun
+        ``.release(matrix)`` per round; a context manager that commits the entry at the end.
+
+    Raises
+    ------
+    ValueError
+        Bad input (:class:`~mvg_dask.errors.BudgetError`: the run does not fit).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mvg_dask import api
+    >>> with api.training_run(shape=(4, 3), rounds=2, epsilon=2.0, delta=1e-5, clip=0.1,
+    ...                       seed=0) as run:
+    ...     noisy = [run.release(np.zeros((4, 3))) for _ in range(2)]
+    >>> run.done, round(run.spent_epsilon(), 2) <= 2.0
+    (2, True)
+    """
+    from mvg_dask.engine.rounds import TrainingRun
+    from mvg_dask.plan.rounds import RoundBound
+
+    return TrainingRun(
+        shape=shape,
+        rounds=rounds,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        bound=RoundBound.of(clip, frobenius),
+        allocation=allocation,
+        sampling_probability=sampling_probability,
+        seed=seed,
+        ledger=ledger,
+        dataset=dataset,
+        release_id=release_id,
+    )

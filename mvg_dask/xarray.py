@@ -10,11 +10,14 @@ The accessor only normalises arguments; the work is done by the plain functions 
     ds.mvg.dry_run("out", query="covariance", domain={"box": {"lower": 0, "upper": 1}},
                    privacy={"epsilon": 1, "delta": 1e-6})          # the plan, nothing written
     rel = ds.mvg.release("out", query=..., domain=..., privacy=..., client=client)
-    rel.mvg.noise_std()                 # noise std of every released entry
+    rel.mvg.noise_std()                 # noise std of every entry of the query's output
     rel.mvg.confidence_intervals(0.95)  # value +- z std, per entry
     rel.mvg.confidence_intervals(0.95, simultaneous=True)  # one band for every entry
     rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
-    rel.mvg.regression(intercept=True)  # ridge regression from a regression release's moment
+    rel.mvg.psd_covariance(), rel.mvg.correlation()  # any covariance-like release
+    rel.mvg.regression(intercept=True)  # ridge regression from a release's second moment
+    rel.mvg.regression_intervals()      # least squares with bootstrap intervals
+    rel.mvg.explained_variance(), rel.mvg.subspace_angle(k=2)  # PCA with intervals
     rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
     rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
 
@@ -30,20 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import xarray as xr
 
-from mvg_dask.interactive import choose, read, write
-from mvg_dask.plan.estimators import moment_regression
-from mvg_dask.plan.queries.moment import scale_constant
+from mvg_dask.interactive import choose, derived, read, write
 from mvg_dask.release_format import (
-    CONSTANT_TERM,
-    GROUP_DIM,
-    MOMENT,
     PLAN_ATTR,
     PREFIX,
-    RELEASE_ID_ATTR,
-    TARGET_ATTR,
     check_complete,
     released_variable,
 )
@@ -235,27 +230,38 @@ class MvgAccessor(_ReleaseAccessor):
         :func:`mvg_dask.interactive.choose.estimate_covariance`)."""
         return choose.estimate_covariance(self._ds, candidates=candidates, probes=probes, seed=seed)
 
-    def correlation(self, level: float = 0.95) -> xr.Dataset:
-        """Correlations with approximate per-entry intervals (new variables; no privacy cost:
+    def correlation(self, level: float = 0.95, *, method: str = "floor") -> xr.Dataset:
+        """Correlations in ``[-1, 1]`` (never NaN) from the floored (``method="floor"``) or
+        PSD-projected (``"psd"``) covariance, with approximate per-entry intervals and a warning
+        where the noise dominates (new variables; no privacy cost:
         :func:`mvg_dask.interactive.read.correlation`)."""
-        return read.correlation(self._ds, level)
+        return read.correlation(self._ds, level, method=method)  # type: ignore[arg-type]
 
     def noise_plan(self) -> Any:
         """The :class:`~mvg_dask.plan.noise_plan.NoisePlan` of this release (checked against
         its published ``row_cov``)."""
         return read.release_noise_plan(self._ds)
 
-    def regression(self, intercept: bool = False, ridge: float | str = "adassp") -> xr.DataArray:
-        """Ridge regression of the release's target on the other features from the released
-        ``moment`` (:func:`mvg_dask.plan.estimators.moment_regression`; no privacy cost).
+    def regression(
+        self,
+        intercept: bool = False,
+        ridge: float | str = "adassp",
+        *,
+        target: str | None = None,
+    ) -> xr.DataArray:
+        """Ridge regression of a target on the other features from the release's second
+        moment (:func:`mvg_dask.interactive.derived.regression`; no privacy cost).
 
         Parameters
         ----------
         intercept : bool, default False
-            Fit an intercept (the constant term ``"1"``, not penalised).
+            Fit an intercept (the constant term ``"1"``, not penalised): a regression or
+            centered-covariance release (a covariance release has no means).
         ridge : float or "adassp", default "adassp"
             ``lambda >= 0``, or ``4 sqrt(E ||E_PP||_F^2)`` from the public noise std of the
             predictors' block (:func:`mvg_dask.plan.estimators.adassp_ridge`).
+        target : str, optional
+            The target feature (default: a regression release's target).
 
         Returns
         -------
@@ -266,65 +272,44 @@ class MvgAccessor(_ReleaseAccessor):
             per group, from the group's moment divided by its noisy share ``N_g / N`` (the
             corner): coefficients over ``group`` and ``term``, one ``ridge`` per group.
         """
-        ds = self.check()
-        target = ds.attrs.get(TARGET_ATTR)
-        if MOMENT not in ds.data_vars or target is None:
-            raise ValueError(
-                "regression needs a second-moment release with a target (a 'moment' variable "
-                f"and the {TARGET_ATTR} attribute: query {{regression: {{target: ...}}}})"
-            )
-        moment = ds[MOMENT]
-        std = self.noise_std(MOMENT).values if ridge == "adassp" else None
-        term_dim = moment.dims[-2]
-        if term_dim in moment.coords:
-            labels = [str(v) for v in moment[term_dim].values]
-        else:  # an input without feature names: the features by position, "#0", "#1", ...
-            labels = [*(f"#{i}" for i in range(moment.shape[-1] - 1)), CONSTANT_TERM]
-            target = f"#{json.loads(ds.attrs[PLAN_ATTR])['query']['target']}"
-        query = json.loads(ds.attrs[PLAN_ATTR])["query"]
-        centre, scale = query.get("centre"), float(query.get("scale", 1.0))
-        source = ds.attrs.get(RELEASE_ID_ATTR)
-        if GROUP_DIM not in moment.dims:
-            fit = moment_regression(
-                moment.values,
-                labels,
-                str(target),
-                intercept=intercept,
-                noise_std=std,
-                ridge=ridge,
-                centre=centre,
-                scale=scale,
-            )
-            attrs = {"estimator": "regression", "target": fit.target, "ridge": fit.ridge}
-            attrs["source_release"] = source
-            return xr.DataArray(
-                fit.coefficients, dims=("term",), coords={"term": list(fit.terms)}, attrs=attrs
-            ).rename("coefficients")
-        # a grouped release: one fit per group, from that group's moment divided by its noisy
-        # share N_g / N (the corner), i.e. the group's own second moment, and its noise std alike
-        values = scale_constant(moment.values, 1.0 / scale)  # the moments of [x - c; 1]
-        std = None if std is None else scale_constant(std, 1.0 / scale)
-        shares = values[:, -1, -1]
-        fits = [
-            moment_regression(
-                values[g] / shares[g] if shares[g] > 0 else np.full_like(values[g], np.nan),
-                labels,
-                str(target),
-                intercept=intercept,
-                noise_std=None if std is None else std[g] / abs(shares[g]),
-                ridge=ridge,
-                centre=centre,
-            )
-            for g in range(values.shape[0])
-        ]
-        attrs = {"estimator": "regression", "target": fits[0].target}
-        attrs |= {"ridge": [f.ridge for f in fits], "source_release": source}
-        return xr.DataArray(
-            np.stack([f.coefficients for f in fits]),
-            dims=(GROUP_DIM, "term"),
-            coords={GROUP_DIM: moment[GROUP_DIM].values, "term": list(fits[0].terms)},
-            attrs=attrs,
-        ).rename("coefficients")
+        return derived.regression(self._ds, target, intercept=intercept, ridge=ridge)
+
+    def regression_intervals(
+        self,
+        level: float = 0.95,
+        *,
+        target: str | None = None,
+        intercept: bool = True,
+        ridge: float | str = 0.0,
+        draws: int = derived.DEFAULT_DRAWS,
+        seed: int | None = 0,
+    ) -> xr.Dataset:
+        """Regression coefficients (least squares by default) with intervals from the
+        release's noise law (a parametric bootstrap:
+        :func:`mvg_dask.interactive.derived.regression_intervals`)."""
+        return derived.regression_intervals(
+            self._ds, level, target, intercept=intercept, ridge=ridge, draws=draws, seed=seed
+        )
+
+    def explained_variance(
+        self, level: float = 0.95, *, draws: int = derived.DEFAULT_DRAWS, seed: int | None = 0
+    ) -> xr.Dataset:
+        """PCA's explained-variance fractions of the release's covariance with intervals
+        (:func:`mvg_dask.interactive.derived.explained_variance`)."""
+        return derived.explained_variance(self._ds, level, draws=draws, seed=seed)
+
+    def subspace_angle(
+        self,
+        k: int = 1,
+        level: float = 0.95,
+        *,
+        draws: int = derived.DEFAULT_DRAWS,
+        seed: int | None = 0,
+    ) -> xr.Dataset:
+        """The top-``k`` principal directions and a ``level`` upper bound on their largest
+        principal angle to the non-private ones
+        (:func:`mvg_dask.interactive.derived.subspace_angle`)."""
+        return derived.subspace_angle(self._ds, k, level, draws=draws, seed=seed)
 
     def covariance(self) -> xr.DataArray:
         """Unbiased ``X X^T / N``: ``(Y Y^T - N Sigma) / N`` from an identity release, the

@@ -91,15 +91,18 @@ def scrub(nb, work: Path | str):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    """Re-execute every notebook and write its ``.ipynb`` beside its source."""
+    """Re-execute every notebook (or those named) and write its ``.ipynb`` beside its source."""
     import nbformat
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--workdir", default=None, help="where the notebooks run (a scratch dir)")
+    parser.add_argument("names", nargs="*", help="only these notebooks (e.g. 07-streams)")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="mvg-dask-notebooks-"))
     work.mkdir(parents=True, exist_ok=True)
     for source in sources():
+        if args.names and source.stem not in args.names:
+            continue
         t0 = time.perf_counter()
         nb = scrub(execute(source, work), work)
         target = source.with_suffix(".ipynb")

@@ -95,10 +95,11 @@ def _published_noise(kind: str, root: Path, client: Any, n: int = N) -> dict[str
         stds.append(np.broadcast_to(out.rplan.noise_plan().released_entry_std(), (M, M)))
     # the accessor on a real release of the same plan states the same law
     ds = api.open_release(api.release(spec, client=client, seed=SEED, progress=False).output)
-    stated = ds.mvg.noise_std().values
+    stated = ds.mvg.noise_std(gaussian).values
     np.testing.assert_allclose(stated, stds[0], rtol=1e-9)
-    assert ds.mvg.confidence_intervals().attrs["variable"] == gaussian
-    band = ds.mvg.confidence_intervals(0.95, simultaneous=True)
+    # the default is the variable an analyst reads: covariance, also with a noisy count
+    assert ds.mvg.confidence_intervals().attrs["variable"] == "covariance"
+    band = ds.mvg.confidence_intervals(0.95, gaussian, simultaneous=True)
     np.testing.assert_allclose(band["half_width"].values, band.attrs["z"] * stated, rtol=1e-12)
     return {
         "truth": truth,
@@ -266,6 +267,20 @@ def test_add_remove_covariance_delta_method_intervals_cover_95_percent(
         assert abs(rate - 0.95) <= 3 * se, f"{name}: coverage {rate:.4f} +- {se:.4f}"
 
 
+def test_shrinkage_refuses_noise_not_of_the_form_s_a_i_a_j() -> None:
+    """The scales are fitted exactly or not at all: a std matrix off the rank-one form (noise
+    in rotated directions, say) gets ``None``, so the shrinkage refuses it."""
+    from mvg_dask.plan.estimators import rank_one_scales
+
+    a = np.array([0.5, 1.0, 2.0, 4.0])
+    s, fitted = rank_one_scales(0.3 * np.outer(a, a))  # type: ignore[misc]
+    np.testing.assert_allclose(s * np.outer(fitted, fitted), 0.3 * np.outer(a, a), rtol=1e-12)
+    bent = 0.3 * np.outer(a, a)
+    bent[1, 2] = bent[2, 1] = bent[1, 2] * 1.01
+    assert rank_one_scales(bent) is None
+    assert rank_one_scales(np.full((3, 3), np.inf)) is None
+
+
 def test_post_processed_estimators_are_new_variables(measured_large: dict[str, Any]) -> None:
     """PSD projection, shrinkage and correlation on a real release: new variables with their
     provenance; the release is unchanged; shrinkage refuses heterogeneous noise and identity
@@ -290,19 +305,30 @@ def test_post_processed_estimators_are_new_variables(measured_large: dict[str, A
 
 
 def test_shrinkage_and_identity_releases_are_refused(tmp_path: Path, client: Any) -> None:
-    """Shrinkage needs one noise std off the diagonal (a binary allocation has several); the
-    covariance estimators need a covariance release."""
+    """Shrinkage needs off-diagonal noise stds of the form ``s a_i a_j``: a binary allocation's
+    are, so its release is rescaled by the public ``a``, shrunk and scaled back (checked against
+    that computation done by hand from the published stds); the covariance estimators need a
+    covariance release."""
+    from mvg_dask.plan.estimators import spiked_shrinkage
+
     X = np.random.default_rng(4).uniform(0, 1, (M, N))
     make_input(tmp_path / "in.zarr", X, chunk=20)
     mech = {"algorithm": "equi-modal", "allocation": {"strategy": "binary", "important": [0]}}
     spec = _spec(tmp_path, 0.0, 1.0, mech, {})
     ds = api.open_release(api.release(spec, client=client, seed=1, progress=False).output)
-    with pytest.raises(ValueError, match="homogeneous noise"):
-        ds.mvg.shrunk_covariance()
+    shrunk = ds.mvg.shrunk_covariance()
+    std = ds.mvg.noise_std("covariance").values
+    a = np.empty(M)  # s^(1/2) a_i from three entries, then row 0 (std_0j = s a_0 a_j)
+    a[0] = np.sqrt(std[0, 1] * std[0, 2] / std[1, 2])
+    a[1:] = std[0, 1:] / a[0]
+    w = np.outer(a, a)
+    by_hand = spiked_shrinkage(ds["covariance"].values / w, 1.0) * w
+    np.testing.assert_allclose(shrunk.values, by_hand, rtol=1e-9, atol=1e-12)
+    assert len(shrunk.attrs["noise_scales"]) == M
     assert ds.mvg.psd_covariance().shape == (M, M)
     ident = {**spec, "query": "identity", "mechanism": {"algorithm": "unimodal"}}
     ident["output"] = {"store": str(tmp_path / "ident.zarr")}
     rel = api.open_release(api.release(ident, client=client, seed=1, progress=False).output)
     for method in ("psd_covariance", "shrunk_covariance", "correlation"):
-        with pytest.raises(ValueError, match="needs a covariance release"):
+        with pytest.raises(ValueError, match="needs a covariance, centered-covariance or regr"):
             getattr(rel.mvg, method)()

@@ -219,3 +219,28 @@ def test_an_absurd_epsilon_is_a_clean_refusal_not_a_hang(epsilon: float) -> None
         cal.analytic_gaussian_mu(epsilon, 1e-6)
     mu = cal.analytic_gaussian_mu(1e20, 1e-6)
     assert math.isfinite(mu) and cal.analytic_gaussian_delta(1e20, mu) <= 1e-6
+
+
+def test_log_ndtr_is_scipys_own_ufunc_without_importing_scipy_special():
+    """The analytic Gaussian loads scipy's ``log_ndtr`` without the ``scipy.special`` package
+    (0.3 s of imports): the same values bit for bit, and ``scipy.special`` still imports and
+    works afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from mvg_dask.privacy import calibration as cal\n"
+        "mu = cal.analytic_gaussian_mu(1.0, 1e-6)\n"
+        "assert 'scipy.special' not in sys.modules, 'scipy.special imported'\n"
+        "xs = np.concatenate([np.linspace(-60, 12, 20001), -np.logspace(-3, 8, 2001)])\n"
+        "ours = np.array([cal._log_ndtr()(float(x)) for x in xs])\n"
+        "import scipy.special, scipy.stats\n"
+        "assert cal._log_ndtr() is scipy.special.log_ndtr\n"
+        "assert np.array_equal(ours, scipy.special.log_ndtr(xs))\n"
+        "assert scipy.stats.norm.logcdf(-3.0) == scipy.special.log_ndtr(-3.0)\n"
+        "print(repr(mu))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.strip()) == cal.analytic_gaussian_mu(1.0, 1e-6)

@@ -78,3 +78,35 @@ def test_the_input_size_picks_threads_or_worker_processes(
         monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", limit)
         api.release(spec_dict(store, str(tmp_path / out)), seed=1, progress=False)
     assert picked == [False, True]
+
+
+def test_add_remove_picks_the_cluster_from_public_values_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under add-remove neighbours the record count (and so the input's size) is private: two
+    neighbouring inputs pick the same cluster, decided by ``privacy.max_records``."""
+    picked: list[bool] = []
+
+    @contextmanager
+    def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
+        picked.append(processes)
+        with connect(*args, processes=False, **kwargs) as c:
+            yield c
+
+    monkeypatch.setattr(cluster_module, "connect", spy)
+    monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 3 * 8 * 1_000)  # 1,000 records of 3 features
+    stores = [
+        make_input(tmp_path / f"in{n}.zarr", data(3, n, seed=2), chunk=100) for n in (300, 301)
+    ]
+    runs = [(None, True), (1_000, False), (1_001, True)]  # (max_records, worker processes)
+    for max_records, _ in runs:
+        for i, store in enumerate(stores):
+            bound = {} if max_records is None else {"max_records": max_records}
+            s = spec_dict(
+                store,
+                str(tmp_path / f"out-{max_records}-{i}.zarr"),
+                query="covariance",
+                privacy={"neighbours": "add-remove", **bound},
+            )
+            api.release(s, seed=1, progress=False)
+    assert picked == [p for _, p in runs for _ in stores]

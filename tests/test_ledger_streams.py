@@ -540,3 +540,26 @@ def test_a_version_3_postgres_ledger_migrates_and_the_stream_tables_are_private(
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(f"SELECT * FROM {table}")
             conn.rollback()
+
+
+def test_a_claim_keeps_the_records_it_reads_through(location):
+    """``begin_period(target=...)`` keeps the claimed record count: a retry gets it back (it
+    reads the same records), a commit through another count is refused, and a target below
+    the watermark (a store that shrank) is refused with nothing changed."""
+    with open_ledger(location) as book:
+        book.ensure_dataset("d", 3.0, 1e-5)
+        _open(book, horizon=3)
+        assert book.begin_period("s", 1, "a", target=40).watermark_after == 40
+        again = book.begin_period("s", 1, "a", target=55)  # the next night's records arrived
+        assert (again.status, again.watermark_before, again.watermark_after) == (
+            "pending",
+            0,
+            40,
+        )
+        with pytest.raises(ReleaseError, match="claimed through 40"):
+            book.commit_period("s", 1, watermark=55, state={})
+        book.commit_period("s", 1, watermark=40, state={})
+        assert book.stream("s").watermark == 40
+        with pytest.raises(ReleaseError, match="only grows"):
+            book.begin_period("s", 2, "b", target=39)
+        assert [p.period for p in book.stream_periods("s")] == [1]

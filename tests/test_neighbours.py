@@ -700,6 +700,7 @@ def _stream_periods(root: Path, X: np.ndarray, sizes: list[int], client: Any) ->
     return facts
 
 
+@pytest.mark.slow
 def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> None:
     """Add-remove: ``B`` is ``A`` with one record more in period 2. Every period's store, the
     stream's description, the results and the dry runs are byte-identical but for the noisy
@@ -709,8 +710,8 @@ def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> Non
     B = np.insert(A, 25, rng.uniform(0.0, 1.0, 4), axis=1)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    fa = _stream_periods(tmp_path / "a", A, [20, 40, 60], client)
-    fb = _stream_periods(tmp_path / "b", B, [20, 41, 61], client)
+    fa = _stream_periods(tmp_path / "a", A, [20, 40], client)
+    fb = _stream_periods(tmp_path / "b", B, [20, 41], client)
     for (text_a, res_a), (text_b, res_b) in zip(fa, fb, strict=True):
         assert text_a == text_b
         assert res_a.plan.to_json() == res_b.plan.to_json()
@@ -720,9 +721,9 @@ def test_stream_periods_publish_only_noisy_values(tmp_path: Path, client) -> Non
     assert (a / "stream.json").read_bytes() == (b / "stream.json").read_bytes()
     assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
     differing = {}
-    for t in (1, 2, 3):
+    for t in (1, 2):
         name = f"period-{t:04d}"
         differing[t] = assert_same_except_noisy(
             a / name, b / name, {"covariance", "gram", "record_count"}
         )
-    assert not differing[1] and differing[2] and differing[3]  # period 1 is the same data
+    assert not differing[1] and differing[2]  # period 1 is the same data

@@ -19,13 +19,15 @@ def _cells(nb) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return [(c.cell_type, c.source) for c in nb.cells]
 
 
-def test_there_are_five_notebooks() -> None:
+def test_there_are_seven_notebooks() -> None:
     assert [p.name for p in SOURCES] == [
         "01-quickstart.py",
         "02-privacy-utility.py",
         "03-existing-cluster.py",
         "04-reading-a-release.py",
         "05-centered-and-regression.py",
+        "06-federated-rounds.py",
+        "07-streams.py",
     ]
 
 

@@ -16,6 +16,9 @@ from mvg_dask.errors import ReleaseError
 
 log = logging.getLogger("mvg_dask")
 
+#: The embedded cluster's worker preload (:mod:`mvg_dask.engine.worker_setup`).
+WORKER_SETUP = "mvg_dask.engine.worker_setup"
+
 
 def local_cluster(
     n_workers: int | None = None,
@@ -23,6 +26,8 @@ def local_cluster(
     memory_limit: str | int | None = None,
     threads_per_worker: int = 1,
     processes: bool = True,
+    loop: Any = None,
+    kernels: bool = False,
 ) -> LocalCluster:
     """The embedded cluster: worker processes on loopback, no fixed dashboard port.
 
@@ -38,6 +43,12 @@ def local_cluster(
         Threads per worker (the tasks are numpy-bound: one thread per core).
     processes : bool, default True
         Worker processes (``False``: threads in this process, without a dashboard).
+    loop : tornado.ioloop.IOLoop, optional
+        A running event loop to run on (default: the cluster starts its own, and stops it when
+        it closes).
+    kernels : bool, default False
+        The worker processes also load numba's lattice kernels as they start (an identity
+        release with lattice noise; :mod:`mvg_dask.engine.worker_setup`).
 
     Returns
     -------
@@ -51,6 +62,10 @@ def local_cluster(
     kwargs: dict[str, Any] = {} if memory_limit is None else {"memory_limit": memory_limit}
     if processes:
         kwargs["host"] = "127.0.0.1"
+        # each worker process loads the task modules (and the kernels) as it starts, off the
+        # critical path of its first task
+        kwargs["preload"] = [*dask.config.get("distributed.worker.preload", []), WORKER_SETUP]
+        kwargs["preload_argv"] = ["--kernels"] if kernels else []
     # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
     # workers (cluster/dask.yaml), so chunk-sized buffers are reused instead of mmapped afresh
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
@@ -70,6 +85,7 @@ def local_cluster(
             # free port
             scheduler_kwargs=None if processes else {"dashboard": False},
             silence_logs=silence,
+            loop=loop,
             **kwargs,
         )
 
@@ -108,6 +124,8 @@ def connect(
     timeout: str = "30s",
     cluster_class: Any = None,
     processes: bool = True,
+    kernels: bool = False,
+    while_starting: Callable[[], object] | None = None,
 ) -> Iterator[Client]:
     """Yield a client: an ephemeral Kubernetes cluster, a given scheduler (or
     ``DASK_SCHEDULER_ADDRESS``), else a new LocalCluster on loopback.
@@ -138,6 +156,11 @@ def connect(
     processes : bool, default True
         The LocalCluster's workers are processes (``False``: threads in this process, for small
         inputs).
+    kernels : bool, default False
+        The LocalCluster's worker processes load the lattice kernels as they start.
+    while_starting : callable, optional
+        Called in this thread while a new LocalCluster starts in another (the client's own
+        imports, for instance), so that both proceed at once.
 
     Yields
     ------
@@ -169,22 +192,105 @@ def connect(
         return
     if security is not None:
         raise ReleaseError("TLS options need --scheduler tls://HOST:PORT")
-    with _local_client(n_workers, memory_limit, processes) as client:
+    with _local_client(n_workers, memory_limit, processes, kernels, while_starting) as client:
         yield client
+
+
+#: After the embedded cluster has closed, its event loop runs this long (in steps of
+#: :data:`SETTLE_STEP`) before it is stopped; see :func:`_local_client`.
+SETTLE_SECONDS = 0.05
+SETTLE_STEP = 0.005
 
 
 @contextmanager
 def _local_client(
-    n_workers: int | None, memory_limit: str | None, processes: bool
+    n_workers: int | None,
+    memory_limit: str | None,
+    processes: bool,
+    kernels: bool = False,
+    while_starting: Callable[[], object] | None = None,
 ) -> Iterator[Client]:
-    """:func:`connect` without a scheduler: a new LocalCluster, closed on exit."""
-    cluster = local_cluster(n_workers, memory_limit=memory_limit, processes=processes)
-    client = Client(cluster)
+    """:func:`connect` without a scheduler: a new LocalCluster, closed on exit.
+
+    The cluster and its client run on an event loop (in its own thread) that this function owns
+    and stops last. Left to itself, ``LocalCluster.close`` stops its loop as soon as the
+    cluster reports closed, while the comms' batched senders may still be waiting on a timeout
+    (tornado futures, every few milliseconds): a timeout that fires during the loop's teardown
+    sets a ``TimeoutError`` that its coroutine never reads, and asyncio reports it when the
+    future is collected, as ``Future exception was never retrieved ... TimeoutError``, after a
+    release that succeeded. Here the loop runs for :data:`SETTLE_SECONDS` after the close, so
+    that every such coroutine reads its outcome and ends, and only then stops
+    (:func:`_close_cluster` says how a slow worker process's exit is handled).
+
+    With ``while_starting``, the cluster starts in a helper thread while this thread calls it.
+    """
+    from distributed.utils import LoopRunner, sync
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
     try:
-        yield client
+        cluster = _start_meanwhile(
+            lambda: local_cluster(
+                n_workers,
+                memory_limit=memory_limit,
+                processes=processes,
+                loop=runner.loop,
+                kernels=kernels,
+            ),
+            while_starting,
+        )
+        try:
+            client = Client(cluster)
+            try:
+                yield client
+            finally:
+                client.close()
+        finally:
+            _close_cluster(cluster)
+            sync(runner.loop, _settle)
     finally:
-        client.close()
+        runner.stop()
+
+
+def _close_cluster(cluster: LocalCluster) -> None:
+    """Close the embedded cluster. On a loaded machine a worker process can outlive the
+    nanny's deadline: the nanny kills it and then waits for its exit with whatever time is left,
+    possibly none, and ``LocalCluster.close`` raises that wait's ``TimeoutError``. The release
+    has finished by then (it is complete, or its own error is being raised), and the killed
+    process is reaped by the nanny's watcher: the timeout is logged, not raised."""
+    try:
         cluster.close()
+    except TimeoutError:
+        log.debug("the embedded cluster's worker processes were killed on close (timeout)")
+
+
+def _start_meanwhile(
+    start: Callable[[], LocalCluster], meanwhile: Callable[[], object] | None
+) -> LocalCluster:
+    """``start()`` in a helper thread while this thread runs ``meanwhile()``; the cluster, or
+    the exception of either (a cluster that started is closed if ``meanwhile`` fails)."""
+    if meanwhile is None:
+        return start()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="mvg-dask-cluster-start") as pool:
+        started = pool.submit(start)
+        try:
+            meanwhile()
+        except BaseException:
+            cluster = started.exception() is None and started.result()
+            if cluster:
+                cluster.close()
+            raise
+        return started.result()
+
+
+async def _settle() -> None:
+    """Run the loop for :data:`SETTLE_SECONDS` (what a close left scheduled runs to its end)."""
+    import asyncio
+
+    for _ in range(round(SETTLE_SECONDS / SETTLE_STEP)):
+        await asyncio.sleep(SETTLE_STEP)
 
 
 @contextmanager

@@ -323,13 +323,21 @@ def release_period(
     entry, key, seeded = _open(spec, stream, book, seed)
     t = entry.periods + 1
     label = period_label if period_label is not None else str(t)
-    period = book.begin_period(stream.stream_id, t, label)
-    crash_point("stream-period-claimed")
-    w0, w1 = period.watermark_before, metadata.records
-    if w1 < w0:
+    if metadata.records < entry.watermark:
         raise ReleaseError(
-            f"the input holds {w1} records, fewer than the stream has consumed: a stream's "
-            "store only grows"
+            f"the input holds {metadata.records} records, fewer than the stream has consumed: "
+            "a stream's store only grows"
+        )
+    # the claim keeps the records it reads through: a resumed period reads the same records
+    # (the same bytes) even if the next night's were appended meanwhile
+    period = book.begin_period(stream.stream_id, t, label, target=metadata.records)
+    crash_point("stream-period-claimed")
+    w0 = period.watermark_before
+    w1 = metadata.records if period.watermark_after is None else period.watermark_after
+    if metadata.records < w1:
+        raise ReleaseError(
+            f"the input holds {metadata.records} records, fewer than its pending period "
+            f"{t} claimed: a stream's store only grows"
         )
     read_plan = replace(stream.plan, input=metadata)
     total, clipped = read_increment(client, read_plan, w0, w1)

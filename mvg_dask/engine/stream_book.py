@@ -57,8 +57,11 @@ class StreamBook(Protocol):
         """The stream's key (hex)."""
         ...
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> Any:
-        """Claim the next period (in order; past the horizon refused)."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
+    ) -> Any:
+        """Claim the next period (in order; past the horizon refused), reading through
+        ``target`` records (kept with the claim: a resumed period reads the same records)."""
         ...
 
     def commit_period(
@@ -183,8 +186,11 @@ class FileStreamBook:
         meta = self._meta()
         return bool(meta and meta.get("seeded"))
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> BookPeriod:
-        """Claim ``period`` (the next one); a pending one is resumed."""
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
+    ) -> BookPeriod:
+        """Claim ``period`` (the next one) through ``target`` records; a pending one is resumed
+        with the target it was claimed with."""
         meta = self._meta()
         assert meta is not None and meta["stream_id"] == stream_id
         if period > meta["horizon"]:
@@ -202,7 +208,7 @@ class FileStreamBook:
                     f"{pending['label']!r}, not {label!r}; re-run it with that label"
                 )
             return BookPeriod(**pending)
-        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"])
+        entry = BookPeriod(stream_id, period, label, "pending", meta["watermark"], target)
         meta["pending"] = asdict(entry)
         self._save(meta)
         return entry
@@ -223,9 +229,9 @@ class FileStreamBook:
             return  # committed already (a retry)
         for part, data in state.items():
             _write_atomic(self.directory / f"p{period:04d}.{part}", data)
+        pending = meta["pending"] or {}
         meta.update(periods=period, watermark=watermark, pending=None)
-        labels = meta.setdefault("labels", [])
-        labels.append(str(state.get("label", b"").decode()) if "label" in state else "")
+        meta.setdefault("labels", []).append(pending.get("label", str(period)))
         if period >= meta["horizon"]:
             meta.update(status="complete", key=None)
         self._save(meta)

@@ -11,7 +11,9 @@ The accessor only normalises its arguments and calls these (as pint-xarray's acc
   (:func:`~mvg_dask.interactive.read.noise_std`,
   :func:`~mvg_dask.interactive.read.confidence_intervals`,
   :func:`~mvg_dask.interactive.read.release_noise_plan`, the covariance estimators) and the
-  ledger (:func:`~mvg_dask.interactive.read.budget_table`).
+  ledger (:func:`~mvg_dask.interactive.read.budget_table`);
+* :mod:`mvg_dask.interactive.derived`: what analysts derive (regression, PCA) with intervals
+  from the release's noise law.
 """
 
 from mvg_dask.interactive.read import (

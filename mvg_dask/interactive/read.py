@@ -18,17 +18,24 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import xarray as xr
 
+from mvg_dask.plan.derived_stats import (
+    centered_covariance_std,
+    correlation_matrix,
+    warn_noise_dominated,
+)
 from mvg_dask.plan.estimators import (
-    correlation_with_std,
     covariance_from_identity,
     identity_shrinkage,
     psd_projection,
+    rank_one_scales,
     spiked_shrinkage,
 )
 from mvg_dask.plan.noise_plan import (
@@ -38,7 +45,6 @@ from mvg_dask.plan.queries.moment import scale_constant
 from mvg_dask.release_codec import ReleaseCodec
 from mvg_dask.release_format import (
     COVARIANCE,
-    GRAM,
     GROUP_DIM,
     MEAN,
     MEAN_STEP_ATTR,
@@ -66,10 +72,16 @@ STREAM_STD_FACTOR_ATTR = attr("stream_std_factor")
 STREAM_STD_FACTOR_COORD = "noise_std_factor"
 
 __all__ = [
+    "COVARIANCE_RELEASES",
+    "CovarianceSource",
+    "analyst_variable",
     "budget_table",
+    "check_noisy_variable",
     "confidence_intervals",
     "correlation",
     "covariance_estimate",
+    "covariance_source",
+    "describe_release",
     "distinct_noisy_entries",
     "gaussian_variable",
     "noise_std",
@@ -90,6 +102,15 @@ def gaussian_variable(ds: xr.Dataset) -> str:
     return _gaussian_variable(ds.attrs, ds)
 
 
+def analyst_variable(ds: xr.Dataset) -> str:
+    """The variable an analyst reads, the default of :func:`noise_std` and
+    :func:`confidence_intervals`: the query's output
+    (:func:`mvg_dask.release_format.released_variable`; ``covariance`` of a centered-covariance
+    or add-remove release, not the ``moment`` or ``gram`` it is computed from)."""
+    name = released_variable(ds.attrs)
+    return name if name in ds else gaussian_variable(ds)
+
+
 def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     """Standard deviation of the Gaussian noise of every entry of a released variable.
 
@@ -106,7 +127,10 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     ds : xarray.Dataset
         A complete release.
     variable : str, optional
-        Default: :func:`gaussian_variable`. ``covariance`` of a release with a noisy count
+        Default: the variable an analyst reads, the query's output
+        (:func:`~mvg_dask.interactive.read.analyst_variable`);
+        :func:`gaussian_variable` names the one with the plan's Gaussian noise (``gram`` with a
+        noisy count, a moment release's ``moment``). ``covariance`` of a release with a noisy count
         (``gram / record_count``, a ratio of two noisy values) gets the delta method's
         approximate std, ``sqrt(s_ij^2 + C_ij^2 s_N^2) / N~`` with ``s`` the ``gram``'s std and
         ``s_N`` the count's, marked ``approximate`` in its attributes. A moment release's
@@ -133,7 +157,7 @@ def noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
 
 def _noise_std(ds: xr.Dataset, variable: str | None = None) -> xr.DataArray:
     _check_complete(ds)
-    name = variable or gaussian_variable(ds)
+    name = variable or analyst_variable(ds)
     sums = released_query_type(ds.attrs).sum_variable
     if name == released_variable(ds.attrs) and gaussian_variable(ds) == sums:
         return _ratio_std(ds)  # a ratio of two noisy values, output = sum / count
@@ -232,19 +256,7 @@ def _centered_std(ds: xr.Dataset, name: str) -> xr.DataArray:
         if grouped:
             out.attrs["approximate"] = "delta method: mean = moment[:, 1] / moment[1, 1]"
         return out.rename("noise_std")
-    cov = values[:, :m, :m] / p[:, :, None] - u[:, :, None] * u[:, None, :]
-    u2 = u**2
-    v = (
-        s[:m, :m] ** 2
-        + u2[:, None, :] * (s_a**2)[None, :, None]
-        + u2[:, :, None] * (s_a**2)[None, None, :]
-        + (u[:, :, None] * u[:, None, :] - cov) ** 2 * s_p**2
-    )
-    idx = np.arange(m)
-    v[:, idx, idx] = (
-        np.diag(s[:m, :m]) ** 2 + 4.0 * u2 * s_a**2 + (u2 - cov[:, idx, idx]) ** 2 * s_p**2
-    )
-    sd = np.sqrt(v) / p[:, :, None]
+    sd = centered_covariance_std(values, s, grouped=grouped)
     out = xr.DataArray(sd.reshape(var.shape), dims=var.dims, coords=var.coords, name="noise_std")
     what = "moment_xx / share - mean mean^T" if grouped else "moment_xx - mean mean^T"
     out.attrs["approximate"] = f"delta method: covariance = {what}"
@@ -308,8 +320,9 @@ def confidence_intervals(
     """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    std = noise_std(ds, variable)
-    name = variable or gaussian_variable(ds)
+    _check_complete(ds)
+    name = variable or analyst_variable(ds)
+    std = noise_std(ds, name)
     attrs: dict[str, Any] = {"level": level, "variable": name, "simultaneous": simultaneous}
     if "approximate" in std.attrs:
         attrs["approximate"] = std.attrs["approximate"]
@@ -379,7 +392,10 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
             "this release has a noisy record count (add-remove): `gram` is unbiased for X X^T, "
             "and covariance = gram / record_count is a ratio estimate (consistent, not unbiased)"
         )
-    if released_query_type(ds.attrs).second_moment:  # the released X X^T / N itself
+    qtype = released_query_type(ds.attrs)
+    if qtype.second_moment:  # the released X X^T / N itself
+        return ds[COVARIANCE]
+    if qtype.augmented:  # a moment release: its covariance around the mean, as released
         return ds[COVARIANCE]
     plan = release_noise_plan(ds)
     var = ds[released_variable(ds.attrs)]
@@ -394,19 +410,167 @@ def covariance_estimate(ds: xr.Dataset) -> xr.DataArray:
     return xr.DataArray(est, dims=(rows, cols), coords=coords, name=COVARIANCE)
 
 
-def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, float]:
-    """The released matrix with Gaussian noise (``covariance``, or ``gram`` with a noisy
-    count), its noise std and the divisor that turns it into the covariance (1, or the noisy
-    record count clipped at 1)."""
+def describe_release(ds: xr.Dataset) -> str:
+    """What a release is, for a refusal's message: its query, and whether it is grouped, has a
+    noisy record count (add-remove) or took the mean-first route."""
+    qtype = released_query_type(ds.attrs)
+    text = f"{'an' if qtype.kind[0] in 'aeiou' else 'a'} {qtype.kind} release"
+    if GROUP_DIM in ds.dims:
+        text += f" of {ds.sizes[GROUP_DIM]} groups"
+    if RECORD_COUNT in ds:
+        text += " with a noisy record count (add-remove)"
+    if ds.attrs.get(ROUTE_ATTR) == "mean-first":
+        text += " (mean-first route)"
+    return text
+
+
+#: What the covariance estimators take, for their refusals.
+COVARIANCE_RELEASES = "a covariance, centered-covariance or regression release (grouped too)"
+
+
+@dataclass(frozen=True)
+class CovarianceSource:
+    """What the covariance estimators take from a release (:func:`covariance_source`).
+
+    Attributes
+    ----------
+    values, std : ndarray
+        ``(G, m, m)`` (``G = 1`` ungrouped): the released matrix the estimators post-process
+        (``covariance``, or ``gram`` with a noisy count) and its noise std (:func:`noise_std`).
+    spread_std : ndarray
+        ``(G, m, m)``: the std of the symmetric Gaussian part of its noise (a moment release's
+        mean adds a rank-two term, which does not spread the spectrum): the spiked shrinker's.
+    divisor : ndarray
+        ``(G,)``: ``values / divisor`` is the covariance (the noisy count clipped at 1, or 1).
+    like : xarray.DataArray
+        The released ``covariance`` (its dimensions and coordinates).
+    """
+
+    values: np.ndarray
+    std: np.ndarray
+    spread_std: np.ndarray
+    divisor: np.ndarray
+    like: xr.DataArray
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the release has a group dimension."""
+        return GROUP_DIM in self.like.dims
+
+    def shaped(self, stack: np.ndarray) -> np.ndarray:
+        """A ``(G, ...)`` stack as the released covariance's shape (no group axis when
+        ungrouped)."""
+        return stack if self.grouped else stack[0]
+
+
+def covariance_source(ds: xr.Dataset, what: str = "this estimator") -> CovarianceSource:
+    """The released covariance the estimators take, whatever covariance-like release it is.
+
+    A covariance release's ``covariance`` (its noise the plan's), or with a noisy record count
+    its ``gram`` and the count; a centered-covariance or regression release's ``covariance``
+    around its mean (per group for a grouped release; its noise std the delta method's,
+    :func:`noise_std`), or a mean-first release's. Anything else is refused with what it is and
+    what would work.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A complete release.
+    what : str
+        The estimator's name, for the refusal.
+
+    Returns
+    -------
+    CovarianceSource
+        The matrices, their stds and divisors.
+    """
     _check_complete(ds)
-    if not released_query_type(ds.attrs).second_moment:
-        raise ValueError(
-            "this needs a covariance release; from an identity release use covariance() (its "
-            "estimate's noise is not the Gaussian noise these estimators assume)"
+    qtype = released_query_type(ds.attrs)
+    if not (qtype.second_moment or qtype.augmented) or COVARIANCE not in ds:
+        hint = (
+            "; its ds.mvg.covariance() is the unbiased X X^T / N (its noise is not Gaussian)"
+            if qtype.per_record_columns
+            else ""
         )
+        raise ValueError(
+            f"{what} needs {COVARIANCE_RELEASES}; this is {describe_release(ds)}{hint}. Release "
+            "query 'covariance' or 'centered-covariance' for it"
+        )
+    check_noisy_variable(ds)
+    like = ds[COVARIANCE]
     name = gaussian_variable(ds)
-    divisor = max(float(ds[RECORD_COUNT].values), 1.0) if name == GRAM else 1.0
-    return ds[name], noise_std(ds, name), divisor
+    if name == qtype.noisy_variable:  # a moment release: its covariance around the mean
+        values = like.values
+        std = noise_std(ds, COVARIANCE).values
+        spread = _moment_block_std(ds)
+        divisor = np.ones(values.shape[:-2])
+    else:  # the plan's noise on covariance, or on gram with the noisy count
+        values = ds[name].values
+        std = noise_std(ds, name).values
+        spread = std
+        count = float(ds[RECORD_COUNT].values) if name == qtype.sum_variable else 1.0
+        divisor = np.full(values.shape[:-2], max(count, 1.0))
+    m = values.shape[-1]
+    return CovarianceSource(
+        values=np.asarray(values, dtype=np.float64).reshape(-1, m, m),
+        std=np.broadcast_to(std, values.shape).reshape(-1, m, m),
+        spread_std=np.broadcast_to(spread, values.shape).reshape(-1, m, m),
+        divisor=np.asarray(divisor, dtype=np.float64).reshape(-1),
+        like=like,
+    )
+
+
+def check_noisy_variable(ds: xr.Dataset) -> None:
+    """Refuse a moment release without its noisy ``moment`` (the variable its noise law is
+    stated for; a mean-first release has none)."""
+    qtype = released_query_type(ds.attrs)
+    noisy = qtype.noisy_variable
+    if noisy is not None and noisy not in ds and ds.attrs.get(ROUTE_ATTR) != "mean-first":
+        raise ValueError(
+            f"this is {describe_release(ds)} without its {noisy!r} variable, which carries the "
+            "noise the estimators take: open the whole release (api.open_release)"
+        )
+
+
+def _moment_block_std(ds: xr.Dataset) -> np.ndarray:
+    """The std of the noise of a moment release's ``M[:m, :m]`` block, divided by each group's
+    noisy share (``(G, m, m)``, or ``(m, m)`` ungrouped)."""
+    scale = float(json.loads(ds.attrs[PLAN_ATTR])["query"].get("scale", 1.0))
+    moment = ds[MOMENT]
+    std = np.broadcast_to(release_noise_plan(ds).released_entry_std(), moment.shape[-2:])
+    s = scale_constant(std, 1.0 / scale)
+    m = s.shape[-1] - 1
+    if GROUP_DIM not in moment.dims:
+        return np.asarray(s[:m, :m])
+    shares = scale_constant(moment.values, 1.0 / scale)[:, m, m]
+    shares = np.where(shares > 0, shares, np.nan)
+    return np.asarray(s[None, :m, :m] / shares[:, None, None])
+
+
+def _covariance_source(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray, float]:
+    """:func:`covariance_source` of an ungrouped release as ``(matrix, std, divisor)``."""
+    src = covariance_source(ds)
+    if src.grouped:
+        raise ValueError(
+            f"this needs an ungrouped release; this is {describe_release(ds)} (use "
+            "covariance_source() for one matrix per group)"
+        )
+    like = src.like
+    return (
+        like.copy(data=src.values[0]),
+        like.copy(data=src.std[0]).rename("noise_std"),
+        float(src.divisor[0]),
+    )
+
+
+def _each_matrix(fn: Callable[[int], np.ndarray], src: CovarianceSource) -> np.ndarray:
+    """``fn(g)`` for every group ``g`` whose released matrix is finite (NaN for the others: a
+    group whose noisy share is not positive), stacked as the released covariance."""
+    out = np.full(src.values.shape, np.nan)
+    for g in range(src.values.shape[0]):
+        if np.all(np.isfinite(src.values[g])) and np.all(np.isfinite(src.spread_std[g])):
+            out[g] = fn(g)
+    return src.shaped(out)
 
 
 def _post_processed(
@@ -425,45 +589,50 @@ def _post_processed(
 
 
 def psd_covariance(ds: xr.Dataset) -> xr.DataArray:
-    """The PSD matrix nearest (Frobenius) to a covariance release's ``covariance``
+    """The PSD matrix nearest (Frobenius) to a release's covariance
     (:func:`~mvg_dask.plan.estimators.psd_projection`): a new variable, the release unchanged.
 
     Parameters
     ----------
     ds : xarray.Dataset
-        A complete covariance release.
+        A complete covariance, centered-covariance or regression release (one matrix per
+        group of a grouped release; an add-remove release's ``covariance``).
 
     Returns
     -------
     xarray.DataArray
         ``covariance_psd``, with its provenance as attributes.
     """
-    _covariance_source(ds)
-    cov = ds[COVARIANCE]
-    return _post_processed(psd_projection(cov.values), cov, "covariance_psd", ds)
+    src = covariance_source(ds, "psd_covariance")
+    est = _each_matrix(lambda g: psd_projection(src.values[g] / src.divisor[g]), src)
+    return _post_processed(est, src.like, "covariance_psd", ds)
 
 
 def shrunk_covariance(
     ds: xr.Dataset, target: str = "spiked", *, bulk: str = "zero"
 ) -> xr.DataArray:
-    """A covariance release shrunk with the noise's public std: a new variable, the release
+    """A release's covariance shrunk with the noise's public std: a new variable, the release
     unchanged.
 
     ``target="spiked"`` (:func:`~mvg_dask.plan.estimators.spiked_shrinkage`) shrinks the
     eigenvalues above the noise edge for a spiked truth; it helps a spectrum with a few
     eigenvalues far above the noise and hurts a flat one, so look at the spectrum first. It needs
     homogeneous noise (every off-diagonal entry with the same std: standard directions and a
-    uniform allocation). ``bulk="mean"`` keeps the mean of the eigenvalues below the edge
+    uniform allocation); noise whose std is ``s a_i a_j`` (a binary or scale-aware allocation)
+    is made homogeneous by the public scales ``a`` first, shrunk, and scaled back
+    (``noise_scales``). ``bulk="mean"`` keeps the mean of the eigenvalues below the edge
     instead of 0 (a few spikes above an isotropic floor). ``target="identity"``
     (:func:`~mvg_dask.plan.estimators.identity_shrinkage`) shrinks toward a multiple of the
     identity by the share of the spread that is noise: for a flat or full-rank spectrum where
     the noise dominates. With a noisy record count ``gram`` is shrunk and then divided by the
-    count.
+    count. A centered-covariance or regression release's covariance is shrunk with the noise
+    of its moment's block (the mean's noise adds a rank-two term, which does not move the
+    noise edge), one group at a time.
 
     Parameters
     ----------
     ds : xarray.Dataset
-        A complete covariance release.
+        A complete covariance, centered-covariance or regression release.
     target : {"spiked", "identity"}, default "spiked"
         The shrinker.
     bulk : {"zero", "mean"}, default "zero"
@@ -473,71 +642,109 @@ def shrunk_covariance(
     -------
     xarray.DataArray
         ``covariance_shrunk``, with its provenance, ``shrinkage_target`` and (spiked)
-        ``noise_edge`` (``2 s sqrt(m)`` in the units of the released matrix) as attributes.
+        ``noise_edge`` (``2 s sqrt(m)`` in the units of the covariance; one per group) as
+        attributes.
     """
     if target not in ("spiked", "identity"):
         raise ValueError(f"target must be 'spiked' or 'identity', got {target!r}")
     if bulk not in ("zero", "mean"):
         raise ValueError(f"bulk must be 'zero' or 'mean', got {bulk!r}")
-    source, std, divisor = _covariance_source(ds)
-    like = ds[COVARIANCE]
+    src = covariance_source(ds, "shrunk_covariance")
     if target == "identity":
-        est = identity_shrinkage(source.values, std.values) / divisor
-        return _post_processed(est, like, "covariance_shrunk", ds, shrinkage_target=target)
-    m = source.shape[0]
-    off = std.values[~np.eye(m, dtype=bool)]
-    if m < 2 or np.ptp(off) > 1e-9 * float(off.max()):
+        est = _each_matrix(
+            lambda g: identity_shrinkage(src.values[g], src.std[g]) / src.divisor[g], src
+        )
+        return _post_processed(est, src.like, "covariance_shrunk", ds, shrinkage_target=target)
+    m = src.values.shape[-1]
+    scales = [rank_one_scales(src.spread_std[g]) for g in range(src.values.shape[0])]
+    if m < 2 or any(a is None for a in scales):
         raise ValueError(
-            "eigenvalue shrinkage needs homogeneous noise (one std for every off-diagonal entry:"
-            " standard directions with a uniform allocation); use psd_covariance() or "
+            "eigenvalue shrinkage needs noise whose off-diagonal std is s a_i a_j (standard "
+            "directions: a uniform, binary or scale-aware allocation); use psd_covariance() or "
             "target='identity' instead"
         )
-    s = float(off.max())
-    est = spiked_shrinkage(source.values, s, bulk=bulk) / divisor  # type: ignore[arg-type]
-    return _post_processed(
-        est,
-        like,
-        "covariance_shrunk",
-        ds,
-        shrinkage_target=target,
-        noise_edge=2.0 * s * math.sqrt(m) / divisor,
-    )
+    fitted = [a for a in scales if a is not None]
+
+    def shrink(g: int) -> np.ndarray:
+        # rescaled by the public noise scales the noise is homogeneous (std s off the
+        # diagonal): shrink there, then scale back
+        s, a = fitted[g]
+        w = np.outer(a, a)
+        rescaled = spiked_shrinkage(src.values[g] / w, s, bulk=bulk)  # type: ignore[arg-type]
+        return np.asarray(rescaled * w / src.divisor[g])
+
+    est = _each_matrix(shrink, src)
+    edge = [2.0 * s * math.sqrt(m) / d for (s, _), d in zip(fitted, src.divisor, strict=True)]
+    attrs: dict[str, Any] = {
+        "noise_edge": [float(e) for e in edge] if src.grouped else float(edge[0])
+    }
+    if any(np.ptp(a) > 1e-9 * np.max(a) for _, a in fitted):
+        attrs["noise_scales"] = [float(v) for v in fitted[0][1]]
+    return _post_processed(est, src.like, "covariance_shrunk", ds, shrinkage_target=target, **attrs)
 
 
-def correlation(ds: xr.Dataset, level: float = 0.95) -> xr.Dataset:
-    """Correlations from a covariance release with approximate per-entry intervals
-    (:func:`~mvg_dask.plan.estimators.correlation_with_std`; the delta method, clipped to
-    ``[-1, 1]``): new variables, the release unchanged.
+def correlation(
+    ds: xr.Dataset, level: float = 0.95, *, method: Literal["floor", "psd"] = "floor"
+) -> xr.Dataset:
+    """Correlations from a release's covariance, with approximate per-entry intervals (values
+    in ``[-1, 1]``, a unit diagonal, never NaN): new variables, the release unchanged.
+
+    Each noisy variance is floored at its noise std and the standardised covariance made a
+    correlation by clipping (``method="floor"``) or by its PSD projection (``"psd"``: a
+    correlation matrix; its intervals are conservative where the projection acts)
+    (:func:`~mvg_dask.plan.derived_stats.correlation_matrix`). The intervals are the delta
+    method's around the value, clipped to ``[-1, 1]``; their coverage is measured in the tests.
+    Where a variance is not significantly above 0 (``C_ii <= z s_ii``, ``z`` of ``level``) the
+    noise dominates its correlations: their interval is ``[-1, 1]``, ``noise_dominated`` marks
+    them and a :class:`~mvg_dask.plan.derived_stats.NoiseDominatedWarning` says how many.
 
     Parameters
     ----------
     ds : xarray.Dataset
-        A complete covariance release.
+        A complete covariance, centered-covariance or regression release (one matrix per
+        group of a grouped release; with a noisy count the count cancels).
     level : float
         Per-entry coverage of the intervals, in (0, 1).
+    method : {"floor", "psd"}, default "floor"
+        How the covariance is made a correlation's source.
 
     Returns
     -------
     xarray.Dataset
-        ``value``, ``lower``, ``upper`` and ``std``, with ``level``, ``z``, ``approximate`` and
-        the provenance as attributes.
+        ``value``, ``lower``, ``upper``, ``std`` and ``noise_dominated``, with ``level``,
+        ``z``, ``method``, ``approximate`` and the provenance as attributes.
     """
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    source, std, _ = _covariance_source(ds)  # a ratio: the count's scale cancels
-    r, sd = correlation_with_std(source.values, std.values)
+    src = covariance_source(ds, "correlation")  # a ratio: the count's scale cancels
     z = _normal_quantile(0.5 + level / 2)
-    like = ds[COVARIANCE]
-    value = _post_processed(r, like, "correlation", ds)
+    r, sd, dominated = correlation_matrix(src.values, src.std, method=method, z=z)
+    m = r.shape[-1]
+    lower = np.where(dominated, -1.0, np.clip(r - z * sd, -1.0, 1.0))
+    upper = np.where(dominated, 1.0, np.clip(r + z * sd, -1.0, 1.0))
+    value = _post_processed(src.shaped(r), src.like, "correlation", ds)
     out = xr.Dataset(
         {
             "value": value,
-            "lower": value.copy(data=np.clip(r - z * sd, -1.0, 1.0)),
-            "upper": value.copy(data=np.clip(r + z * sd, -1.0, 1.0)),
-            "std": value.copy(data=sd),
+            "lower": value.copy(data=src.shaped(lower)),
+            "upper": value.copy(data=src.shaped(upper)),
+            "std": value.copy(data=src.shaped(sd)),
+            "noise_dominated": value.copy(data=src.shaped(dominated)),
         }
     )
-    out.attrs.update({**value.attrs, "level": level, "z": z, "approximate": True})
+    out.attrs.update({**value.attrs, "level": level, "z": z, "method": method})
+    out.attrs["approximate"] = True
+    weak = int(
+        np.sum(
+            ~(
+                np.diagonal(src.values, axis1=-2, axis2=-1)
+                > z * np.diagonal(src.std, axis1=-2, axis2=-1)
+            )
+        )
+    )
+    pairs = int(np.sum(np.triu(dominated, 1)))
+    total = src.values.shape[0] * m * (m - 1) // 2
+    warn_noise_dominated(weak, pairs, total, f"correlation of {describe_release(ds)}")
     return out
 
 

@@ -237,7 +237,13 @@ def _open(
 
 
 def _begin(
-    ex: Executor, lock: str, where: str, stream_id: str, period: int, label: str
+    ex: Executor,
+    lock: str,
+    where: str,
+    stream_id: str,
+    period: int,
+    label: str,
+    target: int | None,
 ) -> PeriodEntry:
     """The transaction of :meth:`StreamLedger.begin_period`."""
     s, _ = _locked(ex, stream_id, lock, where)
@@ -262,11 +268,16 @@ def _begin(
     ).fetchone()
     if pending is not None:  # cannot happen with in-order claims; a guard for hand edits
         raise ReleaseError(f"stream {stream_id!r}: period {pending[0]} is pending; resume it")
-    entry = PeriodEntry(stream_id, period, label, "pending", s.watermark, None, None, time.time())
+    if target is not None and target < s.watermark:
+        raise ReleaseError(
+            f"stream {stream_id!r}: the input holds {target} records, fewer than the stream has "
+            "consumed (a stream's store only grows); nothing was changed"
+        )
+    entry = PeriodEntry(stream_id, period, label, "pending", s.watermark, target, None, time.time())
     ex.execute(
         "INSERT INTO stream_periods (stream_id, period, label, status, watermark_before, "
-        "created) VALUES (?, ?, ?, 'pending', ?, ?)",
-        (stream_id, period, label, s.watermark, entry.created),
+        "watermark_after, created) VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+        (stream_id, period, label, s.watermark, target, entry.created),
     )
     crash_point("ledger-begin-period")
     return entry
@@ -287,6 +298,11 @@ def _commit(
         raise ReleaseError(
             f"stream {stream_id!r}: period {period} is already committed through another "
             "record count; nothing was changed"
+        )
+    if p.watermark_after is not None and watermark != p.watermark_after:
+        raise ReleaseError(
+            f"stream {stream_id!r}: period {period} was claimed through {p.watermark_after} "
+            f"records, not {watermark}; nothing was changed"
         )
     if watermark < p.watermark_before:
         raise ReleaseError(
@@ -453,7 +469,9 @@ class StreamLedger:
             raise LedgerError(f"stream {stream_id!r} is complete: its key is erased")
         return str(row[0])
 
-    def begin_period(self, stream_id: str, period: int, label: str) -> PeriodEntry:
+    def begin_period(
+        self, stream_id: str, period: int, label: str, *, target: int | None = None
+    ) -> PeriodEntry:
         """Claim ``period`` of a stream (the next one), or find it pending or committed.
 
         Parameters
@@ -464,6 +482,11 @@ class StreamLedger:
             The period (1-based; must be the number of committed periods + 1 unless it exists).
         label : str
             Its label (a date, or the index); the same on every attempt.
+        target : int, optional
+            The record count the period reads through (the store's length when it is claimed),
+            kept with a new claim as its ``watermark_after``: a resumed period reads the same
+            records, and so writes the same bytes, even if more were appended meanwhile. A
+            pending or committed period keeps the target it was claimed with.
 
         Returns
         -------
@@ -482,8 +505,10 @@ class StreamLedger:
             raise ValueError(f"period: an integer >= 1, not {period!r}")
         if not isinstance(label, str) or not label:
             raise ValueError(f"period label: a non-empty string, not {label!r}")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, int)):
+            raise ValueError(f"target: a record count, not {target!r}")
         lock, where = self._lock_clause, self.display()
-        return self._run(lambda ex, _: _begin(ex, lock, where, stream_id, period, label))
+        return self._run(lambda ex, _: _begin(ex, lock, where, stream_id, period, label, target))
 
     def commit_period(
         self,

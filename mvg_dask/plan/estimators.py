@@ -507,3 +507,38 @@ def _ridge_value(
     if not (lam >= 0 and np.isfinite(lam)):
         raise ValueError(f"the ridge must be finite and non-negative, got {ridge!r}")
     return lam
+
+
+def rank_one_scales(std: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """``(s, a)`` with ``std[i, j] = s a_i a_j`` off the diagonal (``a`` of geometric mean 1),
+    or ``None`` when the off-diagonal stds are not of that form (or not finite and positive).
+
+    In logs ``log std_ij = c + u_i + u_j``; with ``sum(u) = 0`` the row sums give ``c`` and
+    ``u`` in closed form, and the fit must be exact to ``1e-9``. Noise of this form (standard
+    directions with any diagonal allocation) is homogeneous once the matrix is divided by
+    ``a aᵀ``: what the spiked shrinkage needs.
+
+    Parameters
+    ----------
+    std : numpy.ndarray
+        ``m x m`` noise stds of a released matrix.
+
+    Returns
+    -------
+    tuple of (float, numpy.ndarray) or None
+        ``(s, a)``, or ``None``.
+    """
+    m = std.shape[-1]
+    off = ~np.eye(m, dtype=bool)
+    if m < 2 or not np.all(np.isfinite(std[off])) or np.any(std[off] <= 0):
+        return None
+    if m == 2:
+        return float(std[0, 1]), np.ones(2)
+    logs = np.where(off, np.log(np.where(off, std, 1.0)), 0.0)
+    rows = logs.sum(axis=1)
+    c = rows.sum() / (m * (m - 1))
+    u = (rows - (m - 1) * c) / (m - 2)
+    fit = c + u[:, None] + u[None, :]
+    if np.max(np.abs(fit - logs)[off]) > 1e-9:
+        return None
+    return float(np.exp(c)), np.exp(u)

@@ -230,7 +230,9 @@ def _output_dtype(requested: str, input_dtype: str) -> str:
     return "float32" if np.dtype(input_dtype) == np.float32 else "float64"
 
 
-def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeContext | None:
+def _lattice_context(
+    spec: ReleaseSpec, metadata: InputMetadata, min_log2_grid: int | None = None
+) -> LatticeContext | None:
     """How the engine will sum the query, from public values only: what the float-error bound
     of a lattice release needs (``None`` for float noise).
 
@@ -263,7 +265,7 @@ def _lattice_context(spec: ReleaseSpec, metadata: InputMetadata) -> LatticeConte
         # that the plan, and the bytes of a release with standard directions, never depend on
         # output.matrix_chunk
         depth = max(depth, panel_depth(records, PANEL_RECORDS))
-    return LatticeContext(records=records, depth=depth)
+    return LatticeContext(records=records, depth=depth, min_log2_grid=min_log2_grid)
 
 
 def _stages(
@@ -329,27 +331,16 @@ def plan_release(
         bound the record domain proves for the query (before anything is read or charged).
     """
     rid = release_id or spec.release_id or new_release_id(spec.name)
-    m = metadata.features
-    matrix_chunk = _matrix_chunk(spec, m)  # checked before any noise planning
+    matrix_chunk = _matrix_chunk(spec, metadata.features)  # checked before any noise planning
     domain = _domain(spec, metadata)
     mech, privacy = spec.mechanism, spec.privacy
-    a = mech.allocation
-    choice = choose_allocation(spec)
-    allocation = Allocation(
-        strategy=choice.strategy,  # type: ignore[arg-type]
-        important=a.important,
-        share=a.share,
-        theta=a.theta,
-        reason=choice.reason,
-    )
+    allocation, scale = _spec_allocation(spec)
     try:  # the domain's range keeps this arithmetic finite (docs/guide/specs.md); a backstop
         query = _query(spec, metadata, domain)
         directions, step = _fixed_directions(spec, query.shape[0], directions_matrix)
-        context = _lattice_context(spec, metadata)
-        if context is not None and min_log2_grid is not None:
-            context = replace(context, min_log2_grid=min_log2_grid)
+        context = _lattice_context(spec, metadata, min_log2_grid)
         mean_step = _mean_first_step(spec, metadata, domain, query, context)
-        allocation = _scaled(allocation, choice.scale, query, domain, mean_step is not None)
+        allocation = _scaled(allocation, scale, query, domain, mean_step is not None)
         if mean_step is None:
             budgets, step, noise = _budgets_and_noise(
                 spec, query, domain, allocation, directions, step, context
@@ -365,7 +356,7 @@ def plan_release(
         ) from None
     stages = _stages(query, budgets.count_share > 0, step, matrix_chunk, mech.noise, mean_step)
     plan = ReleasePlan(
-        tile_records=tile_records_for(m),
+        tile_records=tile_records_for(metadata.features),
         release_id=rid,
         name=spec.name,
         created=created or datetime.now(UTC).isoformat(timespec="seconds"),
@@ -380,7 +371,7 @@ def plan_release(
         query=query,
         domain=domain,
         on_violation=spec.domain.on_violation,
-        missing_fill=_missing_fill(spec, m, domain),
+        missing_fill=_missing_fill(spec, metadata.features, domain),
         epsilon=privacy.epsilon,
         delta=privacy.delta,
         neighbours=privacy.neighbours,
@@ -402,6 +393,21 @@ def plan_release(
         except ValueError as exc:
             raise DataError(f"mechanism: {exc}") from None
     return plan
+
+
+def _spec_allocation(spec: ReleaseSpec) -> tuple[Allocation, str | None]:
+    """The allocation the spec declares or gets by default (:func:`choose_allocation`), with
+    why, and what a scale-aware allocation's feature scale is."""
+    a = spec.mechanism.allocation
+    choice = choose_allocation(spec)
+    allocation = Allocation(
+        strategy=choice.strategy,  # type: ignore[arg-type]
+        important=a.important,
+        share=a.share,
+        theta=a.theta,
+        reason=choice.reason,
+    )
+    return allocation, choice.scale
 
 
 def _scaled(

@@ -54,7 +54,9 @@ __all__ = [
     "PLDAccountant",
     "PLDLoss",
     "PrivacyLoss",
+    "RoundsLoss",
     "Spent",
+    "amplified_by_sampling",
     "loss_from_json",
     "loss_to_json",
 ]
@@ -243,8 +245,83 @@ class PLDLoss(PrivacyLoss):
         return PLDLoss(self.mechanism, self.scale, 2 * self.sensitivity, self.delta)
 
 
+def amplified_by_sampling(loss: ApproxDP, q: float) -> ApproxDP:
+    """``(log(1 + q (e^eps - 1)), q delta)``: an ``(eps, delta)``-DP mechanism run on a Poisson
+    sample of rate ``q`` (add-remove neighbours; Balle, Barthe & Gaboardi, NeurIPS 2018, Thm. 8)."""
+    eps = loss.epsilon
+    # log(q e^eps + 1 - q) = eps + log(q + (1 - q) e^-eps): no overflow at a large epsilon
+    amplified = (
+        math.log1p(q * math.expm1(eps))
+        if eps < 30
+        else eps + math.log(q + (1 - q) * math.exp(-eps))
+    )
+    return ApproxDP(amplified, q * loss.delta)
+
+
+@dataclass(frozen=True)
+class RoundsLoss(PrivacyLoss):
+    """A training run: ``rounds`` releases of the same loss, each on a Poisson sample of rate
+    ``sampling_probability`` (1: the whole dataset), composed by dp-accounting's privacy-loss
+    distributions (docs/guide/rounds.md).
+
+    A Gaussian-DP round is dp-accounting's (subsampled) Gaussian mechanism of noise ``1 / mu``
+    and sensitivity 1; an ``(epsilon, delta)`` round is the worst-case distribution of
+    :func:`amplified_by_sampling`'s statement. :meth:`approx_dp` reads the composed
+    distribution's epsilon at ``delta``.
+
+    Attributes
+    ----------
+    round_loss : str
+        One round's loss, as :func:`loss_to_json` writes it (:class:`GaussianDP` or
+        :class:`ApproxDP`).
+    rounds : int
+        How many rounds.
+    sampling_probability : float
+        Poisson sampling rate of each round.
+    delta : float
+        Where :meth:`approx_dp` reads the epsilon.
+    """
+
+    round_loss: str
+    rounds: int
+    sampling_probability: float
+    delta: float
+    tag: ClassVar[str] = "rounds"
+
+    def __post_init__(self) -> None:
+        inner = self.round()
+        if not isinstance(inner, GaussianDP | ApproxDP):
+            raise ValueError("a round's loss must be gaussian-dp or approx-dp")
+        if not (isinstance(self.rounds, int) and self.rounds >= 1):
+            raise ValueError(f"rounds must be an integer >= 1, not {self.rounds!r}")
+        if not 0 < self.sampling_probability <= 1:
+            raise ValueError("sampling_probability must lie in (0, 1]")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+
+    def round(self) -> PrivacyLoss:
+        """One round's loss."""
+        return loss_from_json(self.round_loss)
+
+    def approx_dp(self) -> ApproxDP:
+        """epsilon of the composed distribution at ``delta``."""
+        return ApproxDP(float(self.pld().get_epsilon_for_delta(self.delta)), self.delta)
+
+    def pld(self) -> Any:
+        """dp-accounting's composition of the rounds."""
+        return _rounds_pld(self.round_loss, self.rounds, self.sampling_probability)
+
+    def group2(self) -> RoundsLoss:
+        """Each round's :meth:`PrivacyLoss.group2`; not defined under subsampling."""
+        if self.sampling_probability != 1.0:
+            raise ValueError("a subsampled run has no group-privacy conversion here")
+        return RoundsLoss(loss_to_json(self.round().group2()), self.rounds, 1.0, self.delta)
+
+
 #: Every loss type by its JSON tag (a new kind of charge adds one entry).
-LOSS_TYPES: dict[str, type[PrivacyLoss]] = {t.tag: t for t in (ApproxDP, GaussianDP, ZCDP, PLDLoss)}
+LOSS_TYPES: dict[str, type[PrivacyLoss]] = {
+    t.tag: t for t in (ApproxDP, GaussianDP, ZCDP, PLDLoss, RoundsLoss)
+}
 
 
 def loss_to_json(loss: PrivacyLoss) -> str:
@@ -310,6 +387,26 @@ def _mechanism_pld(mechanism: str, scale: float, sensitivity: float, sampling: f
         sampling_prob=sampling,
         value_discretization_interval=PLD_DISCRETISATION,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _rounds_pld(round_loss: str, rounds: int, sampling: float) -> Any:
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    inner = loss_from_json(round_loss)
+    if isinstance(inner, GaussianDP):
+        if sampling == 1.0:  # as dp-accounting composes Gaussians: one of noise 1/(mu sqrt(R))
+            return _gaussian_pld(inner.mu * math.sqrt(rounds))
+        one = pld.from_gaussian_mechanism(
+            1.0 / inner.mu,
+            sensitivity=1.0,
+            sampling_prob=sampling,
+            value_discretization_interval=PLD_DISCRETISATION,
+        )
+        return one.self_compose(rounds)
+    assert isinstance(inner, ApproxDP)
+    point = inner if sampling == 1.0 else amplified_by_sampling(inner, sampling)
+    return _approx_dp_pld(point.epsilon, point.delta, rounds)
 
 
 # -- accountants --------------------------------------------------------------------------------

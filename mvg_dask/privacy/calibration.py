@@ -21,11 +21,13 @@ Allocations ``theta`` (``sum theta <= 1``) split the budget: ``p_i = theta_i * P
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
-from scipy import special
 
 #: Calibration names; :mod:`mvg_dask.privacy.registry` describes each (and checks they agree).
 Calibration = Literal["exact", "mvg-thm2", "mvg-thm3", "mgm", "mgm-udn", "mgm-idn"]
@@ -450,6 +452,54 @@ def mgm_idn_budget(
 # The analytic Gaussian mechanism (Balle & Wang 2018), used by the ``exact`` calibration.
 
 
+def _log_ndtr() -> Callable[[float], float]:
+    """scipy's ``log_ndtr`` ufunc (``log Phi``), without importing :mod:`scipy.special`.
+
+    ``import scipy.special`` costs about 0.3 s of CPU (its array-API layer imports
+    ``numpy.testing`` and more), several times a small release's own work; the ufunc itself
+    lives in the compiled module ``scipy.special._ufuncs``, which loads in milliseconds. It is
+    loaded under a placeholder parent package, held for the load only, under the interpreter's
+    import lock (no other thread can import meanwhile); a later ``import scipy.special`` runs
+    the package as usual and finds the same compiled modules. The function is scipy's own, so
+    every calibrated value is bit for bit what ``scipy.special.log_ndtr`` gives.
+    """
+    loaded = sys.modules.get("scipy.special")
+    if loaded is not None and hasattr(loaded, "log_ndtr"):
+        return loaded.log_ndtr
+    ufuncs = sys.modules.get("scipy.special._ufuncs")
+    if ufuncs is None:
+        ufuncs = _load_ufuncs()
+    return ufuncs.log_ndtr
+
+
+def _load_ufuncs() -> ModuleType:
+    """``scipy.special._ufuncs`` loaded under a placeholder ``scipy.special`` (see
+    :func:`_log_ndtr`)."""
+    import _imp
+    import importlib
+    import os
+
+    import scipy
+
+    _imp.acquire_lock()
+    try:
+        if "scipy.special" in sys.modules:  # imported meanwhile: the real package
+            return importlib.import_module("scipy.special._ufuncs")
+        placeholder = ModuleType("scipy.special")
+        placeholder.__path__ = [os.path.join(os.path.dirname(scipy.__file__), "special")]
+        placeholder.__package__ = "scipy.special"
+        sys.modules["scipy.special"] = placeholder
+        try:
+            return importlib.import_module("scipy.special._ufuncs")
+        finally:
+            if sys.modules.get("scipy.special") is placeholder:
+                del sys.modules["scipy.special"]
+            if vars(scipy).get("special") is placeholder:  # not getattr: scipy's imports it
+                del scipy.special
+    finally:
+        _imp.release_lock()
+
+
 def analytic_gaussian_delta(epsilon: float, mu: float) -> float:
     """Exact ``delta`` of a Gaussian mechanism with sensitivity/noise ratio ``mu`` at ``epsilon``.
 
@@ -477,12 +527,13 @@ def analytic_gaussian_delta(epsilon: float, mu: float) -> float:
         return 0.0
     a = mu / 2.0 - epsilon / mu
     b = -mu / 2.0 - epsilon / mu
-    log_a = float(special.log_ndtr(a))
+    log_ndtr = _log_ndtr()
+    log_a = float(log_ndtr(a))
     if log_a == -math.inf:  # Phi(a) underflows (a huge epsilon): delta <= Phi(a) = 0
         return 0.0
     # Phi(a) - e^eps Phi(b) = Phi(a) (1 - exp(eps + log Phi(b) - log Phi(a))), in log space so
     # that the two nearly equal terms do not cancel
-    gap = epsilon + float(special.log_ndtr(b)) - log_a
+    gap = epsilon + float(log_ndtr(b)) - log_a
     if gap >= 0:
         return 0.0
     return max(math.exp(log_a) * -math.expm1(gap), 0.0)

@@ -14,7 +14,7 @@ import click
 
 __all__ = ["experiments"]
 
-_CHOICES = ("regression", "first-pc", "covariance", "all", "covariance-bench")
+_CHOICES = ("regression", "first-pc", "covariance", "all", "covariance-bench", "mgm")
 _METAVAR = "{" + ",".join(_CHOICES) + "}"
 
 
@@ -56,6 +56,13 @@ _METAVAR = "{" + ",".join(_CHOICES) + "}"
     "The baselines and the other non-MVG rows are the same under both.",
 )
 @click.option(
+    "--quick",
+    is_flag=True,
+    default=False,
+    help="mgm only: a reduced grid (CTG, 2 and 4 rounds, epsilon 10, 2 runs per point) that "
+    "runs in the test suite.",
+)
+@click.option(
     "--baselines-from",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
@@ -75,6 +82,7 @@ def experiments(
     out_dir: Path,
     seed: int,
     noise: Literal["float", "lattice"],
+    quick: bool,
     baselines_from: Path | None,
     results_doc: Path | None,
 ) -> None:
@@ -86,8 +94,17 @@ def experiments(
     covariance-bench releases X^T X / N of synthetic spiked and full-rank records (d in
     {20, 100, 500}, N in {10^4, 10^6}, δ = 1e-10) with the product's release and with
     SeparateCov, AdaptiveCov, CoinPress, Amin et al. and Analyze Gauss, and writes
-    covariance_bench.csv, .md and .png into --out.
+    covariance_bench.csv, .md and .png into --out. mgm runs the MGM paper's federated-learning
+    experiments (horizontal and vertical, every mechanism at the same total epsilon and with
+    the paper's per-element accounting) and writes mgm.csv, mgm.md and mgm.png into --out.
     """
+    if quick and which != "mgm":
+        raise click.UsageError("--quick goes with mgm")
+    if which == "mgm":
+        from mvg_dask_lab.experiments.mgm_cli import run_mgm_command
+
+        run_mgm_command(trials=trials, out_dir=out_dir, quick=quick)
+        return
     if which == "covariance-bench":
         _covariance_bench(trials or 5, out_dir, seed, results_doc, baselines_from)
         return
