@@ -42,13 +42,16 @@ test: $(STAMP) lint typecheck docs
 test-fast: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -m "not slow" -q
 
-## Benchmarks (ratios against baselines measured in the same run; never asserted;
+## Benchmarks (ratios against baselines measured in the same run; never asserted; the DP
+## peers need the optional extra: `.venv/bin/pip install -e ".[bench]"`;
 ## docs/guide/performance.md).
 bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_codecs
 	$(BIN)/python -m tests.benchmarks.bench_lattice_sampler
 	$(BIN)/python -m tests.benchmarks.bench_latency
 	$(BIN)/python -m tests.benchmarks.bench_cold_start
 	$(BIN)/python -m tests.benchmarks.bench_release
+	$(BIN)/python -m tests.benchmarks.bench_peers
 	$(BIN)/python -m tests.benchmarks.bench_round
 	$(BIN)/python -m tests.benchmarks.bench_stream
 

@@ -37,6 +37,7 @@ LAYOUTS = [
     (False, np.float64, (3, 10), "zstd"),  # feature-chunked: 3 chunks across 7 features
     (True, np.float64, (10, 7), "zstd"),
     (True, np.float32, (10, 2), None),
+    (False, np.float64, (7, 10), "zstd-1"),  # write_matrix's level: literals stored raw
 ]
 
 
@@ -48,7 +49,7 @@ def test_reads_equal_zarr(tmp_path, records_first, dtype, chunks, codec):
     m, n = 7, 47  # the last record chunk is short (padded in storage)
     x = rng.random((m, n)).astype(dtype)
     stored = x.T if records_first else x
-    compressors = [ZstdCodec(level=0)] if codec else None
+    compressors = [ZstdCodec(level=-1 if codec == "zstd-1" else 0)] if codec else None
     store = _array(
         tmp_path / "a.zarr", np.ascontiguousarray(stored), chunks, compressors=compressors
     )
@@ -220,3 +221,21 @@ def test_short_zstd_chunk_is_an_error_not_padding(tmp_path):
     (Path(store) / "c" / "0" / "1").write_bytes(Zstd().encode(np.ones(29).tobytes()))
     with pytest.raises(ReleaseError, match=r"records 10\.\.19 .* cannot be read"):
         ZarrMatrix(store, "", False).read(10, 20)
+
+
+def test_write_matrix_writes_zstd_level_minus_one_read_directly(tmp_path):
+    """write_matrix's codec (docs/guide/performance.md, "Input codec") is zstd at level -1, and
+    the release reads its chunks on the direct path, equal to zarr's reads."""
+    import json
+
+    from mvg_dask.data import INPUT_ZSTD_LEVEL, write_matrix
+
+    x = np.random.default_rng(3).random((5, 40))
+    store = write_matrix(x, tmp_path / "w.zarr", record_chunk=10)
+    codecs = json.loads((tmp_path / "w.zarr" / "X" / "zarr.json").read_text())["codecs"]
+    assert INPUT_ZSTD_LEVEL == -1
+    assert codecs[1] == {"name": "zstd", "configuration": {"level": -1, "checksum": False}}
+    lay = layout(store, "X", None)
+    assert lay is not None and lay.zstd
+    np.testing.assert_array_equal(read_rows(lay, 1, 10, 30), x[:, 10:30])
+    np.testing.assert_array_equal(ZarrMatrix(store, "X", False).read(0, 40), x)

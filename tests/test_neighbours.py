@@ -732,3 +732,48 @@ def test_stream_periods_publish_only_noisy_values(band: int | None, tmp_path: Pa
             a / name, b / name, {"covariance", "gram", "record_count"}
         )
     assert not differing[1] and differing[2]  # period 1 is the same data
+
+
+@pytest.mark.parametrize("query", ["covariance", "mean"])
+def test_a_streams_public_bytes_ignore_the_record_count_and_chunk_grid(query: str) -> None:
+    """Add-remove: the record count, the input's shape and its chunk grid are private, so a
+    stream's description, a period's provenance and stream attributes, the dry run's text and
+    the period plan are the same for stores of 20 records in chunks of 16, 21 in chunks of 7
+    and 2,000 in one chunk (planning only: nothing is read; the std factor as the engine
+    writes it, with its replace-one rescaling)."""
+    from mvg_dask.engine.provenance import provenance
+    from mvg_dask.engine.stream import rescale
+    from mvg_dask.engine.stream_store import stream_attrs, stream_description
+    from mvg_dask.plan.input_metadata import InputMetadata
+    from mvg_dask.plan.stream import one_shot_plan, plan_stream, preview_stream
+
+    spec = ReleaseSpec.model_validate(
+        {
+            "name": "nightly",
+            "input": {"store": "/data/in.zarr", "variable": "X"},
+            "domain": {"box": {"lower": 0.0, "upper": 1.0}},
+            "query": query,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6, "neighbours": "add-remove"},
+            "output": {"store": "/data/out"},
+            "stream": {"horizon": 8, "factorization": "tree", "max_records": 10_000},
+        }
+    )
+
+    def public(records: int, chunk: int) -> tuple[str, ...]:
+        meta = InputMetadata(
+            store="/data/in.zarr", variable="X", record_dim="r", feature_dim="f",
+            dims=("f", "r"), shape=(4, records), dtype="float64", record_chunk=chunk,
+        )  # fmt: skip
+        stream = plan_stream(spec, meta)
+        text = preview_stream(stream, one_shot_plan(spec, meta), 2).text
+        return (
+            json.dumps(stream_description(stream), sort_keys=True),
+            json.dumps(provenance(stream.plan, seeded=False), sort_keys=True, default=str),
+            json.dumps(stream_attrs(stream, 2, "2", rescale(stream, records)), sort_keys=True),
+            text,
+            stream.plan.noise_plan().to_json(),
+        )
+
+    first = public(20, 16)
+    assert public(21, 7) == first
+    assert public(2000, 2000) == first

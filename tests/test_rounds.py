@@ -187,6 +187,28 @@ def test_a_run_that_fails_after_a_round_stays_charged() -> None:
         assert entry.status == "aborted"
 
 
+def test_a_refunded_run_releases_no_round() -> None:
+    """A run that ended before round 1 is refunded (its ledger entry cancelled): a round
+    released by it afterwards would be charged to nothing, so it is refused, and nothing is
+    charged; a run that ended normally releases nothing more either."""
+    name = f"rounds-{uuid.uuid4().hex[:8]}"
+    with open_ledger(f"memory://{name}") as book:
+        book.ensure_dataset("adult", 1.0, DELTA)
+        run = api.training_run(
+            shape=SHAPE, rounds=3, epsilon=0.8, delta=DELTA, clip=CLIP, ledger=book,
+            dataset="adult",
+        )  # fmt: skip
+        run.close(RuntimeError("stopped before round 1"))  # refunded
+        assert book.releases("adult") == []
+        with pytest.raises(ValueError, match="this run has ended"):
+            run.release(_gradient(0))
+        assert run.done == 0 and book.releases("adult") == []
+    with api.training_run(shape=(2, 2), rounds=3, epsilon=1.0, delta=DELTA, clip=1.0) as done:
+        done.release(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="this run has ended"):
+        done.release(np.zeros((2, 2)))
+
+
 def test_spend_per_round_grows_to_the_total() -> None:
     run = api.training_run(shape=(4, 3), rounds=5, epsilon=2.0, delta=DELTA, clip=1.0, seed=0)
     spent = [run.spent_epsilon(k) for k in range(6)]

@@ -453,3 +453,24 @@ def test_period_noise_has_the_published_std(name: str) -> None:
     se = want / math.sqrt(2 * (x.size - 1))
     assert abs(float(np.std(x, ddof=1)) - want) < 4 * se
     assert abs(float(np.mean(x))) < 4 * want / math.sqrt(x.size)
+
+
+def test_a_file_books_key_is_readable_by_its_owner_only(tmp_path) -> None:
+    """A stream without a ledger keeps its key in the state directory beside the output: like
+    the ledger's file (0600), the directory is 0700 and every file in it 0600, whatever the
+    umask (a world-readable key lets anyone who can read it remove the noise)."""
+    from mvg_dask.engine.stream_book import FileStreamBook
+
+    old = os.umask(0o022)
+    try:
+        book = FileStreamBook.beside(str(tmp_path / "out"))
+        book.open_stream(stream_id="s", horizon=2, spec_hash="h")
+        book.begin_period("s", 1, "1", target=3)
+        book.commit_period("s", 1, watermark=3, state={"arrays": b"x"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out.stream-state").stat().st_mode & 0o777 == 0o700
+    files = list((tmp_path / "out.stream-state").iterdir())
+    assert len(files) == 2
+    for path in files:
+        assert path.stat().st_mode & 0o777 == 0o600, path.name

@@ -199,6 +199,7 @@ class TrainingRun:
         self._cursor = TileCursor(self._key)
         self._ledger: Ledger | None = None
         self._own_ledger = False
+        self._ended = False
         self.release_id: str | None = None
         if ledger is not None:
             self._reserve(ledger, dataset, release_id, seed)
@@ -247,8 +248,11 @@ class TrainingRun:
         Raises
         ------
         ValueError
-            For a matrix of another shape, a non-finite one, or after the last round.
+            For a matrix of another shape, a non-finite one, after the last round, or after
+            the run ended (:meth:`close`: a run refunded before round 1 must not release).
         """
+        if self._ended:  # its entry is committed, aborted or refunded: nothing more is charged
+            raise ValueError("this run has ended: start a new run (charged) for more rounds")
         if self.done >= self.rounds:
             raise ValueError(f"this run has released all its {self.rounds} rounds")
         x = round_values(values, self.plan.shape)
@@ -259,7 +263,7 @@ class TrainingRun:
     def close(self, error: BaseException | None = None) -> None:
         """End the run: commit its ledger entry (abort it after a failure that followed a
         round, cancel it when no round was released)."""
-        book, self._ledger = self._ledger, None
+        book, self._ledger, self._ended = self._ledger, None, True
         if book is None or self.release_id is None:
             return
         try:

@@ -364,8 +364,8 @@ def release_period(
     label = period_label if period_label is not None else str(t)
     if metadata.records < entry.watermark:
         raise ReleaseError(
-            f"the input holds {metadata.records} records, fewer than the stream has consumed: "
-            "a stream's store only grows"
+            "the input holds fewer records than the stream has consumed: a stream's store only "
+            "grows"
         )
     # the claim keeps the records it reads through: a resumed period reads the same records
     # (the same bytes) even if the next night's were appended meanwhile
@@ -375,8 +375,8 @@ def release_period(
     w1 = metadata.records if period.watermark_after is None else period.watermark_after
     if metadata.records < w1:
         raise ReleaseError(
-            f"the input holds {metadata.records} records, fewer than its pending period "
-            f"{t} claimed: a stream's store only grows"
+            f"the input holds fewer records than its pending period {t} claimed: a stream's "
+            "store only grows"
         )
     read_plan = replace(stream.plan, input=metadata)
     total, clipped = read_increment(client, read_plan, w0, w1)

@@ -95,8 +95,12 @@ def past_horizon(stream_id: str, horizon: int) -> BudgetError:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole, readable by its owner only (the state holds the stream's key)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # a leftover temporary file keeps its old mode
+        fh.write(data)
     os.replace(tmp, path)
 
 
@@ -131,6 +135,7 @@ class FileStreamBook:
 
     def _save(self, meta: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.chmod(0o700)  # the key: like the ledger's file, its owner's only
         _write_atomic(self._meta_path(), json.dumps(meta, sort_keys=True).encode())
 
     def _entry(self, meta: dict[str, Any]) -> BookStream:

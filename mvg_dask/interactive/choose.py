@@ -23,9 +23,9 @@ def _trace_bound(ds: xr.Dataset, divisor: float) -> float | None:
     """``sup ||x||^2`` of the declared domain, a bound on ``tr(X X^T / N)`` of a covariance
     release; none for other queries and for a noisy-count ``gram`` (a sum)."""
     plan = read.release_noise_plan(ds)
-    if divisor != 1.0 or plan.query.kind != "covariance":
+    if divisor != 1.0:
         return None
-    return float(plan.domain.sup_norm_sq())
+    return plan.query.trace_bound(plan.domain)
 
 
 def estimate_covariance(

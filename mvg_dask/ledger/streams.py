@@ -270,7 +270,7 @@ def _begin(
         raise ReleaseError(f"stream {stream_id!r}: period {pending[0]} is pending; resume it")
     if target is not None and target < s.watermark:
         raise ReleaseError(
-            f"stream {stream_id!r}: the input holds {target} records, fewer than the stream has "
+            f"stream {stream_id!r}: the input holds fewer records than the stream has "
             "consumed (a stream's store only grows); nothing was changed"
         )
     entry = PeriodEntry(stream_id, period, label, "pending", s.watermark, target, None, time.time())

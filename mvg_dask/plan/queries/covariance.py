@@ -89,6 +89,10 @@ class CovarianceQuery(MatrixQuery):
         """``X X^T / N``."""
         return np.asarray(total / self.records)
 
+    def trace_bound(self, domain: RecordDomain) -> float | None:
+        """``tr(X Xᵀ / N) <= sup ||x||²`` over the declared domain."""
+        return float(domain.sup_norm_sq())
+
     def proved_l2_sensitivity(self, domain: RecordDomain, neighbours: Neighbours) -> float | None:
         """``sqrt(2) R / N`` (replace-one; ``||xx^T - x'x'^T||_F^2 = ||x||^4 + ||x'||^4 - 2
         (x^T x')^2``), ``R / N`` (add/remove), ``R = sup ||x||^2``. On a sign-definite box

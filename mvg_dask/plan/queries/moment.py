@@ -282,6 +282,10 @@ class CenteredCovarianceQuery(CovarianceQuery):
     centre: tuple[float, ...] | None = None
     scale: float = 1.0
 
+    def trace_bound(self, domain: RecordDomain) -> float | None:
+        """None: the released moment is not ``X Xᵀ / N`` (its trace is not the domain's bound)."""
+        return None
+
     def _check_fields(self) -> None:
         if self.features < 2:
             raise ValueError("a moment query needs at least one feature besides the constant")

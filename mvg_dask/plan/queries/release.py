@@ -83,6 +83,12 @@ class ReleasedQuery:
         that cannot be grouped refuses)."""
         raise ValueError(f"a {self.kind} query cannot be grouped")
 
+    def trace_bound(self, domain: RecordDomain) -> float | None:
+        """A public bound on the trace of the released matrix from the declared domain alone
+        (the nuclear-norm projection's radius, :mod:`mvg_dask.plan.covariance_selection`);
+        ``None``: the query has none."""
+        return None
+
     @property
     def feature_sides(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The positions of the output's row features and column features when they are two
