@@ -485,7 +485,8 @@ def result_facts(result: ReleaseResult, case: Case) -> dict[str, Any]:
     the fields computed from the noisy directions."""
     plan = result.plan.to_dict()
     if case.route == "mean-first":  # step 2's plan about the noisy centre: its public form
-        for name in ("domain", "sensitivity", "gamma", "precision_budget"):
+        # (the symmetric ratio follows the box about the noisy centre: post-processing)
+        for name in ("domain", "sensitivity", "gamma", "precision_budget", "symmetric_ratio"):
             plan.pop(name, None)
     if case.directions == "dp-pca" or case.route == "mean-first":
         for name in (
