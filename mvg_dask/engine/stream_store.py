@@ -18,10 +18,10 @@ import json
 import re
 from typing import Any
 
-import fsspec
 import numpy as np
 import xarray as xr
 
+from mvg_dask.engine.store import Store
 from mvg_dask.errors import IncompleteReleaseError
 from mvg_dask.plan.stream import StreamPlan
 from mvg_dask.release_format import attr, is_complete
@@ -60,9 +60,10 @@ def write_stream_root(
 ) -> None:
     """Write ``stream.json`` (the same bytes on every period: a function of the plan)."""
     text = json.dumps(stream_description(stream), sort_keys=True)
-    fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
+    where = Store(store, storage_options)
+    fs, root = where.fs, where.root
     fs.makedirs(root, exist_ok=True)
-    path = f"{root.rstrip('/')}/{STREAM_FILE}"
+    path = where.key(STREAM_FILE)
     if fs.exists(path) and fs.cat_file(path).decode() == text:
         return
     with fs.open(path, "w") as fh:
@@ -86,14 +87,14 @@ def stream_attrs(
 def is_stream_store(store: str, storage_options: dict[str, Any] | None = None) -> bool:
     """True when ``store`` is a stream's store (it holds ``stream.json``)."""
     try:
-        fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
-        return bool(fs.exists(f"{root.rstrip('/')}/{STREAM_FILE}"))
+        return Store(store, storage_options).exists(STREAM_FILE)
     except Exception:
         return False
 
 
 def _periods(store: str, storage_options: dict[str, Any] | None) -> list[int]:
-    fs, root = fsspec.core.url_to_fs(store, **(storage_options or {}))
+    where = Store(store, storage_options)
+    fs, root = where.fs, where.root
     found = []
     for path in fs.ls(root, detail=False):
         match = PERIOD_RE.match(str(path).rstrip("/").rsplit("/", 1)[-1])
