@@ -49,6 +49,8 @@ from typing import Final
 
 import numpy as np
 
+from mvg_dask.plan.estimators import spiked_eigenvalues
+
 __all__ = [
     "CANDIDATES",
     "CovarianceChoice",
@@ -146,19 +148,7 @@ def _homogeneous_off_diagonal(std: np.ndarray) -> float | None:
 
 def _spiked_map(w: np.ndarray, off_diagonal_std: float) -> np.ndarray:
     """:func:`~mvg_dask.plan.estimators.spiked_shrinkage` (``bulk="mean"``) on eigenvalues."""
-    sigma = off_diagonal_std * math.sqrt(w.size)
-    floor = max(float(np.median(w)), 0.0)
-    for _ in range(3):
-        spike = w - floor > 2.0 * sigma
-        if np.all(spike):
-            break
-        floor = max(float(np.mean(w[~spike])), 0.0)
-    spike = w - floor > 2.0 * sigma
-    out = np.full_like(w, floor)
-    lam = w[spike] - floor
-    theta = (lam + np.sqrt(lam * lam - 4.0 * sigma * sigma)) / 2.0
-    out[spike] = floor + theta - sigma * sigma / theta
-    return out
+    return spiked_eigenvalues(w, off_diagonal_std, bulk="mean")
 
 
 def _identity_map(w: np.ndarray, nu: float) -> np.ndarray:

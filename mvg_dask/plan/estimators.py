@@ -164,6 +164,27 @@ def spiked_shrinkage(
     if bulk not in ("zero", "mean"):
         raise ValueError(f"bulk must be 'zero' or 'mean', got {bulk!r}")
     w, V = _symmetric_eigh(C)
+    return _from_eigen(spiked_eigenvalues(w, float(off_diagonal_std), bulk=bulk), V)
+
+
+def spiked_eigenvalues(w: np.ndarray, off_diagonal_std: float, *, bulk: str = "zero") -> np.ndarray:
+    """The eigenvalue map of :func:`spiked_shrinkage`: ``w`` (ascending eigenvalues of the
+    release) shrunk above the noise edge ``2 s sqrt(m)``, the bulk set to 0 or its mean.
+
+    Parameters
+    ----------
+    w : numpy.ndarray
+        The release's eigenvalues.
+    off_diagonal_std : float
+        The noise's std off the diagonal.
+    bulk : {"zero", "mean"}, default "zero"
+        The eigenvalues below the edge.
+
+    Returns
+    -------
+    numpy.ndarray
+        The shrunk eigenvalues.
+    """
     sigma = float(off_diagonal_std) * np.sqrt(w.size)
     floor = 0.0
     spike = w > 2.0 * sigma
@@ -181,7 +202,7 @@ def spiked_shrinkage(
     lam = w[spike] - floor
     theta = (lam + np.sqrt(lam * lam - 4.0 * sigma * sigma)) / 2.0
     out[spike] = floor + theta - sigma * sigma / theta
-    return _from_eigen(out, V)
+    return out
 
 
 def identity_shrinkage(C: np.ndarray, std: np.ndarray) -> np.ndarray:
