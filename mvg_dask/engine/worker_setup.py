@@ -10,12 +10,20 @@ exists, so that they overlap the cluster's start, the ledger's reservation, the 
 skeleton and the graph's construction on the client. A task that needs a module before it is
 loaded waits for the same import (Python imports a module once, under its lock), so nothing
 changes but when the work is done: no value, key or byte depends on it.
+
+On Linux the embedded cluster forks its worker processes from the client
+(:func:`mvg_dask.engine.cluster.local_cluster`), which has imported all of that already. A
+forked process keeps the allocator and the BLAS thread pool the client started with: the
+environment the nanny sets for its workers (``distributed.nanny.pre-spawn-environ``: glibc's
+malloc thresholds, one BLAS thread) is read by those libraries only when a process starts, so
+:func:`apply_worker_environment` applies it again, in the worker, before any task runs.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from typing import Any
 
@@ -37,6 +45,7 @@ TASK_MODULES = (
 def dask_setup(worker: Any, kernels: bool) -> None:
     """Start loading the task modules (and with ``--kernels`` the lattice kernels) in this
     worker process, in a daemon thread: the worker registers and serves meanwhile."""
+    apply_worker_environment()
     threading.Thread(
         target=load, args=(kernels,), name="mvg-dask-worker-setup", daemon=True
     ).start()
@@ -54,3 +63,50 @@ def load(kernels: bool = False) -> None:
             load_kernels()
     except Exception as exc:  # pragma: no cover - the first task raises it again
         log.debug("worker set-up incomplete: %s", type(exc).__name__)
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``) and the variables that set them at start-up.
+_MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
+#: OpenBLAS's thread-count setters, by the symbol names of its builds (numpy's and scipy's
+#: wheels prefix and suffix them).
+_BLAS_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+
+
+def apply_worker_environment() -> None:
+    """Apply the malloc thresholds and the BLAS thread count of this process's environment
+    (the nanny's ``pre-spawn-environ``) to the libraries already loaded: a worker forked from
+    the client inherits the client's settings, which the environment no longer changes
+    (idempotent in a worker that was started afresh; best effort: Linux, glibc, OpenBLAS)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        mallopt = None
+    for name, param in _MALLOPT.items():
+        value = os.environ.get(name)
+        if mallopt is not None and value and value.isdigit():
+            mallopt(ctypes.c_int(param), ctypes.c_int(int(value)))
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "")
+    if threads.isdigit():
+        for path in _loaded_openblas():
+            lib = ctypes.CDLL(path)
+            setter = next((getattr(lib, s) for s in _BLAS_SETTERS if hasattr(lib, s)), None)
+            if setter is not None:
+                setter(ctypes.c_int(int(threads)))
+
+
+def _loaded_openblas() -> list[str]:
+    """The OpenBLAS libraries mapped into this process (none where ``/proc`` is absent)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if ".so" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if "openblas" in os.path.basename(p).lower())
