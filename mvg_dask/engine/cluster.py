@@ -242,10 +242,14 @@ def _local_client(
     (:func:`_close_cluster` says how a slow worker process's exit is handled).
 
     With ``while_starting``, the cluster starts in a helper thread while this thread calls it
-    (a cluster of threads), or after it returns (forked worker processes, :data:`FORK_WORKERS`).
+    (a cluster of threads), or after it returns (forked worker processes, :data:`FORK_WORKERS`;
+    with ``kernels``, this process then also loads the lattice kernels before it forks them).
     """
     from distributed.utils import LoopRunner, sync
 
+    fork = processes and FORK_WORKERS
+    if fork and kernels:  # loaded once here, before the fork, instead of in every worker
+        while_starting = _with_kernels(while_starting)
     runner = LoopRunner(asynchronous=False)
     runner.start()
     try:
@@ -258,7 +262,7 @@ def _local_client(
                 kernels=kernels,
             ),
             while_starting,
-            overlap=not (processes and FORK_WORKERS),
+            overlap=not fork,
         )
         try:
             client = Client(cluster)
@@ -283,6 +287,21 @@ def _close_cluster(cluster: LocalCluster) -> None:
         cluster.close()
     except TimeoutError:
         log.debug("the embedded cluster's worker processes were killed on close (timeout)")
+
+
+def _with_kernels(meanwhile: Callable[[], object] | None) -> Callable[[], object]:
+    """``meanwhile``, then the lattice kernels loaded in this process
+    (:func:`mvg_dask.engine.warmup.load_kernels`): the workers forked after it start with
+    them, instead of each importing numba and loading them while its first task waits."""
+
+    def both() -> None:
+        from mvg_dask.engine.warmup import load_kernels
+
+        if meanwhile is not None:
+            meanwhile()
+        load_kernels()
+
+    return both
 
 
 def _start_meanwhile(

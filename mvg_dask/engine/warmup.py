@@ -46,9 +46,10 @@ def start_kernel_warmup(client: Client, rplan: ReleasePlan) -> bool:
     Returns
     -------
     bool
-        True when the warm-up was sent to the workers.
+        True when the warm-up was sent to the workers (not to the embedded cluster's worker
+        processes: they load the kernels as they start).
     """
-    if not needs_kernels(rplan):
+    if not needs_kernels(rplan) or _preloaded(client):
         return False
     try:
         client.run(_warm_in_background, wait=False)
@@ -56,6 +57,15 @@ def start_kernel_warmup(client: Client, rplan: ReleasePlan) -> bool:
         log.debug("kernel warm-up not started: %s", type(exc).__name__)
         return False
     return True
+
+
+def _preloaded(client: Client) -> bool:
+    """Whether ``client``'s cluster is an embedded one whose workers load the kernels as they
+    start, or start with them (:func:`mvg_dask.engine.cluster.local_cluster` with ``kernels``):
+    a warm-up would only wait for their busy event loops."""
+    spec = getattr(getattr(client, "cluster", None), "new_spec", None)
+    options = spec.get("options", {}) if isinstance(spec, dict) else {}
+    return "--kernels" in (options.get("preload_argv") or ())
 
 
 def _warm_in_background() -> None:
