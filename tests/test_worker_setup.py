@@ -92,6 +92,21 @@ def test_forked_workers_apply_the_nannys_environment() -> None:
     assert found >= 1 and counts == [1] * found
 
 
+def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``FORK_MAX_RSS`` resident bytes the workers are spawned (a forked worker would
+    count this process's pages against its memory limit), with the same environment."""
+    from distributed import Client
+
+    from mvg_dask.engine import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 0)
+    assert not cluster_module.fork_workers()
+    with cluster_module.local_cluster(1) as cluster, Client(cluster) as c:
+        (found, env, counts), *_ = c.run(_worker_settings).values()
+    assert env == "spawn:1"
+    assert found >= 1 and counts == [1] * found
+
+
 def test_a_forking_start_runs_while_starting_first() -> None:
     """With forked workers, ``while_starting`` has returned before the cluster starts (no fork
     while another thread imports); with threads both run at once."""

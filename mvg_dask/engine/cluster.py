@@ -23,6 +23,23 @@ WORKER_SETUP = "mvg_dask.engine.worker_setup"
 #: imported dask, distributed, numpy and the task modules already, instead of spawned as fresh
 #: interpreters that import them again (about 0.7 s of CPU each); see :func:`local_cluster`.
 FORK_WORKERS = sys.platform == "linux"
+#: ... unless this process is larger than this (resident bytes): a forked worker's resident
+#: size counts the pages it shares with this process, and the nanny would hold them against
+#: the worker's memory limit (a notebook with data in memory, say); such a process spawns them.
+FORK_MAX_RSS = 2**30
+
+
+def fork_workers() -> bool:
+    """Whether the embedded cluster's worker processes are forked from this process
+    (:data:`FORK_WORKERS`, :data:`FORK_MAX_RSS`) rather than spawned."""
+    if not FORK_WORKERS:
+        return False
+    try:
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return False
+    return resident <= FORK_MAX_RSS
 
 
 def local_cluster(
@@ -33,12 +50,13 @@ def local_cluster(
     processes: bool = True,
     loop: Any = None,
     kernels: bool = False,
+    fork: bool | None = None,
 ) -> LocalCluster:
     """The embedded cluster: worker processes on loopback, no fixed dashboard port.
 
     The one place a LocalCluster is made (the CLI, the API, the tests and the benchmarks).
 
-    On Linux (:data:`FORK_WORKERS`) the worker processes are forked from this process: each
+    On Linux (:func:`fork_workers`) the worker processes are forked from this process: each
     starts with what this one has imported, and sets the nanny's environment (malloc thresholds,
     one BLAS thread) in its preload (:func:`mvg_dask.engine.worker_setup.apply_worker_environment`).
     Only the cluster's first workers are forked; one the nanny restarts later is spawned afresh
@@ -62,6 +80,9 @@ def local_cluster(
     kernels : bool, default False
         The worker processes also load numba's lattice kernels as they start (an identity
         release with lattice noise; :mod:`mvg_dask.engine.worker_setup`).
+    fork : bool, optional
+        Fork the worker processes from this one (default: :func:`fork_workers`); otherwise
+        they are spawned (dask's default).
 
     Returns
     -------
@@ -88,7 +109,7 @@ def local_cluster(
     # (MVG_DASK_DEBUG=1 keeps their warnings)
     silence = logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
     config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": env}
-    if processes and FORK_WORKERS:
+    if processes and (fork_workers() if fork is None else fork):
         config["distributed.worker.multiprocessing-method"] = "fork"
     with dask.config.set(config), warnings.catch_warnings():
         # Python 3.12+ warns of any fork in a process with threads (the event loop's own)
@@ -242,12 +263,12 @@ def _local_client(
     (:func:`_close_cluster` says how a slow worker process's exit is handled).
 
     With ``while_starting``, the cluster starts in a helper thread while this thread calls it
-    (a cluster of threads), or after it returns (forked worker processes, :data:`FORK_WORKERS`;
+    (a cluster of threads), or after it returns (forked worker processes, :func:`fork_workers`;
     with ``kernels``, this process then also loads the lattice kernels before it forks them).
     """
     from distributed.utils import LoopRunner, sync
 
-    fork = processes and FORK_WORKERS
+    fork = processes and fork_workers()
     if fork and kernels:  # loaded once here, before the fork, instead of in every worker
         while_starting = _with_kernels(while_starting)
     runner = LoopRunner(asynchronous=False)
@@ -260,6 +281,7 @@ def _local_client(
                 processes=processes,
                 loop=runner.loop,
                 kernels=kernels,
+                fork=fork,
             ),
             while_starting,
             overlap=not fork,
