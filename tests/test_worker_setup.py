@@ -77,17 +77,14 @@ def _worker_settings() -> tuple[int, str, list[int]]:
 @pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux")
 def test_forked_workers_apply_the_nannys_environment() -> None:
     """A worker forked from this process (which may run several BLAS threads) runs one BLAS
-    thread, as a worker spawned with the nanny's ``OPENBLAS_NUM_THREADS=1`` does; the
-    cluster's workers load the kernels themselves, so the release sends them no warm-up."""
+    thread, as a worker spawned with the nanny's ``OPENBLAS_NUM_THREADS=1`` does."""
     from distributed import Client
 
     from mvg_dask.engine.cluster import FORK_WORKERS, local_cluster
-    from mvg_dask.engine.warmup import _preloaded
 
     assert FORK_WORKERS
     with local_cluster(1, kernels=True) as cluster, Client(cluster) as c:
         (found, env, counts), *_ = c.run(_worker_settings).values()
-        assert _preloaded(c)  # no kernel warm-up is sent to these workers
     assert env == "fork:1"
     assert found >= 1 and counts == [1] * found
 

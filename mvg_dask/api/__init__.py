@@ -464,6 +464,7 @@ def _release_period(
         security=security,
         seeded=seed is not None,
         processes=not in_process(metadata, s),  # public values only (add-remove)
+        while_starting=_import_engine,
     ) as new:
         return run_stream_release(s, new, **options)
 

@@ -1,22 +1,24 @@
 """What every worker process of the embedded cluster loads as it starts (a Dask preload).
 
-A fresh worker process imports the release's task modules (and with them zarr, the codecs, the
-plan layer and the keyed noise) when its first task arrives, and an identity release with lattice
-noise also loads numba's compiled kernels there (docs/lattice.md). Both sit on the critical path
-of a cold release: the first task of each worker waits for them. The embedded LocalCluster
-(:func:`mvg_dask.engine.cluster.local_cluster`) names this module as its workers' preload:
-:func:`dask_setup` starts the same imports in a background thread as soon as the worker process
-exists, so that they overlap the cluster's start, the ledger's reservation, the output's
-skeleton and the graph's construction on the client. A task that needs a module before it is
-loaded waits for the same import (Python imports a module once, under its lock), so nothing
-changes but when the work is done: no value, key or byte depends on it.
+A worker process needs the release's task modules (and with them zarr, the codecs, the plan
+layer and the keyed noise), and for an identity release with lattice noise also numba's
+compiled kernels (docs/lattice.md). The embedded LocalCluster
+(:func:`mvg_dask.engine.cluster.local_cluster`) names this module as its workers' preload.
 
-On Linux the embedded cluster forks its worker processes from the client
-(:func:`mvg_dask.engine.cluster.local_cluster`), which has imported all of that already. A
-forked process keeps the allocator and the BLAS thread pool the client started with: the
-environment the nanny sets for its workers (``distributed.nanny.pre-spawn-environ``: glibc's
-malloc thresholds, one BLAS thread) is read by those libraries only when a process starts, so
-:func:`apply_worker_environment` applies it again, in the worker, before any task runs.
+On Linux the cluster forks its worker processes from the client, which has imported all of that
+already (and loaded the kernels, when the release needs them): :func:`dask_setup` then finds
+everything in place. A forked process keeps the allocator and the BLAS thread pool the client
+started with: the environment the nanny sets for its workers
+(``distributed.nanny.pre-spawn-environ``: glibc's malloc thresholds, one BLAS thread) is read by
+those libraries only when a process starts, so :func:`apply_worker_environment` applies it
+again, in the worker, before any task runs.
+
+A spawned worker (elsewhere, or one the nanny restarts) imports them here, before it registers
+with the scheduler. They used to be imported in a background thread while the worker already
+served; a scatter that arrived meanwhile imported the plan layer in the event loop's thread at
+the same time, and the two threads' imports of its circular modules met half-initialized
+(``ImportError: cannot import name 'NoisePlan' from partially initialized module``). No value,
+key or byte depends on when the modules are loaded.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import threading
 from typing import Any
 
 import click
@@ -37,18 +38,18 @@ TASK_MODULES = (
     "mvg_dask.engine.tasks.identity",
     "mvg_dask.engine.tasks.panels",
     "mvg_dask.engine.tasks.low_rank",
+    "mvg_dask.engine.lattice",  # the identity stage's scattered lattice parameters
 )
 
 
 @click.command()
 @click.option("--kernels", is_flag=True, help="Also load numba's lattice kernels.")
 def dask_setup(worker: Any, kernels: bool) -> None:
-    """Start loading the task modules (and with ``--kernels`` the lattice kernels) in this
-    worker process, in a daemon thread: the worker registers and serves meanwhile."""
+    """Apply the nanny's environment and load the task modules (and with ``--kernels`` the
+    lattice kernels) in this worker process, before it registers (instant in a forked worker,
+    which has them)."""
     apply_worker_environment()
-    threading.Thread(
-        target=load, args=(kernels,), name="mvg-dask-worker-setup", daemon=True
-    ).start()
+    load(kernels)
 
 
 def load(kernels: bool = False) -> None:
