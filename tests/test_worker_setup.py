@@ -104,6 +104,26 @@ def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> 
     assert found >= 1 and counts == [1] * found
 
 
+def test_the_embedded_cluster_outside_a_notebook_imports_no_dashboard() -> None:
+    """A cluster of worker processes started from a script imports no bokeh (its dashboard,
+    0.5-0.7 s of CPU, would serve a port nobody is shown)."""
+    import subprocess
+
+    probe = (
+        "import sys\n"
+        "from mvg_dask.engine.cluster import local_cluster\n"
+        "if __name__ == '__main__':\n"
+        "    with local_cluster(1) as cluster:\n"
+        "        assert cluster.processes\n"
+        "    assert 'bokeh' not in sys.modules, 'bokeh imported'\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_a_forking_start_runs_while_starting_first() -> None:
     """With forked workers, ``while_starting`` has returned before the cluster starts (no fork
     while another thread imports); with threads both run at once."""
