@@ -1,0 +1,27 @@
+"""Start-up helpers: importing a command's libraries without the cyclic garbage collector."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def imports_without_gc() -> Iterator[None]:
+    """Run the block (imports) with the cyclic garbage collector paused, then resume it.
+
+    Importing pydantic models, dask, distributed and xarray allocates hundreds of thousands of
+    long-lived objects, and the collector walks them again and again while they are made (about
+    a tenth of a small release's CPU time); importing creates almost no cyclic garbage, so
+    nothing is left for it to collect. The collector is resumed on exit (it stays paused only
+    if it was paused on entry, or another thread paused it meanwhile and has not resumed it).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
