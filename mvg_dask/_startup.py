@@ -6,16 +6,24 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+#: Set by the command line (one command, then the process exits): after each block of
+#: :func:`imports_without_gc`, every object alive is moved to the collector's permanent
+#: generation (:func:`gc.freeze`), so that it is not walked again by later collections. A
+#: library process (a notebook, a service) keeps it off: there, objects frozen would never be
+#: collected.
+FREEZE_AFTER_IMPORTS = False
+
 
 @contextmanager
 def imports_without_gc() -> Iterator[None]:
     """Run the block (imports) with the cyclic garbage collector paused, then resume it.
 
     Importing pydantic models, dask, distributed and xarray allocates hundreds of thousands of
-    long-lived objects, and the collector walks them again and again while they are made (about
-    a tenth of a small release's CPU time); importing creates almost no cyclic garbage, so
+    long-lived objects, and the collector walks them again and again while they are made (a
+    twentieth of a small release's CPU time); importing creates almost no cyclic garbage, so
     nothing is left for it to collect. The collector is resumed on exit (it stays paused only
-    if it was paused on entry, or another thread paused it meanwhile and has not resumed it).
+    if it was paused on entry, or another thread paused it meanwhile and has not resumed it);
+    with :data:`FREEZE_AFTER_IMPORTS` the objects alive are frozen first.
     """
     if not gc.isenabled():
         yield
@@ -24,4 +32,6 @@ def imports_without_gc() -> Iterator[None]:
     try:
         yield
     finally:
+        if FREEZE_AFTER_IMPORTS:
+            gc.freeze()
         gc.enable()
