@@ -1,0 +1,45 @@
+"""Start-up helpers (:mod:`mvg_dask._startup`): the collector is paused for imports only, and
+frozen only by the ``mvg-dask`` script, never in a library process."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+from mvg_dask import _startup
+from mvg_dask.cli import main
+
+
+def test_imports_without_gc_pauses_then_resumes() -> None:
+    assert gc.isenabled()
+    with _startup.imports_without_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _startup.imports_without_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # paused on entry: left paused
+    finally:
+        gc.enable()
+
+
+def test_only_the_script_freezes() -> None:
+    """``main(argv)`` from a library process freezes nothing; the script does, after its
+    imports (``gc.get_freeze_count``)."""
+    frozen = gc.get_freeze_count()
+    assert main(["--version"]) == 0
+    assert not _startup.FREEZE_AFTER_IMPORTS and gc.get_freeze_count() == frozen
+    code = (
+        "import gc, sys\n"
+        "from mvg_dask import _startup\n"
+        "from mvg_dask.cli import main\n"
+        "sys.argv = ['mvg-dask', '--version']\n"
+        "main()\n"
+        "with _startup.imports_without_gc():\n"
+        "    import json\n"
+        "print(_startup.FREEZE_AFTER_IMPORTS, gc.get_freeze_count() > 0, gc.isenabled())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-3:] == ["True", "True", "True"]
