@@ -41,7 +41,12 @@ __all__ = [
 ]
 
 
+_SUBMODULES = ("lattice", "rng", "samplers", "tiles")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:  # ``mvg_dask.noise.lattice`` without importing it first
+        return importlib.import_module(f"{__name__}.{name}")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

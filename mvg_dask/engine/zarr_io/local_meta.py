@@ -123,15 +123,23 @@ class LocalArray:
             data = (self.path / _chunk_key(self.meta)).read_bytes()
         except OSError:
             raise Unsupported("chunk not readable") from None
+        try:
+            return self._decode(data, codecs, shape[0])
+        except Unsupported:
+            raise
+        except Exception:  # a chunk that does not decode: zarr reads it, or says why not
+            raise Unsupported("chunk does not decode") from None
+
+    def _decode(self, data: bytes, codecs: list[Any], n: int) -> np.ndarray:
         for codec in reversed(codecs[1:]):
             data = _bytes_codec(codec, data)
         first = codecs[0] if codecs else {}
         if self.meta["data_type"] == "string" and first.get("name") == "vlen-utf8":
-            return np.array(_vlen_utf8(data, self.chunks[0])[: shape[0]], dtype=object)
+            return np.array(_vlen_utf8(data, self.chunks[0])[:n], dtype=object)
         if first.get("name") != "bytes":
             raise Unsupported(f"codec {first.get('name')!r}")
         dtype = self.dtype.newbyteorder("<")
-        return np.frombuffer(data, dtype=dtype, count=self.chunks[0])[: shape[0]].copy()
+        return np.frombuffer(data, dtype=dtype, count=self.chunks[0])[:n].copy()
 
 
 def local_arrays(root: Path) -> dict[str, LocalArray]:
