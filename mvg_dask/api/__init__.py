@@ -358,7 +358,7 @@ def release(
         insecure_transport=insecure_transport,
         processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
-        while_starting=lambda: _import_engine(rplan.noise_kind == "lattice"),
+        while_starting=lambda: _import_engine(rplan),
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
 
@@ -435,7 +435,7 @@ def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Cl
     with connect(
         processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
-        while_starting=lambda: _import_engine(rplan.noise_kind == "lattice"),
+        while_starting=lambda: _import_engine(rplan),
     ) as client:
         yield client
 
@@ -669,19 +669,24 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
     return path
 
 
-def _import_engine(lattice: bool = False) -> None:
-    """Import what running a release needs on the client (the output format and its xarray and
-    dask arrays, zarr, the noise generator and, for lattice noise, its sampler; about a second
-    of CPU in a fresh process), while the embedded cluster starts
-    (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``), without the garbage
-    collector (:func:`mvg_dask._startup.imports_without_gc`)."""
+def _import_engine(rplan: ReleasePlan) -> None:
+    """Import what running ``rplan`` needs on the client (the output format and xarray, zarr,
+    the noise generator; for lattice noise its sampler; for an identity release, which reads
+    its input as dask arrays, dask.array; about a second of CPU in a fresh process), while the
+    embedded cluster starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``),
+    without the garbage collector (:func:`mvg_dask._startup.imports_without_gc`)."""
     import importlib
 
+    from mvg_dask.plan import stages as names
+
+    modules = ["xarray", "zarr", "randomgen", "mvg_dask.engine.release"]
+    if names.IDENTITY in rplan.stages:
+        modules.append("dask.array")
+    if rplan.noise_kind == "lattice":
+        modules.append("mvg_dask.noise.lattice")
     with imports_without_gc():
-        for module in ("dask.array", "zarr", "randomgen", "mvg_dask.engine.release"):
+        for module in modules:
             importlib.import_module(module)
-        if lattice:
-            importlib.import_module("mvg_dask.noise.lattice")
 
 
 def _execute(
