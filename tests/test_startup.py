@@ -49,3 +49,28 @@ def test_only_the_script_freezes() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # frozen after a block that imported a module, not after one that imported nothing
     assert out.stdout.split()[-4:] == ["True", "True", "True", "True"]
+
+
+def test_small_covariance_release_imports_no_dask_array(tmp_path) -> None:
+    """A covariance release on threads in the releasing process declares its output's
+    variables without dask (:class:`~mvg_dask.engine.output_arrays.Declared`): the script
+    imports neither ``dask.array`` nor scipy's sparse, FFT and special modules (an import
+    check, not a timing; an xarray ``DataArray`` made of numpy values would import them)."""
+    from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
+
+    store = make_input(tmp_path / "in.zarr", data(4, 120), chunk=40)
+    spec = write_spec(
+        tmp_path / "spec.yaml", spec_dict(store, str(tmp_path / "out.zarr"), query="covariance")
+    )
+    code = (
+        "import sys\nfrom mvg_dask.cli import main\n"
+        "sys.argv = ['mvg-dask', 'release', sys.argv[1], '--seed', '1', '--quiet']\n"
+        "code = main()\n"
+        "heavy = ['dask.array', 'scipy.sparse', 'scipy.fft', 'scipy.special']\n"
+        "print(code, sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(spec)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout + out.stderr
+    assert (tmp_path / "out.zarr" / "zarr.json").exists()
