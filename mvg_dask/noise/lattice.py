@@ -575,7 +575,10 @@ def _draw(
     if n < 0 or any(d < 0 for d in shape):
         raise ValueError(f"invalid shape {shape!r}")
     out = np.empty(n, dtype=np.int64)
-    bitgen = key.generator(tile).bit_generator
+    # the main stream from the key's kept generator when it has one (NoiseKey.tile_bits: the
+    # same words, without building a generator per tile); the side stream below never is
+    tile_bits = getattr(key, "tile_bits", None)
+    bitgen = tile_bits(tile) if tile_bits is not None else key.generator(tile).bit_generator
     if not _compiled and n <= _uncompiled_left[0]:
         _uncompiled_left[0] -= n  # threads may race here: the count is a bound on time only
         kernel = _kernel_py
