@@ -321,8 +321,12 @@ class _PlainKey:
 
 @pytest.mark.parametrize("forced", [False, True])
 def test_kept_generators_draw_the_bits_of_fresh_ones(forced):
-    """The sampler's main stream from a kept generator gives the tile of a fresh generator's,
-    also when many elements go to the exact path (whose side stream is a fresh generator)."""
+    """The compiled sampler's main stream (AES-NI words, or a kept generator's) gives the tile
+    of a fresh generator's, also when many elements go to the exact path (whose side stream is
+    a fresh generator)."""
+    from mvg_dask.noise import lattice
+
+    lattice._kernel()  # the compiled kernel and its word source
     key = NoiseKey.from_seed(99)
     knobs = FORCE if forced else {}
     for t, scale in [(0, 1.0), (3, 2.0**-9), (2**40, 2.0**20)]:
@@ -330,3 +334,23 @@ def test_kept_generators_draw_the_bits_of_fresh_ones(forced):
         fresh, st2 = _draw(_PlainKey(key), t, (5, 700), scale, **knobs)
         assert kept.tobytes() == fresh.tobytes() and st == st2
         assert st.undecided > 0 or not forced
+
+
+def test_compiled_aes_words_are_the_generators_words():
+    """``aes.tile_words`` (AES-NI, eight blocks a step) returns the words ``AESCounter``'s
+    ``random_raw`` reads, for tiles at both ends of the counter space, block-aligned offsets
+    and odd counts; other ranges are refused."""
+    from mvg_dask.noise import aes
+
+    if not aes.available():
+        pytest.skip("no AES-NI on this CPU: the sampler reads random_raw")
+    for seed, t in [(1, 0), (2, 9), (3, 2**63 + 1), (4, 2**64 - 1)]:
+        key = NoiseKey.from_seed(seed)
+        rk = key.round_keys()
+        assert rk is not None
+        want = key.generator(t).bit_generator.random_raw(3001)
+        for first, count in [(0, 3001), (0, 0), (2, 1), (16, 15), (998, 2003)]:
+            got = aes.tile_words(rk, t, first, count)
+            assert got.dtype == np.uint64 and np.array_equal(got, want[first : first + count])
+    with pytest.raises(ValueError, match="block-aligned"):
+        aes.tile_words(rk, 0, 3, 4)

@@ -133,16 +133,7 @@ class NoiseKey:
         """
         if not 0 <= tile < _TILE_STRIDE:
             raise ValueError(f"tile index out of range: {tile}")
-        kept: dict[int, tuple[AESCounter, dict[str, Any]]] | None = getattr(_kept, "gens", None)
-        if kept is None:
-            kept = _kept.gens = {}
-        entry = kept.get(self._key)
-        if entry is None:
-            if len(kept) >= _KEPT_KEYS:
-                kept.pop(next(iter(kept)))
-            bits = AESCounter(key=self._key, counter=0)
-            entry = kept[self._key] = (bits, bits.state)
-        bits, state = entry
+        bits, state = self._kept()
         base = tile * _TILE_STRIDE
         counter = [v for i in range(4) for v in ((base + i) & _MASK64, (base + i) >> 64)]
         bits.state = {
@@ -152,6 +143,26 @@ class NoiseKey:
             "uinteger": 0,
         }
         return bits
+
+    def _kept(self) -> tuple[AESCounter, dict[str, Any]]:
+        """This thread's kept generator of this key and its initial state."""
+        kept: dict[int, tuple[AESCounter, dict[str, Any]]] | None = getattr(_kept, "gens", None)
+        if kept is None:
+            kept = _kept.gens = {}
+        entry = kept.get(self._key)
+        if entry is None:
+            if len(kept) >= _KEPT_KEYS:
+                kept.pop(next(iter(kept)))
+            bits = AESCounter(key=self._key, counter=0)
+            entry = kept[self._key] = (bits, bits.state)
+        return entry
+
+    def round_keys(self) -> np.ndarray | None:
+        """The AES-128 round keys of this key as ``randomgen`` expands them for AES-NI (22
+        uint64, what :func:`mvg_dask.noise.aes.tile_words` encrypts with), or ``None`` when
+        ``randomgen`` does not use AES-NI here."""
+        bits, state = self._kept()
+        return state["s"]["seed"] if bits.use_aesni else None
 
     def tile_normals(self, tile: int, shape: tuple[int, ...]) -> np.ndarray:
         """Standard normal draws of tile ``tile``, always generated whole and in C order."""
