@@ -57,7 +57,8 @@ rounding are decided.
 
 Keyed and deterministic
 -----------------------
-The words come from ``key.generator(tile)`` (AES-CTR from block ``tile * 2^64``), read in order;
+The words come from ``key.generator(tile)`` (AES-CTR from block ``tile * 2^64``), read in order
+(the compiled kernel's are the same words, encrypted by :mod:`mvg_dask.noise.aes` with AES-NI);
 an element takes trials until one is accepted or undecided on the fast path. An undecided
 element is finished by the exact path from the side stream (the same tile, from block
 ``tile * 2^64 + 2^63``), in element order; a rejected exact trial is followed by fresh trials
