@@ -354,3 +354,6 @@ def test_compiled_aes_words_are_the_generators_words():
             assert got.dtype == np.uint64 and np.array_equal(got, want[first : first + count])
     with pytest.raises(ValueError, match="block-aligned"):
         aes.tile_words(rk, 0, 3, 4)
+    # the once-per-key check the sampler makes before it uses them: other round keys disagree
+    assert aes.agrees(rk, key.generator)
+    assert not aes.agrees(rk ^ np.uint64(1), key.generator)

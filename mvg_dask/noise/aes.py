@@ -132,3 +132,37 @@ def tile_words(
     out = np.empty(count + count % 2, dtype=np.uint64)
     _fill(round_keys, np.uint64(tile), np.uint64(first // 2), out)
     return out[:count]
+
+
+_agreed: dict[bytes, bool] = {}
+
+
+def agrees(round_keys: npt.NDArray[np.uint64], generator: Callable[[int], Any]) -> bool:
+    """True when :func:`tile_words` gives the words of ``generator(tile).bit_generator`` for
+    these round keys: checked once per key and process, on the first and the last tile (so a
+    ``randomgen`` that laid its key out otherwise would be read through ``random_raw``, never
+    draw other noise).
+
+    Parameters
+    ----------
+    round_keys : ndarray
+        The key's round keys.
+    generator : callable
+        ``NoiseKey.generator`` of the same key.
+
+    Returns
+    -------
+    bool
+        Whether the compiled words may be used for this key.
+    """
+    known = round_keys.tobytes()
+    ok = _agreed.get(known)
+    if ok is None:
+        ok = all(
+            np.array_equal(
+                tile_words(round_keys, t, 0, 16), generator(t).bit_generator.random_raw(16)
+            )
+            for t in (0, 2**64 - 1)
+        )
+        _agreed[known] = ok
+    return ok

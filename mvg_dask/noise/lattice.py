@@ -574,7 +574,7 @@ def _main_stream(key: TileKey, tile: int, *, compiled: bool) -> Callable[[int], 
     if rk is not None:
         from mvg_dask.noise import aes
 
-        if aes.available():
+        if aes.available() and aes.agrees(rk, key.generator):
             read = [0]
 
             def words(count: int) -> np.ndarray:
