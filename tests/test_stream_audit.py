@@ -68,7 +68,7 @@ PERIODS = 8
 K = 20  # records per period of D
 SEED = 39_500_000
 #: per dataset, the slow audits (the tree's trials cost about twice the square root's)
-TRIALS = {"square-root": 10_000, "tree": 4_000}
+TRIALS = {"square-root": 6_000, "tree": 2_000}
 CONTROL = 1_500  # per dataset, the under-noised control
 POSITIONS = (1, 4, 8)
 CORNER = np.ones(M)
