@@ -16,7 +16,7 @@ The accessor only normalises arguments; the work is done by the plain functions 
     rel.mvg.covariance()                # unbiased X X^T / N (identity or covariance release)
     rel.mvg.psd_covariance(), rel.mvg.correlation()  # any covariance-like release
     rel.mvg.regression(intercept=True)  # ridge regression from a release's second moment
-    rel.mvg.regression_intervals()      # least squares with bootstrap intervals
+    rel.mvg.regression_intervals()      # least squares with intervals from the noise law
     rel.mvg.explained_variance(), rel.mvg.subspace_angle(k=2)  # PCA with intervals
     rel.mvg.budget("ledger.sqlite")     # spent and left per dataset
     rel.mvg.provenance, rel.mvg.plan    # the mvg_dask_* attributes, the noise plan
@@ -285,8 +285,8 @@ class MvgAccessor(_ReleaseAccessor):
         seed: int | None = 0,
     ) -> xr.Dataset:
         """Regression coefficients (least squares by default) with intervals from the
-        release's noise law (a parametric bootstrap:
-        :func:`mvg_dask.interactive.derived.regression_intervals`)."""
+        release's noise law (an exact Gaussian pivot, test-inverted; unbounded where the noise
+        swamps the predictors: :func:`mvg_dask.interactive.derived.regression_intervals`)."""
         return derived.regression_intervals(
             self._ds, level, target, intercept=intercept, ridge=ridge, draws=draws, seed=seed
         )

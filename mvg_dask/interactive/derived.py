@@ -44,6 +44,7 @@ from mvg_dask.plan.derived_stats import (
 from mvg_dask.plan.estimators import CONSTANT_TERM, moment_regression
 from mvg_dask.plan.noise_plan import NoisePlan
 from mvg_dask.plan.queries.moment import scale_constant
+from mvg_dask.plan.regression_pivot import pivot_intervals, pivot_problem
 from mvg_dask.release_format import (
     COVARIANCE,
     GROUP_DIM,
@@ -57,13 +58,18 @@ from mvg_dask.release_format import (
 __all__ = [
     "COUNT",
     "DEFAULT_DRAWS",
+    "PIVOT_METHOD",
     "VALUE",
     "NoisyRelease",
     "RegressionTerms",
+    "angle_arrays",
     "angle_draws",
     "explained_variance",
+    "fraction_interval_arrays",
     "fraction_intervals",
     "noisy_draws",
+    "pivot_inputs",
+    "pivot_regression",
     "regression",
     "regression_fits",
     "regression_interval_arrays",
@@ -74,6 +80,8 @@ __all__ = [
 
 #: Bootstrap draws of the noise law behind an interval.
 DEFAULT_DRAWS = 1000
+#: The regression intervals' method where the exact pivot applies.
+PIVOT_METHOD = "Anderson-Rubin pivot"
 #: The key of a draw's Gaussian variable and of its noisy record count in a ``raw`` mapping.
 VALUE, COUNT = "value", "count"
 
@@ -357,21 +365,81 @@ def _predictor_matrices(M: np.ndarray, terms: RegressionTerms) -> np.ndarray:
     return np.asarray(np.where(np.isfinite(A), A, 0.0))
 
 
-def regression_interval_arrays(
+def pivot_inputs(
+    model: NoisyRelease, values: np.ndarray, terms: RegressionTerms, lam: np.ndarray
+) -> dict[str, Any] | None:
+    """:func:`~mvg_dask.plan.regression_pivot.pivot_problem` for the fits of ``values`` (the
+    release's noisy variable with a leading axis of releases); ``None`` where the pivot is not
+    exact (unimodal noise; a ridge on a moment divided by a noisy share or count)."""
+    ratio = model.plan.output_symmetric_ratio
+    normalised = model.kind == "ratio" or (model.kind == "moment" and model.grouped)
+    if ratio is None or (normalised and np.any(lam != 0)):
+        return None
+    names = terms.labels[:-1]
+    return pivot_problem(
+        values,
+        np.asarray(model.plan.row_factor, dtype=np.float64),
+        ratio,
+        lam,
+        moment=model.kind == "moment",
+        grouped=model.grouped,
+        scale=model.scale,
+        target=names.index(terms.target),
+        intercept=terms.intercept,
+        centre=terms.centre,
+    )
+
+
+def pivot_regression(
     model: NoisyRelease,
-    raw: dict[str, np.ndarray],
-    drawn: dict[str, np.ndarray],
+    values: np.ndarray,
     terms: RegressionTerms,
     lam: np.ndarray,
     level: float,
-) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """Coefficients of the release ``raw`` and their basic bootstrap intervals from
-    ``drawn``, each ``(G, terms)``: ``value``, ``lower``, ``upper``, ``std`` and ``resolved``
-    (the predictors' matrix's smallest eigenvalue above
-    :data:`~mvg_dask.plan.derived_stats.RESOLVED_FACTOR` times the noise norm's ``level``
-    bound: elsewhere the noise dominates the fit and the coverage is not ``level``)."""
-    M, Mb = model.regression_moments(raw), model.regression_moments(drawn)
+) -> dict[str, np.ndarray] | None:
+    """Coefficients and their pivot intervals for each of ``R`` releases' noisy variable
+    ``values`` (``(R, ...)``), each ``(R, G, terms)``: ``value``, ``lower``, ``upper``
+    (``+-inf`` where the release does not bound it), ``std`` (the delta method's) and
+    ``resolved`` (both ends finite); ``None`` where the pivot does not apply
+    (:func:`pivot_inputs`)."""
+    args = pivot_inputs(model, values, terms, lam)
+    if args is None:
+        return None
+    res = pivot_intervals(
+        args["Y"], args["B"], args["ratio"], args["L"], level, fixed_corner=args["fixed"]
+    )
+    out = {k: res[k] + (args["offset"] if k != "std" else 0.0) for k in res}
+    out["resolved"] = np.isfinite(out["lower"]) & np.isfinite(out["upper"])
+    return out
+
+
+def regression_interval_arrays(
+    model: NoisyRelease,
+    raw: dict[str, np.ndarray],
+    terms: RegressionTerms,
+    lam: np.ndarray,
+    level: float,
+    drawn: dict[str, np.ndarray] | None = None,
+) -> tuple[dict[str, np.ndarray], tuple[str, ...], str]:
+    """Coefficients of the release ``raw`` and their intervals, each ``(G, terms)``:
+    ``value``, ``lower``, ``upper``, ``std`` and ``resolved``, the term names and the method.
+
+    By the exact pivot (:func:`pivot_regression`) where it applies: ``resolved`` where the
+    interval is bounded. Elsewhere by the basic bootstrap from ``drawn`` (draws around the
+    release; required then): ``resolved`` where the predictors' matrix's smallest eigenvalue
+    exceeds :data:`~mvg_dask.plan.derived_stats.RESOLVED_FACTOR` times the noise norm's
+    ``level`` bound (elsewhere the noise dominates the fit and the coverage is not
+    ``level``)."""
+    M = model.regression_moments(raw)
     point, names = regression_fits(M, terms, lam)
+    pivot = pivot_regression(model, raw[VALUE], terms, lam, level)
+    if pivot is not None:
+        out = {k: v[0] for k, v in pivot.items()}
+        out["value"] = point[0]
+        return out, names, PIVOT_METHOD
+    if drawn is None:
+        raise ValueError("the bootstrap needs draws of the release's noise")
+    Mb = model.regression_moments(drawn)
     boot, _ = regression_fits(Mb, terms, lam)
     lower, upper = basic_bootstrap_interval(point[0], boot, level)
     A, Ab = _predictor_matrices(M[0], terms), _predictor_matrices(Mb, terms)
@@ -381,7 +449,7 @@ def regression_interval_arrays(
     out = {"value": point[0], "lower": lower, "upper": upper}
     out["std"] = np.nanstd(boot, axis=0, ddof=1)
     out["resolved"] = np.array(resolved)
-    return out, names
+    return out, names, "parametric bootstrap"
 
 
 def _group_dims(
@@ -450,14 +518,21 @@ def regression_intervals(
     draws: int = DEFAULT_DRAWS,
     seed: int | None = 0,
 ) -> xr.Dataset:
-    """Regression coefficients with intervals from the release's noise law (a parametric
-    bootstrap: :mod:`mvg_dask.interactive.derived`).
+    """Regression coefficients with intervals from the release's noise law.
 
-    The fit is :func:`regression`'s on the release and on ``draws`` draws of the release plus
-    its published noise; the interval is the basic bootstrap's. With ``ridge=0`` (the default:
-    least squares) it covers the least-squares coefficients of the (clipped) records with
-    probability about ``level`` (measured in the tests); a ridge fit's interval covers the ridge
-    coefficients of the records, which differ from least squares by the ridge's bias.
+    At the true coefficients ``beta`` the released normal equations' residual
+    ``Y_Qy - Y_QQ beta`` is exactly Gaussian with mean 0 and a covariance the published noise
+    law gives, whatever the data (:mod:`mvg_dask.plan.regression_pivot`). Each coefficient's
+    interval is the range of the ``beta`` that this pivot does not reject at ``level`` (a
+    subvector Anderson-Rubin interval): it needs no estimate of the predictors' covariance,
+    and where the noise swamps it the interval is wide or unbounded (``-inf`` or ``inf`` at
+    that end, ``resolved`` False), as any valid interval must be there. With ``ridge=0``
+    (the default: least squares) it covers the least-squares coefficients of the (clipped)
+    records with probability about ``level`` where they are bounded and at least ``level``
+    elsewhere (measured in the tests: docs/guide/python.md); a ridge fit's interval covers the
+    ridge coefficients of the records. Where the pivot is not exact (unimodal noise; a ridge
+    on a grouped moment or a ``gram`` divided by a noisy count) a parametric bootstrap serves
+    (``draws`` draws with ``seed``; the ``method`` attribute says which).
 
     Parameters
     ----------
@@ -472,40 +547,57 @@ def regression_intervals(
     ridge : float or "adassp", default 0
         As :func:`regression`.
     draws : int
-        Bootstrap draws.
+        Bootstrap draws (where the bootstrap serves).
     seed : int, optional
         Of the bootstrap's generator (default 0: the same intervals every time).
 
     Returns
     -------
     xarray.Dataset
-        ``value``, ``lower``, ``upper`` and ``std`` (the draws' std) over ``term`` (and
-        ``group``), with ``level``, ``draws``, ``seed``, ``target``, ``ridge`` and the
-        provenance as attributes.
+        ``value``, ``lower``, ``upper``, ``std`` (the delta method's, or the draws' std) and
+        ``resolved`` over ``term`` (and ``group``), with ``level``, ``method``, ``draws``,
+        ``seed``, ``target``, ``ridge`` and the provenance as attributes.
     """
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
     model = NoisyRelease.of(ds, "regression_intervals")
     terms = _regression_terms(ds, model, target, intercept)
     raw = model.released(ds)
     M = model.regression_moments(raw)
     lam = ridges(ridge, M[0], model.regression_std(raw), terms)
-    drawn = model.draws(raw, draws, np.random.default_rng(seed))
-    res, names = regression_interval_arrays(model, raw, drawn, terms, lam, level)
+    drawn = None
+    if pivot_inputs(model, raw[VALUE][:0], terms, lam) is None:
+        drawn = model.draws(raw, draws, np.random.default_rng(seed))
+    res, names, method = regression_interval_arrays(model, raw, terms, lam, level, drawn)
     dims, coords = _group_dims(ds, model, "term")
     coords["term"] = list(names)
     sl = slice(None) if model.grouped else 0
     out = xr.Dataset({k: (dims, v[sl]) for k, v in res.items()}, coords=coords)
     out.attrs.update(_provenance(ds, "regression", target=terms.target))
-    out.attrs |= {"level": level, "draws": draws, "seed": seed, "method": "parametric bootstrap"}
+    out.attrs |= {"level": level, "method": method, "draws": draws, "seed": seed}
     out.attrs["ridge"] = [float(v) for v in lam] if model.grouped else float(lam[0])
-    unresolved = int(np.sum(~res["resolved"][:, 0]))
-    _warn_unresolved(
-        unresolved,
-        res["resolved"].shape[0],
-        "regression (fits)",
-        "the predictors' covariance is mostly noise, so are the coefficients, and their "
-        "intervals do not cover as stated",
-    )
+    if method == PIVOT_METHOD:
+        _warn_unbounded(int(np.sum(~res["resolved"])), res["resolved"].size)
+    else:
+        _warn_unresolved(
+            int(np.sum(~res["resolved"][:, 0])),
+            res["resolved"].shape[0],
+            "regression (fits)",
+            "the predictors' covariance is mostly noise, so are the coefficients, and their "
+            "intervals do not cover as stated",
+        )
     return out
+
+
+def _warn_unbounded(count: int, total: int) -> None:
+    if count:
+        warnings.warn(
+            f"regression: the noise leaves {count} of {total} coefficients without a bounded "
+            "interval (the predictors' covariance is mostly noise): their interval is infinite "
+            "on at least one side; a larger epsilon, more records or fewer predictors would help",
+            NoiseDominatedWarning,
+            stacklevel=3,
+        )
 
 
 # -- PCA ----------------------------------------------------------------------------------------
@@ -523,8 +615,15 @@ def fraction_intervals(
     level: float,
 ) -> dict[str, np.ndarray]:
     """Explained-variance fractions of the release ``raw`` and their intervals from ``drawn``
-    (draws around it), each ``(G, m)``: ``value``, ``lower``, ``upper``, ``std`` and
-    ``resolved``.
+    (draws around it), each ``(G, m)``: :func:`fraction_interval_arrays` of their
+    covariances."""
+    return fraction_interval_arrays(model.covariances(raw)[0], model.covariances(drawn), level)
+
+
+def fraction_interval_arrays(C: np.ndarray, Cb: np.ndarray, level: float) -> dict[str, np.ndarray]:
+    """Explained-variance fractions of covariances ``C`` (``(..., m, m)``; NaN for a group
+    without one) and their intervals from draws ``Cb`` around them (``(B, ..., m, m)``), each
+    ``(..., m)``: ``value``, ``lower``, ``upper``, ``std`` and ``resolved``.
 
     A resolved component (its eigenvalue farther from its neighbours than
     :data:`~mvg_dask.plan.derived_stats.RESOLVED_FACTOR` times the noise norm's ``level``
@@ -533,21 +632,20 @@ def fraction_intervals(
     ``(lambda +- q) / (tr C -+ t)`` with ``t`` the trace noise's ``level`` bound: wider, and
     covering at least ``level``.
     """
-    C = model.covariances(raw)[0]
     bad = ~np.all(np.isfinite(C), axis=(-2, -1))
     C = _finite(C)
-    Cb = _finite(model.covariances(drawn))
+    Cb = _finite(Cb)
     point, boot = explained_variance_fractions(C), explained_variance_fractions(Cb)
     lower, upper = basic_bootstrap_interval(point, boot, level)
-    q = noise_norm_quantile(Cb, C, level)  # (G,)
+    q = noise_norm_quantile(Cb, C, level)  # (...)
     w = np.linalg.eigvalsh(0.5 * (C + np.swapaxes(C, -1, -2)))[..., ::-1]
     trace = np.trace(C, axis1=-2, axis2=-1)
     t = np.quantile(np.abs(np.trace(Cb, axis1=-2, axis2=-1) - trace), level, axis=0)
-    resolved = resolved_eigenvalues(w, q) & ~bad[:, None]
-    den_lo = np.maximum(trace + t, 1e-300)[:, None]
-    den_hi = np.maximum(trace - t, 1e-300)[:, None]
-    weyl_lo, weyl_hi = (w - q[:, None]) / den_lo, (w + q[:, None]) / den_hi
-    nan = bad[:, None]
+    resolved = resolved_eigenvalues(w, q) & ~bad[..., None]
+    den_lo = np.maximum(trace + t, 1e-300)[..., None]
+    den_hi = np.maximum(trace - t, 1e-300)[..., None]
+    weyl_lo, weyl_hi = (w - q[..., None]) / den_lo, (w + q[..., None]) / den_hi
+    nan = bad[..., None]
     return {
         "value": np.where(nan, np.nan, point),
         "lower": np.where(nan, 0.0, np.clip(np.where(resolved, lower, weyl_lo), 0.0, 1.0)),
@@ -617,11 +715,17 @@ def angle_draws(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The released top-``k`` directions (``(G, m, k)``) and the largest principal angle
     between their span and that of each of ``draws`` draws around the release
-    (``(draws, G)``; ``pi / 2`` for a group without a covariance)."""
-    C = model.covariances(raw)[0]
-    V = top_subspace(_finite(C), k)
+    (``(draws, G)``; ``pi / 2`` for a group without a covariance): :func:`angle_arrays`."""
     drawn = model.covariances(model.draws(raw, draws, rng))
-    boot = largest_principal_angle(V[None], top_subspace(_finite(drawn), k))
+    return angle_arrays(model.covariances(raw)[0], drawn, k)
+
+
+def angle_arrays(C: np.ndarray, Cb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-``k`` directions of covariances ``C`` (``(..., m, m)``) and the largest
+    principal angle between their span and that of each draw ``Cb`` (``(B, ..., m, m)``)
+    around them: ``(..., m, k)`` and ``(B, ...)`` (``pi / 2`` where ``C`` is NaN)."""
+    V = top_subspace(_finite(C), k)
+    boot = largest_principal_angle(V[None], top_subspace(_finite(Cb), k))
     bad = ~np.all(np.isfinite(C), axis=(-2, -1))
     return V, np.where(bad[None], np.pi / 2, boot)
 

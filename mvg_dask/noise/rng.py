@@ -16,7 +16,6 @@ import threading
 from typing import Any
 
 import numpy as np
-from randomgen import AESCounter
 
 _TILE_STRIDE = 1 << 64
 _KEY_BITS = 128
@@ -116,6 +115,8 @@ class NoiseKey:
         """
         if not 0 <= tile < _TILE_STRIDE:
             raise ValueError(f"tile index out of range: {tile}")
+        from randomgen import AESCounter  # on first use: a dry run draws no noise
+
         return np.random.Generator(AESCounter(key=self._key, counter=tile * _TILE_STRIDE))
 
     def tile_bits(self, tile: int) -> AESCounter:

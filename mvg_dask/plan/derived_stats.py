@@ -244,7 +244,11 @@ def published_noise_draws(
         return np.asarray(B @ N)
     upper = np.triu(N, 1) * np.sqrt(ratio)
     S = upper + np.swapaxes(upper, -1, -2) + np.eye(m) * N
-    out = B @ S @ B.T
+    if np.all(B == np.diag(np.diag(B))):  # standard directions: the same values, entrywise
+        b = np.diag(B)
+        out = (b[:, None] * S) * b[None, :]
+    else:
+        out = B @ S @ B.T
     return np.asarray(0.5 * (out + np.swapaxes(out, -1, -2)))
 
 
