@@ -13,9 +13,12 @@ import hashlib
 import hmac
 import secrets
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from randomgen import AESCounter
 
 _TILE_STRIDE = 1 << 64
 _KEY_BITS = 128
@@ -154,6 +157,8 @@ class NoiseKey:
         if entry is None:
             if len(kept) >= _KEPT_KEYS:
                 kept.pop(next(iter(kept)))
+            from randomgen import AESCounter  # on first use, as in generator()
+
             bits = AESCounter(key=self._key, counter=0)
             entry = kept[self._key] = (bits, bits.state)
         return entry
