@@ -155,8 +155,6 @@ class NoiseKey:
             kept = _kept.gens = {}
         entry = kept.get(self._key)
         if entry is None:
-            from randomgen import AESCounter  # on first use: a dry run draws no noise
-
             if len(kept) >= _KEPT_KEYS:
                 kept.pop(next(iter(kept)))
             bits = AESCounter(key=self._key, counter=0)
