@@ -11,14 +11,15 @@ releases are the truth plus independent draws of the published noise
 the plan and tests/test_accuracy.py checks against real releases). On each release the
 accessor's own functions compute the statistic and its 95 % interval:
 
-* regression coefficients (least squares with an intercept, target ``f0``): the basic
-  parametric bootstrap (:func:`mvg_dask.interactive.derived.regression_fits`);
-* explained-variance fractions: the same bootstrap
-  (:func:`mvg_dask.interactive.derived.fraction_draws`);
+* regression coefficients (least squares with an intercept, target ``f0``): the exact pivot
+  (:func:`mvg_dask.interactive.derived.pivot_regression`), under ``regression (all)`` every
+  interval, under ``regression`` the bounded ones and ``regression (unresolved)`` the others;
+* explained-variance fractions: the basic parametric bootstrap
+  (:func:`mvg_dask.interactive.derived.fraction_interval_arrays`);
 * correlations: the delta method on the PSD-projected correlation
   (:func:`mvg_dask.plan.derived_stats.correlation_matrix`);
 * the largest principal angle of the top-2 subspace: the bootstrap's one-sided bound
-  (:func:`mvg_dask.interactive.derived.angle_draws`).
+  (:func:`mvg_dask.interactive.derived.angle_arrays`).
 
 Coverage is the mean over releases of each release's share of covered entries, its standard
 error the releases' own (independent across releases). The oracle knows the truth and the law:

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-_SUBMODULES = ("lattice", "rng", "samplers", "tiles")
+_SUBMODULES = ("aes", "lattice", "rng", "samplers", "tiles")
 
 
 def __getattr__(name: str) -> Any:

@@ -13,9 +13,12 @@ import hashlib
 import hmac
 import secrets
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from randomgen import AESCounter
 
 _TILE_STRIDE = 1 << 64
 _KEY_BITS = 128
