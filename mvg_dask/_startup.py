@@ -14,6 +14,11 @@ from contextlib import contextmanager
 #: collections. A library process (a notebook, a service) keeps it off: there, objects frozen
 #: would never be collected.
 FREEZE_AFTER_IMPORTS = False
+#: Set by the command line too: the embedded cluster forks its worker processes from this one
+#: (:func:`mvg_dask.engine.cluster.fork_workers`). A library process keeps it off: other threads
+#: of a notebook or a test runner may hold a lock (a file's buffer, a log handler's stream) at
+#: the moment of the fork, and the forked worker would wait on it forever.
+FORK_WORKERS = False
 
 
 @contextmanager

@@ -74,19 +74,42 @@ def _worker_settings() -> tuple[int, str, list[int]]:
     return len(counts), method + ":" + os.environ.get("OPENBLAS_NUM_THREADS", ""), counts
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux")
-def test_forked_workers_apply_the_nannys_environment() -> None:
-    """A worker forked from this process (which may run several BLAS threads) runs one BLAS
-    thread, as a worker spawned with the nanny's ``OPENBLAS_NUM_THREADS=1`` does."""
-    from distributed import Client
-
-    from mvg_dask.engine.cluster import FORK_WORKERS, local_cluster
-
-    assert FORK_WORKERS
+_FORK_PROBE = """
+import sys
+from distributed import Client
+from mvg_dask import _startup
+from mvg_dask.engine.cluster import fork_workers, local_cluster
+from tests.test_worker_setup import _worker_settings
+if __name__ == "__main__":
+    _startup.FORK_WORKERS = sys.argv[1] == "1"  # as the command line sets it
     with local_cluster(1, kernels=True) as cluster, Client(cluster) as c:
         (found, env, counts), *_ = c.run(_worker_settings).values()
-    assert env == "fork:1"
-    assert found >= 1 and counts == [1] * found
+    print(fork_workers(), found, env, counts)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux")
+def test_forked_workers_apply_the_nannys_environment() -> None:
+    """In a process that allows it (the command line's), the workers are forked; a worker
+    forked from a process that may run several BLAS threads runs one, as a worker spawned with
+    the nanny's ``OPENBLAS_NUM_THREADS=1`` does. A library process (this test runner, whose
+    other threads could hold a lock at the fork) spawns them. Each case in a fresh process."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    for allowed, method in (("1", "fork"), ("0", "spawn")):
+        done = subprocess.run(
+            [sys.executable, "-c", _FORK_PROBE, allowed],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        forked, found, env, counts = done.stdout.strip().split(maxsplit=3)
+        assert forked == str(allowed == "1")
+        assert env == f"{method}:1"
+        assert int(found) >= 1 and counts == str([1] * int(found))
 
 
 def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,8 +117,11 @@ def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> 
     count this process's pages against its memory limit), with the same environment."""
     from distributed import Client
 
+    from mvg_dask import _startup
     from mvg_dask.engine import cluster as cluster_module
 
+    monkeypatch.setattr(_startup, "FORK_WORKERS", True)  # as the command line sets it
+    assert cluster_module.fork_workers()
     monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 0)
     assert not cluster_module.fork_workers()
     with cluster_module.local_cluster(1) as cluster, Client(cluster) as c:

@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         from mvg_dask import _startup
 
         _startup.FREEZE_AFTER_IMPORTS = True
+        _startup.FORK_WORKERS = True
     try:
         result = app.main(
             args=argv if argv is not None else sys.argv[1:],

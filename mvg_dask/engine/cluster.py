@@ -19,20 +19,24 @@ log = logging.getLogger("mvg_dask")
 
 #: The embedded cluster's worker preload (:mod:`mvg_dask.engine.worker_setup`).
 WORKER_SETUP = "mvg_dask.engine.worker_setup"
-#: The embedded cluster's worker processes are forked from this one (Linux), which has
+#: The embedded cluster's worker processes can be forked from this one (Linux), which has
 #: imported dask, distributed, numpy and the task modules already, instead of spawned as fresh
-#: interpreters that import them again (about 0.7 s of CPU each); see :func:`local_cluster`.
+#: interpreters that import them again (about 0.7 s of CPU each); see :func:`fork_workers`.
 FORK_WORKERS = sys.platform == "linux"
 #: ... unless this process is larger than this (resident bytes): a forked worker's resident
 #: size counts the pages it shares with this process, and the nanny would hold them against
-#: the worker's memory limit (a notebook with data in memory, say); such a process spawns them.
+#: the worker's memory limit; such a process spawns them.
 FORK_MAX_RSS = 2**30
 
 
 def fork_workers() -> bool:
-    """Whether the embedded cluster's worker processes are forked from this process
-    (:data:`FORK_WORKERS`, :data:`FORK_MAX_RSS`) rather than spawned."""
-    if not FORK_WORKERS:
+    """Whether the embedded cluster's worker processes are forked from this process rather
+    than spawned: only in the command line's process (``mvg_dask._startup.FORK_WORKERS``: one
+    command, no other thread that could hold a lock at the fork), on Linux
+    (:data:`FORK_WORKERS`), at most :data:`FORK_MAX_RSS` resident."""
+    from mvg_dask import _startup
+
+    if not (FORK_WORKERS and _startup.FORK_WORKERS):
         return False
     try:
         with open("/proc/self/statm") as statm:
@@ -56,13 +60,14 @@ def local_cluster(
 
     The one place a LocalCluster is made (the CLI, the API, the tests and the benchmarks).
 
-    On Linux (:func:`fork_workers`) the worker processes are forked from this process: each
-    starts with what this one has imported, and sets the nanny's environment (malloc thresholds,
-    one BLAS thread) in its preload (:func:`mvg_dask.engine.worker_setup.apply_worker_environment`).
-    Only the cluster's first workers are forked; one the nanny restarts later is spawned afresh
-    (dask's default), so no fork happens while a release's threads run. Fork the cluster before
-    this process starts other threads that import or hold locks (:func:`connect` runs its
-    ``while_starting`` first when it forks).
+    From the command line on Linux (:func:`fork_workers`) the worker processes are forked from
+    this process: each starts with what this one has imported, and sets the nanny's environment
+    (malloc thresholds, one BLAS thread) in its preload
+    (:func:`mvg_dask.engine.worker_setup.apply_worker_environment`). Only the cluster's first
+    workers are forked; one the nanny restarts later is spawned afresh (dask's default), so no
+    fork happens while a release's threads run; :func:`connect` runs its ``while_starting``
+    first when it forks. Elsewhere (a library process: a notebook, a test runner) they are
+    spawned.
 
     Parameters
     ----------

@@ -201,6 +201,9 @@ def main() -> None:
     parser.add_argument("--parts", default="1,2,3", help="Which parts to run.")
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)  # part 2's child
     args = parser.parse_args()
+    from mvg_dask import _startup
+
+    _startup.FORK_WORKERS = True  # the embedded cluster as the command line starts it
     if args.one:
         _one_cold_release(args.one[0], args.one[1], args.one[2] == "1")
         return
