@@ -321,3 +321,15 @@ def test_the_executor_has_a_function_for_every_stage_name():
     from mvg_dask.plan.stages import STAGES
 
     assert tuple(STAGE_FUNCTIONS) == STAGES
+
+
+@pytest.mark.parametrize(("start", "stop", "tile"), [(0, 1000, 256), (5, 900, 256), (300, 301, 7)])
+def test_diagonal_record_noise_scales_the_assembled_normals(start, stop, tile):
+    """The diagonal float noise, scaled tile by tile as drawn, has the bytes of the whole
+    range's normals (:func:`tile_normals`) times the diagonal (a vector or a matrix)."""
+    key = NoiseKey.from_seed(5)
+    d = np.array([0.3, 1.0, 7.5, 1e-300, 1e300])
+    want = tile_normals(key, 5, start, stop, tile=tile, n_total=1000) * d[:, None]
+    for factor in (d, np.diag(d)):
+        got = record_noise(key, factor, start, stop, tile=tile, n_total=1000, diagonal=True)
+        assert got.tobytes() == want.tobytes()

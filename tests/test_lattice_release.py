@@ -189,3 +189,69 @@ def test_kernel_warmup_loads_both_kernels_in_a_fresh_process() -> None:
         [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _reference_release(
+    x: np.ndarray, w: np.ndarray, d: np.ndarray, k: int, scale: float, key: Any, grid: tuple
+) -> np.ndarray:
+    """The numpy path of a diagonal record lattice (the docs' sequence, pass by pass): the
+    whole chunk's integers from the tile grid, ``rint(fl(x w) / 2^k) + K``, times ``2^k d``."""
+    from mvg_dask.engine.lattice import from_lattice, to_lattice
+    from mvg_dask.noise.tiles import tile_lattice_noise
+
+    start, stop, tile, n_total = grid
+    K = tile_lattice_noise(key, x.shape[0], start, stop, tile=tile, n_total=n_total, scale=scale)
+    return np.asarray(from_lattice(to_lattice(x * w[:, None], k) + K, k) * d[:, None])
+
+
+@pytest.mark.parametrize("scale", [2.0**-16, 0.37, 2.0**6, 2.0**30, 2.0**46])
+def test_tile_by_tile_record_release_gives_the_reference_bytes(scale: float) -> None:
+    """The identity task's fused release (a tile drawn, then applied to its records at once,
+    optionally in place) publishes the bytes of the reference numpy path on random inputs
+    (seed 1): unaligned record ranges, a short last tile, C- and F-ordered blocks, clipped
+    (boundary) values, values near the lattice's range, tiny and huge scales and grids."""
+    from mvg_dask.engine.lattice import RecordLattice
+    from mvg_dask.noise import NoiseKey
+
+    rng = np.random.default_rng(1)
+    key = NoiseKey.from_seed(11).derive("release")
+    for trial in range(12):
+        m, tile = int(rng.integers(1, 40)), int(rng.integers(1, 300))
+        n_total = int(rng.integers(1, 3000))
+        start = int(rng.integers(0, n_total))
+        stop = int(rng.integers(start + 1, n_total + 1))
+        k = int(rng.integers(-60, 20))
+        x = np.clip(rng.uniform(-0.2, 1.2, (m, stop - start)), 0.0, 1.0)  # clipped: 0s and 1s
+        x[:, :3] *= 2.0 ** (k + 58)  # large whitened values, still inside 2^61 grid units
+        if trial % 3 == 0:
+            x = np.asfortranarray(x)
+        w = 1.0 / np.sqrt(rng.uniform(0.5, 2.0, m))
+        d = np.sqrt(rng.uniform(0.5, 2.0, m))
+        lattice = RecordLattice(k, scale, w, d)
+        grid = (start, stop, tile, n_total)
+        want = _reference_release(x, w, d, k, scale, key, grid).tobytes()
+        kept = x.copy()
+        got = lattice.release(x, key, start, stop, tile=tile, n_total=n_total)
+        assert got.tobytes() == want and np.array_equal(x, kept)  # x untouched by default
+        again = lattice.release(x, key, start, stop, tile=tile, n_total=n_total, overwrite=True)
+        assert again.tobytes() == want
+        assert (again is x) == x.flags.c_contiguous  # in place when it can
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 2.0**62])
+def test_record_release_refuses_values_off_the_lattice_as_the_reference(bad: float) -> None:
+    """A NaN, an infinity or a whitened value beyond the lattice's range is refused by the
+    fused release as by the reference path (a ReleaseError, nothing returned)."""
+    from mvg_dask.engine.lattice import RecordLattice, to_lattice
+    from mvg_dask.errors import ReleaseError
+    from mvg_dask.noise import NoiseKey
+
+    key = NoiseKey.from_seed(12)
+    x = np.full((3, 50), 0.5)
+    x[1, 37] = bad
+    lattice = RecordLattice(0, 1.0, np.ones(3), np.ones(3))
+    with pytest.raises(ReleaseError, match="left the lattice's range"):
+        to_lattice(x, 0)
+    for overwrite in (False, True):
+        with pytest.raises(ReleaseError, match="left the lattice's range"):
+            lattice.release(x.copy(), key, 100, 150, tile=16, n_total=200, overwrite=overwrite)

@@ -292,3 +292,68 @@ def test_sub_block_bounds_decide_as_the_exponential_path(scale, margin):
                 assert wq * 2.0**-32 >= phi
                 decided += 1
     assert decided >= 8000  # the bounds are tight enough to decide at their edges
+
+
+def test_kept_tile_generators_give_the_words_of_fresh_ones():
+    """``NoiseKey.tile_bits`` (a thread's kept generator moved to a tile) reads the words and
+    normals of a generator built for the tile, whatever was drawn from it before, for tiles at
+    both ends of the counter space and more keys than a thread keeps."""
+    keys = [NoiseKey.from_seed(s) for s in range(10)]
+    tiles = [0, 1, 7, 2**32 + 5, 2**63, 2**64 - 1]
+    for t in tiles:
+        for key in keys:
+            kept = key.tile_bits(t).random_raw(37)  # a partial buffer left behind
+            assert np.array_equal(kept, key.generator(t).bit_generator.random_raw(37))
+    for key in keys[:3]:
+        for t in tiles:
+            normals = key.tile_normals(t, (3, 5))
+            assert normals.tobytes() == key.generator(t).standard_normal((3, 5)).tobytes()
+    with pytest.raises(ValueError, match="tile index out of range"):
+        keys[0].tile_bits(2**64)
+
+
+class _PlainKey:
+    """A sampler key with a generator only (no kept ones): the sampler's other branch."""
+
+    def __init__(self, key: NoiseKey) -> None:
+        self.generator = key.generator
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_kept_generators_draw_the_bits_of_fresh_ones(forced):
+    """The compiled sampler's main stream (AES-NI words, or a kept generator's) gives the tile
+    of a fresh generator's, also when many elements go to the exact path (whose side stream is
+    a fresh generator)."""
+    from mvg_dask.noise import lattice
+
+    lattice._kernel()  # the compiled kernel and its word source
+    key = NoiseKey.from_seed(99)
+    knobs = FORCE if forced else {}
+    for t, scale in [(0, 1.0), (3, 2.0**-9), (2**40, 2.0**20)]:
+        kept, st = _draw(key, t, (5, 700), scale, **knobs)
+        fresh, st2 = _draw(_PlainKey(key), t, (5, 700), scale, **knobs)
+        assert kept.tobytes() == fresh.tobytes() and st == st2
+        assert st.undecided > 0 or not forced
+
+
+def test_compiled_aes_words_are_the_generators_words():
+    """``aes.tile_words`` (AES-NI, eight blocks a step) returns the words ``AESCounter``'s
+    ``random_raw`` reads, for tiles at both ends of the counter space, block-aligned offsets
+    and odd counts; other ranges are refused."""
+    from mvg_dask.noise import aes
+
+    if not aes.available():
+        pytest.skip("no AES-NI on this CPU: the sampler reads random_raw")
+    for seed, t in [(1, 0), (2, 9), (3, 2**63 + 1), (4, 2**64 - 1)]:
+        key = NoiseKey.from_seed(seed)
+        rk = key.round_keys()
+        assert rk is not None
+        want = key.generator(t).bit_generator.random_raw(3001)
+        for first, count in [(0, 3001), (0, 0), (2, 1), (16, 15), (998, 2003)]:
+            got = aes.tile_words(rk, t, first, count)
+            assert got.dtype == np.uint64 and np.array_equal(got, want[first : first + count])
+    with pytest.raises(ValueError, match="block-aligned"):
+        aes.tile_words(rk, 0, 3, 4)
+    # the once-per-key check the sampler makes before it uses them: other round keys disagree
+    assert aes.agrees(rk, key.generator)
+    assert not aes.agrees(rk ^ np.uint64(1), key.generator)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from mvg_dask import api
 from mvg_dask.engine import output as output_module
+from mvg_dask.engine.output_arrays import Declared
 from mvg_dask.engine.zarr_io.skeleton import write_skeleton
 from tests.pipeline_helpers import data, make_input, spec_dict
 
@@ -34,7 +35,22 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
+def _as_dask(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with each declared array (:class:`Declared`) as a dask array of one chunk, which
+    ``to_zarr(compute=False)`` declares without writing its values."""
+    declared = {
+        name: (var.dims, da.zeros(var.shape, chunks=var.shape or (), dtype=var.dtype), var.attrs)
+        for name, var in ds.variables.items()
+        if isinstance(var.data, Declared)
+    }
+    out = ds.assign(declared) if declared else ds
+    for name in declared:
+        out[name].encoding = dict(ds[name].encoding)
+    return out
+
+
 def _with_xarray(ds: xr.Dataset, store: str, encoding: dict[str, Any]) -> None:
+    ds = _as_dask(ds)
     ds.to_zarr(
         store,
         mode="w-",
@@ -170,11 +186,12 @@ def datasets(draw: st.DrawFn) -> tuple[xr.Dataset, dict[str, Any]]:
         dtype = draw(st.sampled_from(DTYPES))
         numeric = dtype not in ("str", "datetime", "bool")
         lazy = numeric and draw(st.booleans())
-        values: Any = (
-            da.zeros(shape, chunks=shape or (), dtype=dtype)
-            if lazy
-            else _values(dtype, shape, seed=i)
-        )
+        values: Any = _values(dtype, shape, seed=i)
+        if lazy:  # a dask array of one chunk, or the release's declared array
+            declared = draw(st.booleans())
+            values = (
+                Declared(shape, dtype) if declared else da.zeros(shape, chunks=shape, dtype=dtype)
+            )
         name = f"v{i}"
         variables[name] = xr.DataArray(values, dims=dims, attrs=draw(attrs))
         enc: dict[str, Any] = {}

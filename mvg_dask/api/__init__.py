@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mvg_dask._startup import imports_without_gc
 from mvg_dask.engine.metadata import load_directions_matrix, read_input_metadata
 from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.plan.planning import plan_release
@@ -344,8 +345,9 @@ def release(
     preflight(rplan, scheduler=scheduler, probe=local)
     if client is not None:
         return _execute(rplan, client, seed, progress, insecure_transport, report)
-    from mvg_dask.engine.cluster import connect
-    from mvg_dask.engine.warmup import needs_kernels
+    with imports_without_gc():
+        from mvg_dask.engine.cluster import connect
+        from mvg_dask.engine.warmup import needs_kernels
 
     with connect(
         scheduler,
@@ -356,7 +358,7 @@ def release(
         insecure_transport=insecure_transport,
         processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
-        while_starting=_import_engine,
+        while_starting=lambda: _import_engine(rplan),
     ) as new_client:
         return _execute(rplan, new_client, seed, progress, insecure_transport, report)
 
@@ -433,7 +435,7 @@ def embedded_client(spec: SpecLike, *, output: str | None = None) -> Iterator[Cl
     with connect(
         processes=not in_process(rplan.input, s),
         kernels=needs_kernels(rplan),
-        while_starting=_import_engine,
+        while_starting=lambda: _import_engine(rplan),
     ) as client:
         yield client
 
@@ -667,13 +669,24 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
     return path
 
 
-def _import_engine() -> None:
-    """Import what running a release needs on the client (the output format and its xarray and
-    dask arrays; about half a second of CPU in a fresh process), while the embedded cluster
-    starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``)."""
-    import dask.array  # noqa: F401
+def _import_engine(rplan: ReleasePlan) -> None:
+    """Import what running ``rplan`` needs on the client (the output format and xarray, zarr,
+    the noise generator; for lattice noise its sampler; for an identity release, which reads
+    its input as dask arrays, dask.array; about a second of CPU in a fresh process), while the
+    embedded cluster starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``),
+    without the garbage collector (:func:`mvg_dask._startup.imports_without_gc`)."""
+    import importlib
 
-    import mvg_dask.engine.release  # noqa: F401
+    from mvg_dask.plan import stages as names
+
+    modules = ["xarray", "zarr", "randomgen", "mvg_dask.engine.release"]
+    if names.IDENTITY in rplan.stages:
+        modules.append("dask.array")
+    if rplan.noise_kind == "lattice":
+        modules.append("mvg_dask.noise.lattice")
+    with imports_without_gc():
+        for module in modules:
+            importlib.import_module(module)
 
 
 def _execute(

@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     Parameters
     ----------
     argv : list of str, optional
-        Arguments (default: ``sys.argv[1:]``).
+        Arguments (default: ``sys.argv[1:]``, as the ``mvg-dask`` script: the process then
+        runs this one command, and the objects its imports leave are frozen for the garbage
+        collector, :data:`mvg_dask._startup.FREEZE_AFTER_IMPORTS`).
 
     Returns
     -------
@@ -101,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         charged; 2 invalid input or spec, nothing charged; 3 failed after the release's budget
         was charged.
     """
+    if argv is None:  # the script (``mvg-dask``, ``python -m mvg_dask``): one command, then exit
+        from mvg_dask import _startup
+
+        _startup.FREEZE_AFTER_IMPORTS = True
     try:
         result = app.main(
             args=argv if argv is not None else sys.argv[1:],

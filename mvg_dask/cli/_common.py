@@ -57,7 +57,10 @@ def quiet_dask_logs(verbose: bool = False) -> None:
     verbose = verbose or bool(os.environ.get("MVG_DASK_DEBUG"))
     level = logging.WARNING if verbose else logging.CRITICAL
     if "distributed" not in sys.modules:
-        import dask
+        from mvg_dask._startup import imports_without_gc
+
+        with imports_without_gc():
+            import dask
 
         dask.config.set({"logging.distributed": logging.getLevelName(level).lower()})
     for name in list(logging.root.manager.loggerDict):

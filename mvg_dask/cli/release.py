@@ -105,7 +105,10 @@ def release(
     insecure_transport: bool,
 ) -> None:
     """Run the release described by the YAML file SPEC."""
-    from mvg_dask import api
+    from mvg_dask._startup import imports_without_gc
+
+    with imports_without_gc():
+        from mvg_dask import api
 
     if as_json and not dry_run:
         raise click.UsageError("--json goes with --dry-run")

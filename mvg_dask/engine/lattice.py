@@ -86,17 +86,64 @@ class RecordLattice:
         return cls(lattice.log2_grid, lattice.scale, inverse, factor)
 
     def release(
-        self, x: np.ndarray, key: NoiseKey, start: int, stop: int, *, tile: int, n_total: int
+        self,
+        x: np.ndarray,
+        key: NoiseKey,
+        start: int,
+        stop: int,
+        *,
+        tile: int,
+        n_total: int,
+        overwrite: bool = False,
     ) -> np.ndarray:
-        """The published values of records ``[start, stop)`` (``x``: ``m x (stop - start)``)."""
+        """The published values of records ``[start, stop)`` (``x``: ``m x (stop - start)``).
+
+        With standard directions, each noise tile is drawn and at once applied to its records
+        in one compiled pass (:func:`diagonal_release`), while it is in the core's cache: the
+        chunk's integers are never assembled. ``overwrite`` lets the pass write the result into
+        ``x`` (when it is a C-ordered float64 array; the identity task's own block).
+        """
+        if self.inverse.ndim == 1:  # one fused pass, the same operations as the dense path's
+            return self._diagonal(x, key, start, stop, tile, n_total, overwrite)
         K = tile_lattice_noise(
             key, x.shape[0], start, stop, tile=tile, n_total=n_total, scale=self.scale
         )
-        if self.inverse.ndim == 1:  # one fused pass, the same operations as the dense path's
-            return diagonal_release(x, self.inverse, self.factor, K, self.log2_grid)
         t = to_lattice(windowed_product(self.inverse, x, start), self.log2_grid)
         t += K
         return windowed_product(self.factor, from_lattice(t, self.log2_grid), start)
+
+    def _diagonal(
+        self,
+        x: np.ndarray,
+        key: NoiseKey,
+        start: int,
+        stop: int,
+        tile: int,
+        n_total: int,
+        overwrite: bool,
+    ) -> np.ndarray:
+        """:meth:`release` with standard directions, tile by tile (the grid of
+        :func:`~mvg_dask.noise.tiles.tile_lattice_noise`)."""
+        if not 0 <= start < stop <= n_total or x.shape[1] != stop - start:
+            raise ValueError(f"record range [{start}, {stop}) does not match the block")
+        reuse = overwrite and x.dtype == np.float64 and x.flags.c_contiguous and x.flags.writeable
+        x = x if reuse else np.ascontiguousarray(x, dtype=np.float64)
+        out = x if reuse else np.empty_like(x)
+        w = np.ascontiguousarray(self.inverse, dtype=np.float64)
+        d = np.ascontiguousarray(self.factor, dtype=np.float64)
+        m, k = x.shape[0], self.log2_grid
+        ok = True
+        for t in range(start // tile, (stop - 1) // tile + 1):
+            a, b = t * tile, min((t + 1) * tile, n_total)
+            lo, hi = max(start, a), min(stop, b)
+            K = key.tile_lattice(t, (m, b - a), self.scale)  # drawn whole, C order
+            ok &= _run_kernel(x, w, d, K, lo - a, lo - start, hi - lo, k, out)
+        if not ok:  # the plan bounds the whitened query: a NaN or a broken bound
+            raise ReleaseError(_LEFT_RANGE)
+        return out
+
+
+_LEFT_RANGE = "a whitened query value left the lattice's range: the plan's bound does not hold"
 
 
 def diagonal_release(
@@ -111,21 +158,42 @@ def diagonal_release(
     """
     x = np.ascontiguousarray(x, dtype=np.float64)
     out = np.empty_like(x)
-    ok = _diagonal_kernel()(
-        x,
-        np.ascontiguousarray(w, dtype=np.float64),
-        np.ascontiguousarray(d, dtype=np.float64),
-        np.ascontiguousarray(K, dtype=np.int64),
-        math.ldexp(1.0, -log2_grid),
-        math.ldexp(1.0, log2_grid),
-        LATTICE_RANGE,
-        out,
-    )
-    if not ok:  # pragma: no cover - the plan bounds the whitened query
-        raise ReleaseError(
-            "a whitened query value left the lattice's range: the plan's bound does not hold"
-        )
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    d = np.ascontiguousarray(d, dtype=np.float64)
+    K = np.ascontiguousarray(K, dtype=np.int64)
+    if not _run_kernel(x, w, d, K, 0, 0, x.shape[1], log2_grid, out):
+        raise ReleaseError(_LEFT_RANGE)  # the plan bounds the whitened query
     return out
+
+
+def _run_kernel(
+    x: np.ndarray,
+    w: np.ndarray,
+    d: np.ndarray,
+    K: np.ndarray,
+    k0: int,
+    x0: int,
+    n: int,
+    log2_grid: int,
+    out: np.ndarray,
+) -> bool:
+    """Columns ``[x0, x0 + n)`` of ``out`` from those of ``x`` and columns ``[k0, k0 + n)`` of
+    ``K`` (all C-ordered: one compiled specialisation); False if a value left the range."""
+    return bool(
+        _diagonal_kernel()(
+            x,
+            w,
+            d,
+            K,
+            k0,
+            x0,
+            n,
+            math.ldexp(1.0, -log2_grid),
+            math.ldexp(1.0, log2_grid),
+            LATTICE_RANGE,
+            out,
+        )
+    )
 
 
 @functools.cache
@@ -140,6 +208,9 @@ def _diagonal_kernel() -> Any:
         w: np.ndarray,
         d: np.ndarray,
         K: np.ndarray,
+        k0: int,
+        x0: int,
+        n: int,
         down: float,
         up: float,
         limit: float,
@@ -149,13 +220,13 @@ def _diagonal_kernel() -> Any:
         for i in range(x.shape[0]):
             wi = w[i]
             di = d[i]
-            for j in range(x.shape[1]):
-                y = (x[i, j] * wi) * down
+            for j in range(n):
+                y = (x[i, x0 + j] * wi) * down
                 if not abs(y) <= limit:
                     ok = False
                     y = 0.0
-                t = np.int64(np.rint(y)) + K[i, j]
-                out[i, j] = (np.float64(t) * up) * di
+                t = np.int64(np.rint(y)) + K[i, k0 + j]
+                out[i, x0 + j] = (np.float64(t) * up) * di
         return ok
 
     return kernel

@@ -1,7 +1,8 @@
 """Input metadata from Zarr without reading a chunk (and without importing dask or xarray).
 
 A dry run is metadata plus planning: this module opens the store's group and array metadata
-with zarr alone, checks the variable and its dimensions, and returns the plan layer's
+(a local Zarr v3 store's ``zarr.json`` files directly, :mod:`~mvg_dask.engine.zarr_io.local_meta`;
+others with zarr), checks the variable and its dimensions, and returns the plan layer's
 :class:`~mvg_dask.plan.input_metadata.InputMetadata`.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mvg_dask.engine.store import Store
+from mvg_dask.engine.zarr_io.local_meta import LocalArray, Unsupported, local_arrays
 from mvg_dask.errors import DataError
 from mvg_dask.plan.input_metadata import InputMetadata
 from mvg_dask.spec import GroupBySpec, InputSpec, ReleaseSpec
@@ -27,6 +29,8 @@ def _first_line(exc: BaseException) -> str:
 
 def array_dims(arr: Any) -> tuple[str, ...] | None:
     """Dimension names of a Zarr array (v3 ``dimension_names`` or v2 ``_ARRAY_DIMENSIONS``)."""
+    if isinstance(arr, LocalArray):
+        return arr.dims
     names = getattr(arr.metadata, "dimension_names", None)
     if names is None:
         names = arr.attrs.get("_ARRAY_DIMENSIONS")
@@ -59,21 +63,42 @@ def read_input_metadata(
     DataError
         When the store, the variable or its dimensions do not fit the spec.
     """
-    import zarr
-
     store = inp.store
     source = Store(store, inp.storage_options)
     if source.local and not source.exists():
         raise DataError(f"input.store: {store} does not exist")
     if not source.local:
         _probe(source)
+    if source.local:  # its zarr.json files, without importing zarr (the same metadata)
+        try:
+            return _metadata(inp, group_by, cols_variable, dict(local_arrays(source.path)))
+        except Unsupported:
+            pass  # a layout the shortcut does not read: zarr reads it
+    return _metadata(inp, group_by, cols_variable, _zarr_arrays(inp))
+
+
+def _zarr_arrays(inp: InputSpec) -> dict[str, Any]:
+    """The input group's arrays, opened with zarr."""
+    import zarr
+
+    store = inp.store
     try:
         group = zarr.open_group(store, mode="r", storage_options=inp.storage_options)
-        arrays = dict(group.arrays())
+        return dict(group.arrays())
     except Exception as exc:  # zarr raises many types for a store that is not Zarr
         raise DataError(
             f"input.store: cannot open {store} as Zarr ({type(exc).__name__}: {_first_line(exc)})"
         ) from None
+
+
+def _metadata(
+    inp: InputSpec,
+    group_by: GroupBySpec | None,
+    cols_variable: str | None,
+    arrays: dict[str, Any],
+) -> InputMetadata:
+    """:func:`read_input_metadata` from the group's arrays (zarr's or :class:`LocalArray`)."""
+    store = inp.store
     dims_of = {name: array_dims(a) for name, a in arrays.items()}
     coords = {n for n, d in dims_of.items() if d is not None and len(d) == 1 and d[0] == n}
     if inp.variable not in arrays or inp.variable in coords:

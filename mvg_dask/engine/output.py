@@ -38,6 +38,8 @@ from mvg_dask.engine.output_arrays import (
     compressors,
     eager_noise_matrices,
     noise_matrix_encoding,
+    output_dataset,
+    output_variable,
     placeholder,
 )
 from mvg_dask.engine.provenance import provenance, store_name
@@ -111,7 +113,7 @@ __all__ = [
 MAX_EAGER_COORD = 10_000_000
 
 
-def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
+def _ratio_variable(plan: NoisePlan) -> dict[str, xr.Variable]:
     ratio = plan.output_symmetric_ratio
     if ratio is None:
         return {}
@@ -119,7 +121,7 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     # S_ii ~ N(0, 1), S_ij ~ N(0, ratio): symmetric noise, or equi-modal noise averaged with its
     # transpose (ratio 1/2); row_cov = col_cov = B B^T
     return {
-        SYMMETRIC_RATIO: xr.DataArray(
+        SYMMETRIC_RATIO: output_variable(
             ratio,
             attrs={
                 "description": "published noise B S B^T, B = directions * sqrt(noise_variances),"
@@ -129,7 +131,7 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.DataArray]:
     }
 
 
-def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArray]:
+def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.Variable]:
     """The noise description as data variables (they depend on the data through DP-PCA only, and
     then only through its noisy output). Unless
     :func:`~mvg_dask.engine.output_arrays.eager_noise_matrices`, the matrices ``row_cov``,
@@ -142,21 +144,23 @@ def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.DataArr
     eager = eager_noise_matrices(plan)
     sigma = plan.row_cov if eager else placeholder((m, m))
     out = {
-        ROW_COV: xr.DataArray(sigma, dims=(rows, cols)),
-        DIRECTIONS: xr.DataArray(
+        ROW_COV: output_variable(sigma, dims=(rows, cols)),
+        DIRECTIONS: output_variable(
             plan.directions.matrix if eager else placeholder((m, k)), dims=(rows, DIRECTION_DIM)
         ),
-        NOISE_VARIANCES: xr.DataArray(plan.row_variances, dims=(DIRECTION_DIM,)),
+        NOISE_VARIANCES: output_variable(plan.row_variances, dims=(DIRECTION_DIM,)),
     }
     if plan.algorithm != "unimodal":
-        out[COL_COV] = xr.DataArray(sigma, dims=(rows, cols))
+        out[COL_COV] = output_variable(sigma, dims=(rows, cols))
     elif plan.col_cov is not None:  # a cross-covariance's Psi, over its column features
-        out[COL_COV] = xr.DataArray(
+        out[COL_COV] = output_variable(
             plan.col_cov, dims=cross_col_noise_dims(rplan.input.feature_dim)
         )
     out |= _ratio_variable(plan)
     if rplan.uses_dp_pca and plan.directions.eigenvalues is not None:
-        out[DP_PCA_EIGENVALUES] = xr.DataArray(plan.directions.eigenvalues, dims=(DIRECTION_DIM,))
+        out[DP_PCA_EIGENVALUES] = output_variable(
+            plan.directions.eigenvalues, dims=(DIRECTION_DIM,)
+        )
     return out
 
 
@@ -232,7 +236,7 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     return coords
 
 
-def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
+def small_coords(variable: xr.DataArray) -> dict[str, xr.Variable]:
     """Coordinates small enough to copy eagerly into the output."""
     return {
         str(name): coord.load()
@@ -249,9 +253,9 @@ def _identity_dataset(
     info = rplan.input
     rec = info.record_chunk
     chunks = (rec, info.features) if info.records_first else (info.features, rec)
-    out = xr.Dataset(
+    out = output_dataset(
         {
-            info.variable: xr.DataArray(
+            info.variable: output_variable(
                 placeholder(info.shape, np.dtype(rplan.output_dtype)), dims=info.dims
             ),
             **noise_variables(rplan, rplan.noise_plan()),
@@ -276,15 +280,15 @@ def _matrix_dataset(
     if q.output_vector:
         shape, dims = (q.shape[0],), (rplan.input.feature_dim,)
     names = [name] if count is None else [name, q.sum_variable]
-    variables = {k: xr.DataArray(placeholder(shape), dims=dims) for k in names}
+    variables = {k: output_variable(placeholder(shape), dims=dims) for k in names}
     coords = _feature_coords(rplan)
     if rplan.query.augmented:  # the noisy moment, and the mean and covariance derived from it
         names = [MOMENT, MEAN, COVARIANCE]
         variables, groups = _moment_variables(rplan)
         coords |= groups
     if count is not None:
-        variables[RECORD_COUNT] = xr.DataArray(count)
-    ds = xr.Dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
+        variables[RECORD_COUNT] = output_variable(count)
+    ds = output_dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
     encoding = {
         k: {"chunks": _matrix_chunks(variables[k]), "compressors": compressors(rplan)}
         for k in names
@@ -298,12 +302,12 @@ def _mean_first_dataset(rplan: ReleasePlan) -> tuple[xr.Dataset, dict[str, dict[
     (about the released centre: noisy values, data variables, never attributes)."""
     m, fd = rplan.input.features, rplan.input.feature_dim
     variables = {
-        MEAN: xr.DataArray(placeholder((m,)), dims=(fd,)),
-        CENTRE: xr.DataArray(placeholder((m,)), dims=(fd,)),
-        COVARIANCE: xr.DataArray(placeholder((m, m)), dims=dims_for(fd)),
+        MEAN: output_variable(placeholder((m,)), dims=(fd,)),
+        CENTRE: output_variable(placeholder((m,)), dims=(fd,)),
+        COVARIANCE: output_variable(placeholder((m, m)), dims=dims_for(fd)),
     }
     coords = _feature_coords(rplan)
-    ds = xr.Dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
+    ds = output_dataset({**variables, **noise_variables(rplan, rplan.noise_plan())}, coords=coords)
     encoding = {
         k: {"chunks": _matrix_chunks(v), "compressors": compressors(rplan)}
         for k, v in variables.items()
@@ -323,7 +327,7 @@ def _matrix_chunks(variable: xr.DataArray) -> tuple[int, ...]:
 
 def _moment_variables(
     rplan: ReleasePlan,
-) -> tuple[dict[str, xr.DataArray], dict[str, np.ndarray]]:
+) -> tuple[dict[str, xr.Variable], dict[str, np.ndarray]]:
     """The skeleton of a moment release's ``moment``, ``mean`` and ``covariance``, each with a
     leading :data:`GROUP_DIM` for a grouped release, and the group coordinate (the declared
     labels of the plan, never of the data; strings as objects)."""
@@ -336,9 +340,9 @@ def _moment_variables(
         lead, dims = (len(groups),), (GROUP_DIM,)
         coords[GROUP_DIM] = np.asarray(groups, dtype=object if isinstance(groups[0], str) else None)
     variables = {
-        MOMENT: xr.DataArray(placeholder((*lead, m + 1, m + 1)), dims=dims + matrix_dims(rplan)),
-        MEAN: xr.DataArray(placeholder((*lead, m)), dims=(*dims, rplan.input.feature_dim)),
-        COVARIANCE: xr.DataArray(
+        MOMENT: output_variable(placeholder((*lead, m + 1, m + 1)), dims=dims + matrix_dims(rplan)),
+        MEAN: output_variable(placeholder((*lead, m)), dims=(*dims, rplan.input.feature_dim)),
+        COVARIANCE: output_variable(
             placeholder((*lead, m, m)), dims=dims + dims_for(rplan.input.feature_dim)
         ),
     }
@@ -541,8 +545,8 @@ class OutputTarget:
         fd = rplan.input.feature_dim
         rows, cols = dims_for(fd)
 
-        def lazy(dims: tuple[str, str]) -> xr.DataArray:
-            return xr.DataArray(placeholder((m, m)), dims=dims)
+        def lazy(dims: tuple[str, str]) -> xr.Variable:
+            return output_variable(placeholder((m, m)), dims=dims)
 
         variables = {name: lazy((rows, cols)) for name in names}
         variables[ROW_COV] = lazy((rows, cols))
@@ -550,17 +554,19 @@ class OutputTarget:
             variables[COL_COV] = lazy((rows, cols))
         low_rank = isinstance(plan.covariance, LowRank)
         if low_rank:  # DP-PCA's top k, published whole (m x k)
-            variables[DIRECTIONS] = xr.DataArray(plan.directions.matrix, dims=(rows, COMPONENT_DIM))
+            variables[DIRECTIONS] = output_variable(
+                plan.directions.matrix, dims=(rows, COMPONENT_DIM)
+            )
             if plan.directions.eigenvalues is not None:
-                variables[DP_PCA_EIGENVALUES] = xr.DataArray(
+                variables[DP_PCA_EIGENVALUES] = output_variable(
                     plan.directions.eigenvalues, dims=(COMPONENT_DIM,)
                 )
         else:
             variables[DIRECTIONS] = lazy((rows, DIRECTION_DIM))
-        variables[NOISE_VARIANCES] = xr.DataArray(plan.row_variances, dims=(DIRECTION_DIM,))
+        variables[NOISE_VARIANCES] = output_variable(plan.row_variances, dims=(DIRECTION_DIM,))
         variables |= _ratio_variable(plan)
-        variables |= {k: xr.DataArray(v) for k, v in scalars.items()}
-        ds = xr.Dataset(variables, coords=_feature_coords(rplan))
+        variables |= {k: output_variable(v) for k, v in scalars.items()}
+        ds = output_dataset(variables, coords=_feature_coords(rplan))
         encoding: dict[str, dict[str, Any]] = {
             name: {"chunks": (fb, fb), "compressors": compressors(rplan)} for name in names
         }

@@ -1,9 +1,9 @@
 """How a release's arrays are stored: the matrices' chunks and compressors, the noise
-description's encoding, and the lazy placeholders that declare the skeleton's variables."""
+description's encoding, and the declared arrays of the skeleton's variables."""
 
 from __future__ import annotations
 
-import uuid
+import math
 from typing import Any
 
 import numpy as np
@@ -48,14 +48,83 @@ def eager_noise_matrices(plan: NoisePlan) -> bool:
     return plan.directions.dim <= NOISE_MATRIX_CHUNK
 
 
-def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Any:
-    """A lazy array that declares a skeleton variable and is never computed (its chunks are
-    written by the tasks): one dask chunk, so declaring it builds no per-chunk graph (the Zarr
-    chunks come from the encoding). Named, not tokenized: tokenizing would pickle the array's
-    constructor on the client in every release."""
-    import dask.array as da
+class Declared:
+    """A skeleton variable's array, declared and never computed: its shape and dtype only (the
+    release's tasks write its chunks).
 
-    return da.zeros(shape, chunks=shape, dtype=dtype, name=f"placeholder-{uuid.uuid4().hex}")
+    A duck array to xarray (``__array_function__``, ``__array_ufunc__``), held by a dataset as
+    a lazy array would be; the skeleton writer
+    (:func:`~mvg_dask.engine.zarr_io.skeleton.write_skeleton`) declares it, in one Zarr chunk
+    unless the encoding gives its chunks, as ``to_zarr(compute=False)`` declares a dask array
+    of one chunk (``tests/test_skeleton.py``). It needs no dask.
+    """
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any = np.float64) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its values will take."""
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"Declared(shape={self.shape}, dtype={self.dtype})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TypeError("a declared skeleton variable has no values (the tasks write them)")
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return NotImplemented
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        return NotImplemented
+
+
+def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Declared:
+    """A declared array (:class:`Declared`) for a skeleton variable whose chunks the tasks
+    write."""
+    return Declared(shape, dtype)
+
+
+def output_variable(
+    data: Any, dims: tuple[str, ...] = (), attrs: dict[str, Any] | None = None
+) -> Any:
+    """An output variable (an ``xarray.Variable``) of ``data``: a :class:`Declared` array, or
+    values taken as a numpy array.
+
+    Made without the check xarray runs on the data of a new ``DataArray`` (whether it is a dask
+    array, which imports ``dask.array`` and with it scipy's sparse and FFT modules, about half
+    a second of CPU in a small release's process): the data is a numpy array or a declared one,
+    so that check has nothing to find.
+    """
+    values = data if isinstance(data, Declared) else np.asarray(data)
+    return xr.Variable(dims, values, attrs, fastpath=True)
+
+
+def output_dataset(data_vars: dict[str, Any], coords: dict[str, Any] | None = None) -> xr.Dataset:
+    """An output dataset of :func:`output_variable` data variables, its dimension coordinates made
+    the same way (each coordinate named after its dimension); coordinates that are already
+    xarray objects are kept."""
+    made = {
+        name: value
+        if isinstance(value, xr.Variable | xr.DataArray)
+        else output_variable(value, (name,))
+        for name, value in (coords or {}).items()
+    }
+    return xr.Dataset(data_vars, coords=made)
 
 
 def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:

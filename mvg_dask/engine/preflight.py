@@ -60,10 +60,13 @@ def store_attributes(
         but holds no readable Zarr group metadata; ``None`` when nothing is there.
     """
     target = Store(store, storage_options)
-    fs, root = target.fs, target.root
     for name, key in (("zarr.json", "attributes"), (".zattrs", None)):
-        try:
-            raw = fs.cat_file(f"{root}/{name}")
+        try:  # a local file directly (no fsspec to import for a dry run)
+            raw = (
+                (target.path / name).read_bytes()
+                if target.local
+                else target.fs.cat_file(f"{target.root}/{name}")
+            )
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             continue
         try:
@@ -74,6 +77,7 @@ def store_attributes(
         return dict(attrs) if isinstance(attrs, dict) else {}
     if target.local:
         return {} if target.exists() else None
+    fs, root = target.fs, target.root
     return {} if fs.exists(root) and fs.ls(root) else None
 
 

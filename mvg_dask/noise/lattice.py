@@ -57,7 +57,8 @@ rounding are decided.
 
 Keyed and deterministic
 -----------------------
-The words come from ``key.generator(tile)`` (AES-CTR from block ``tile * 2^64``), read in order;
+The words come from ``key.generator(tile)`` (AES-CTR from block ``tile * 2^64``), read in order
+(the compiled kernel's are the same words, encrypted by :mod:`mvg_dask.noise.aes` with AES-NI);
 an element takes trials until one is accepted or undecided on the fast path. An undecided
 element is finished by the exact path from the side stream (the same tile, from block
 ``tile * 2^64 + 2^63``), in element order; a rejected exact trial is followed by fresh trials
@@ -560,6 +561,34 @@ class _Stats:
     exact_trials: int  # fresh trials run on the exact path
 
 
+def _main_stream(key: TileKey, tile: int, *, compiled: bool) -> Callable[[int], np.ndarray]:
+    """``raw(count)``: the next ``count`` words of the tile's main stream, read in order.
+
+    With the compiled kernel on a CPU with AES-NI, from :func:`mvg_dask.noise.aes.tile_words`
+    (the generator's words, encrypted eight blocks at a time); else from the key's kept
+    generator (:meth:`NoiseKey.tile_bits`: no generator built per tile) or a new one. The words
+    are the same: the batches are even (whole AES blocks) and read one after the other.
+    """
+    round_keys = getattr(key, "round_keys", None)
+    rk = round_keys() if compiled and round_keys is not None else None
+    if rk is not None:
+        from mvg_dask.noise import aes
+
+        if aes.available() and aes.agrees(rk, key.generator):
+            read = [0]
+
+            def words(count: int) -> np.ndarray:
+                out = aes.tile_words(rk, tile, read[0], count)
+                read[0] += count
+                return out
+
+            return words
+    tile_bits = getattr(key, "tile_bits", None)
+    bitgen = tile_bits(tile) if tile_bits is not None else key.generator(tile).bit_generator
+    raw: Callable[[int], np.ndarray] = bitgen.random_raw
+    return raw
+
+
 def _draw(
     key: TileKey,
     tile: int,
@@ -575,18 +604,18 @@ def _draw(
     if n < 0 or any(d < 0 for d in shape):
         raise ValueError(f"invalid shape {shape!r}")
     out = np.empty(n, dtype=np.int64)
-    bitgen = key.generator(tile).bit_generator
     if not _compiled and n <= _uncompiled_left[0]:
         _uncompiled_left[0] -= n  # threads may race here: the count is a bound on time only
         kernel = _kernel_py
     else:
         kernel = _kernel()
+    raw = _main_stream(key, tile, compiled=kernel is not _kernel_py)
     per = 2.0 / tab.acceptance
 
     def batch(m: int) -> int:  # words for m more elements (rarely too few), at most a chunk
         return min(2 * math.ceil(per / 2 * m + 4 * math.sqrt(m) + 16), _CHUNK_WORDS)
 
-    words = bitgen.random_raw(batch(n))
+    words = raw(batch(n))
     consumed = 0
     amb = np.empty((64, 6), dtype=np.int64)
     pending: list[npt.NDArray[np.int64]] = []
@@ -614,7 +643,7 @@ def _draw(
             pending.append(amb[:namb].copy())
         if opos < n and words.size - wpos < 2:
             consumed += wpos
-            words = np.concatenate([words[wpos:], bitgen.random_raw(batch(n - opos))])
+            words = np.concatenate([words[wpos:], raw(batch(n - opos))])
             wpos = 0
     consumed += wpos
     used = 0

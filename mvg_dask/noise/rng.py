@@ -12,12 +12,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from randomgen import AESCounter
+
+if TYPE_CHECKING:
+    from randomgen import AESCounter
 
 _TILE_STRIDE = 1 << 64
 _KEY_BITS = 128
+_MASK64 = (1 << 64) - 1
+#: Each thread keeps the bit generators of this many keys (the newest), repositioned per tile.
+_KEPT_KEYS = 8
+_kept = threading.local()
 
 
 class NoiseKey:
@@ -110,11 +118,59 @@ class NoiseKey:
         """
         if not 0 <= tile < _TILE_STRIDE:
             raise ValueError(f"tile index out of range: {tile}")
+        from randomgen import AESCounter  # on first use: a dry run draws no noise
+
         return np.random.Generator(AESCounter(key=self._key, counter=tile * _TILE_STRIDE))
+
+    def tile_bits(self, tile: int) -> AESCounter:
+        """The bit generator of tile ``tile``: the same words as ``generator(tile)``'s, from
+        this thread's own ``AESCounter`` of this key, moved to the tile's start.
+
+        Building an ``AESCounter`` costs about 30 us (its key schedule), as much as drawing
+        2,000 normals; moving a kept one to another counter costs about 5 us. The state set is
+        the one a new generator of the tile starts in (the counter ``tile * 2^64`` and its next
+        three, an empty output buffer), so the words are the same (checked by
+        ``tests/test_lattice_sampler.py``).
+        The generator is valid until this thread's next call for this key: a caller draws
+        from it at once (a tile at a time), and anything that must outlive such a call (the
+        exact path's side stream) uses :meth:`generator`.
+        """
+        if not 0 <= tile < _TILE_STRIDE:
+            raise ValueError(f"tile index out of range: {tile}")
+        bits, state = self._kept()
+        base = tile * _TILE_STRIDE
+        counter = [v for i in range(4) for v in ((base + i) & _MASK64, (base + i) >> 64)]
+        bits.state = {
+            **state,
+            "s": {**state["s"], "counter": np.array(counter, dtype=np.uint64), "offset": 64},
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+        return bits
+
+    def _kept(self) -> tuple[AESCounter, dict[str, Any]]:
+        """This thread's kept generator of this key and its initial state."""
+        kept: dict[int, tuple[AESCounter, dict[str, Any]]] | None = getattr(_kept, "gens", None)
+        if kept is None:
+            kept = _kept.gens = {}
+        entry = kept.get(self._key)
+        if entry is None:
+            if len(kept) >= _KEPT_KEYS:
+                kept.pop(next(iter(kept)))
+            bits = AESCounter(key=self._key, counter=0)
+            entry = kept[self._key] = (bits, bits.state)
+        return entry
+
+    def round_keys(self) -> np.ndarray | None:
+        """The AES-128 round keys of this key as ``randomgen`` expands them for AES-NI (22
+        uint64, what :func:`mvg_dask.noise.aes.tile_words` encrypts with), or ``None`` when
+        ``randomgen`` does not use AES-NI here."""
+        bits, state = self._kept()
+        return state["s"]["seed"] if bits.use_aesni else None
 
     def tile_normals(self, tile: int, shape: tuple[int, ...]) -> np.ndarray:
         """Standard normal draws of tile ``tile``, always generated whole and in C order."""
-        return self.generator(tile).standard_normal(shape)
+        return np.random.Generator(self.tile_bits(tile)).standard_normal(shape)
 
     def tile_lattice(self, tile: int, shape: tuple[int, ...], scale: float) -> np.ndarray:
         """Rounded-Gaussian integers ``floor(scale * N + 1/2)`` of tile ``tile``, drawn whole.

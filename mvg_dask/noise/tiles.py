@@ -266,14 +266,31 @@ def record_noise(
     ----------
     .. [1] Chanyaswad et al., arXiv:1802.10077, Alg. 1 and Lemma 7.
     """
-    N = tile_normals(key, factor.shape[0], start, stop, tile=tile, n_total=n_total)
     if diagonal:
         d = factor if factor.ndim == 1 else np.diag(factor)
-        N *= d[:, None]  # N is fresh (or a view of a fresh tile): scale in place
-        return N
+        return _scaled_tiles(key, d, start, stop, tile=tile, n_total=n_total)
+    N = tile_normals(key, factor.shape[0], start, stop, tile=tile, n_total=n_total)
     if factor.ndim == 1:
         raise ValueError("a vector factor means diagonal=True")
     return windowed_product(factor, N, start)  # B N, the same bits whatever the chunk grid
+
+
+def _scaled_tiles(
+    key: NoiseKey, d: np.ndarray, start: int, stop: int, *, tile: int, n_total: int
+) -> np.ndarray:
+    """``d_i N_ij`` for records ``[start, stop)``: each tile of :func:`tile_normals` scaled into
+    its columns of the result as it is drawn (the products of scaling the assembled normals,
+    without assembling them)."""
+    if not 0 <= start < stop <= n_total:
+        raise ValueError(f"record range [{start}, {stop}) is not inside [0, {n_total})")
+    out = np.empty((d.size, stop - start))
+    col = d.reshape(-1, 1)
+    for t in range(start // tile, (stop - 1) // tile + 1):
+        a, b = t * tile, min((t + 1) * tile, n_total)
+        lo, hi = max(start, a), min(stop, b)
+        normals = key.tile_normals(t, (d.size, b - a))
+        np.multiply(normals[:, lo - a : hi - a], col, out=out[:, lo - start : hi - start])
+    return out
 
 
 def matrix_noise(

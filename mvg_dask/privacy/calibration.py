@@ -20,6 +20,7 @@ Allocations ``theta`` (``sum theta <= 1``) split the budget: ``p_i = theta_i * P
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -457,45 +458,58 @@ def _log_ndtr() -> Callable[[float], float]:
 
     ``import scipy.special`` costs about 0.3 s of CPU (its array-API layer imports
     ``numpy.testing`` and more), several times a small release's own work; the ufunc itself
-    lives in the compiled module ``scipy.special._ufuncs``, which loads in milliseconds. It is
-    loaded under a placeholder parent package, held for the load only, under the interpreter's
-    import lock (no other thread can import meanwhile); a later ``import scipy.special`` runs
-    the package as usual and finds the same compiled modules. The function is scipy's own, so
-    every calibrated value is bit for bit what ``scipy.special.log_ndtr`` gives.
+    lives in the compiled module ``scipy.special._special_ufuncs`` (which ``_ufuncs`` and the
+    package re-export), which imports nothing else and loads in milliseconds. It is loaded
+    under placeholder parent packages (``scipy.special``, and ``scipy`` itself unless it is
+    already imported: its ``__init__`` costs more than the ufunc), held for the load only,
+    under the interpreter's import lock (no other thread can import meanwhile), and what was
+    loaded under them is forgotten: a later ``import scipy.special`` runs the packages as usual
+    (the compiled module it loads is the same). The function is scipy's own, so every
+    calibrated value is bit for bit what ``scipy.special.log_ndtr`` gives.
     """
     loaded = sys.modules.get("scipy.special")
     if loaded is not None and hasattr(loaded, "log_ndtr"):
         return loaded.log_ndtr
-    ufuncs = sys.modules.get("scipy.special._ufuncs")
-    if ufuncs is None:
-        ufuncs = _load_ufuncs()
-    return ufuncs.log_ndtr
+    return _load_ufuncs().log_ndtr
 
 
+@functools.cache
 def _load_ufuncs() -> ModuleType:
-    """``scipy.special._ufuncs`` loaded under a placeholder ``scipy.special`` (see
+    """``scipy.special._special_ufuncs`` loaded under placeholder parents (see
     :func:`_log_ndtr`)."""
     import _imp
     import importlib
+    import importlib.util
     import os
-
-    import scipy
 
     _imp.acquire_lock()
     try:
         if "scipy.special" in sys.modules:  # imported meanwhile: the real package
-            return importlib.import_module("scipy.special._ufuncs")
-        placeholder = ModuleType("scipy.special")
-        placeholder.__path__ = [os.path.join(os.path.dirname(scipy.__file__), "special")]
-        placeholder.__package__ = "scipy.special"
-        sys.modules["scipy.special"] = placeholder
+            return importlib.import_module("scipy.special._special_ufuncs")
+        real = sys.modules.get("scipy")
+        spec = importlib.util.find_spec("scipy") if real is None else real.__spec__
+        assert spec is not None and spec.origin is not None
+        root = os.path.dirname(spec.origin)
+        placeholders = [("scipy.special", os.path.join(root, "special"))]
+        if real is None:
+            placeholders.insert(0, ("scipy", root))
+        before = set(sys.modules)
+        for name, path in placeholders:
+            module = ModuleType(name)
+            module.__path__ = [path]
+            module.__package__ = name
+            sys.modules[name] = module
         try:
-            return importlib.import_module("scipy.special._ufuncs")
+            return importlib.import_module("scipy.special._special_ufuncs")
         finally:
-            if sys.modules.get("scipy.special") is placeholder:
-                del sys.modules["scipy.special"]
-            if vars(scipy).get("special") is placeholder:  # not getattr: scipy's imports it
-                del scipy.special
+            # forget what was loaded under the placeholders: a later ``import scipy.special``
+            # loads its modules as children of the real packages (the compiled module is the
+            # same)
+            for name in set(sys.modules) - before:
+                if name.startswith("scipy.") or name == "scipy":
+                    del sys.modules[name]
+            if real is not None and "special" in vars(real):  # not getattr: lazy
+                del real.special
     finally:
         _imp.release_lock()
 

@@ -81,8 +81,12 @@ def scratch() -> Path:
 
 
 def _env(root: Path = ROOT) -> dict[str, str]:
+    """The commands' environment: ``root`` first on the path, and byte-code caching on (an
+    inherited ``PYTHONDONTWRITEBYTECODE`` would time the compiling of every source file, which
+    an installed package never pays)."""
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root)}
 
 
 def main() -> None:

@@ -9,10 +9,13 @@ For every input (``--features`` x ``--sizes``; ~8 MiB chunks, float64, ``[0, 1]`
   settings), on the release's own task grid (runs of whole chunks, ``task_ranges``), each a
   single kernel over the whole input called once per chunk and timed inside the task (ns per
   element per worker core):
-  read+decode (``ZarrMatrix.read``), the keyed noise draw (``record_noise``), encode+write of a
-  noisy chunk (raw codec, the release's default) and the Gram product of a resident chunk.
+  read+decode (``ZarrMatrix.read``), the keyed float noise draw (``record_noise``), the
+  lattice release's noise step (its exact integers drawn and applied to a chunk in place,
+  ``RecordLattice.release``), encode+write of a noisy chunk (raw codec, the release's default)
+  and the Gram product of a resident chunk.
   ``floor(covariance) = floor(centered-covariance) = read + Gram``,
-  ``floor(identity) = read + noise + write`` (a worker runs them one after the other).
+  ``floor(identity) = read + lattice + write`` (``read + noise + write`` for float noise; a
+  worker runs them one after the other).
   ``efficiency = floor / release`` on the same warm cluster.
 * **baselines the way a user writes them**, each with its own cluster start (dask's defaults:
   ``Client()``): dask's non-private ``(x @ x.T).compute()`` on ``da.from_zarr``, and a naive
@@ -252,6 +255,21 @@ def _noise(start: int, stop: int, m: int, n: int) -> int:
     return int(1e9 * (time.perf_counter() - t))  # ns spent drawing
 
 
+def _lattice(start: int, stop: int, m: int, n: int) -> int:
+    """The lattice release's noise step of a chunk: the exact integers drawn tile by tile and
+    applied to the chunk's values in place (``RecordLattice.release``, standard directions)."""
+    from mvg_dask.engine.lattice import RecordLattice
+    from mvg_dask.noise import NoiseKey
+    from mvg_dask.noise.tiles import tile_records_for
+
+    key = NoiseKey.from_seed(1)
+    lattice = RecordLattice(-25, 2.0**25, np.ones(m), np.ones(m))
+    x = np.random.default_rng(start).random((m, stop - start))
+    t = time.perf_counter()
+    lattice.release(x, key, start, stop, tile=tile_records_for(m), n_total=n, overwrite=True)
+    return int(1e9 * (time.perf_counter() - t))  # ns spent drawing and applying
+
+
 def _write(start: int, stop: int, sink: Any, m: int) -> int:
     y = np.random.default_rng(start).standard_normal((m, stop - start))
     t = time.perf_counter()
@@ -335,8 +353,10 @@ def floors(
     out["decode"] = min(out["decode"], run(_decode, root=str(Path(store) / "X"), chunk=chunk))
     out["checked"] = min(out["checked"], run(_read_checked, source=source, m=m))
     out["noise"] = run(_noise, m=m, n=n)
+    out["lattice"] = run(_lattice, m=m, n=n)
     out["gram"] = run(_gram, m=m)
-    return {k: out[k] for k in ("read", "decode", "checked", "noise", "write", "gram")}
+    keys = ("read", "decode", "checked", "noise", "lattice", "write", "gram")
+    return {k: out[k] for k in keys}
 
 
 # -- baselines, the way a user writes them (own cluster start, dask defaults) --------------------
@@ -422,7 +442,8 @@ def bench_query(
     # the sampler records the cluster's total process memory: per worker at the peak
     workers = len(client.scheduler_info()["workers"])
     peak = float(np.nanmax(sampler.to_pandas().to_numpy())) / workers / 2**20
-    floor = fl["read"] + (fl["gram"] if gram_query else fl["noise"] + fl["write"])
+    noise_floor = fl["lattice"] if noise == "lattice" else fl["noise"]
+    floor = fl["read"] + (fl["gram"] if gram_query else noise_floor + fl["write"])
     if k:  # DP-PCA reads the input and forms the Gram matrix once more
         floor *= 2
     per_el = warm * 2 / elements * 1e9  # per worker core
@@ -546,7 +567,8 @@ def main() -> None:
                         )
                 print(
                     f"{'':>6} floors ns/el per core: read {fl['read']:.2f}, noise "
-                    f"{fl['noise']:.2f}, write {fl['write']:.2f}, Gram {fl['gram']:.2f}; "
+                    f"{fl['noise']:.2f} (lattice, applied: {fl['lattice']:.2f}), write "
+                    f"{fl['write']:.2f}, Gram {fl['gram']:.2f}; "
                     f"raw decode {fl['decode']:.2f}: the read path is "
                     f"{fl['read'] / fl['decode']:.2f}x the raw decode floor "
                     f"({fl['checked'] / fl['decode']:.2f}x with the domain check, "

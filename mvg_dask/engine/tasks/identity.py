@@ -71,7 +71,8 @@ def identity_task(
         except MvgDaskError as exc:
             return Outcome.failure(exc)
         if lattice is not None:
-            y = lattice.release(x, noise_key, a, b, tile=tile, n_total=n_total)
+            # x is this chunk's own block: the release may write into it
+            y = lattice.release(x, noise_key, a, b, tile=tile, n_total=n_total, overwrite=True)
         else:
             y = record_noise(noise_key, factor, a, b, tile=tile, n_total=n_total, diagonal=diagonal)
             y += x

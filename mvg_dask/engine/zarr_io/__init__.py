@@ -11,6 +11,9 @@ compares it with zarr byte for byte:
   children's metadata consolidated and the final attributes, in one write;
 * :mod:`~mvg_dask.engine.zarr_io.arrays`: scratch arrays and whole-array writes of an output
   being written.
+* :mod:`~mvg_dask.engine.zarr_io.local_meta`: a local v3 store's array metadata (and a small
+  coordinate's values) read from its ``zarr.json`` files without importing zarr, for the dry
+  run (``tests/test_local_meta.py``).
 
 What the files mean (names, dimensions, completeness) is :mod:`mvg_dask.release_format`'s.
 """

@@ -16,7 +16,8 @@ pass runs).
 The files are the bytes ``to_zarr(mode="w-", compute=False, zarr_format=3, consolidated=False)``
 writes: ``tests/test_skeleton.py`` compares them, file by file, for every kind of release output
 and for random datasets. Lazy (dask) variables are declared only, as with ``compute=False``: their
-chunks are written by the release's tasks.
+chunks are written by the release's tasks; so are the release's declared arrays
+(:class:`~mvg_dask.engine.output_arrays.Declared`), which need no dask.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from mvg_dask.engine.output_arrays import Declared
 from mvg_dask.engine.store import Store
 
 
@@ -109,6 +111,8 @@ def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[
             if fv is not None:
                 attrs["_FillValue"] = FillValueCoder.encode(fv, var.dtype)
         var.encoding.pop("_FillValue", None)  # the CF encoder moved it to the attributes
+        if isinstance(var.data, Declared):  # one chunk, as to_zarr makes of a one-chunk dask array
+            var.encoding.setdefault("chunks", var.shape)
         zarr_encoding = extract_zarr_variable_encoding(
             var, raise_on_invalid=name in encoding, name=name, zarr_format=3
         )
@@ -152,7 +156,9 @@ def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[
 
 
 def _is_lazy(data: Any) -> bool:
-    """True for a chunked (dask) array: declared by the skeleton, written later."""
+    """True for a declared or chunked (dask) array: declared by the skeleton, written later."""
+    if isinstance(data, Declared):
+        return True
     from xarray.namedarray.pycompat import is_chunked_array
 
     return bool(is_chunked_array(data))
