@@ -157,6 +157,8 @@ class NoiseKey:
         if entry is None:
             if len(kept) >= _KEPT_KEYS:
                 kept.pop(next(iter(kept)))
+            from randomgen import AESCounter  # on first use, as in generator()
+
             bits = AESCounter(key=self._key, counter=0)
             entry = kept[self._key] = (bits, bits.state)
         return entry
