@@ -7,12 +7,13 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mvg_dask import api
 from mvg_dask.engine.worker_setup import TASK_MODULES
-from tests.pipeline_helpers import data, make_input, spec_dict
+from tests.pipeline_helpers import data, make_input, run_cli, spec_dict, write_spec
 
 
 def _loaded() -> tuple[bool, bool]:
@@ -51,3 +52,122 @@ def test_one_embedded_cluster_of_processes_preloads_and_serves_two_releases(
     for chunk in sorted(p for p in a if p.is_file()):
         twin = tmp_path / "b.zarr" / chunk.relative_to(tmp_path / "a.zarr")
         assert chunk.read_bytes() == twin.read_bytes()  # same seed, same noise, same bytes
+
+
+def _worker_settings() -> tuple[int, str, list[int]]:
+    """On a worker: (its start method's name, OPENBLAS_NUM_THREADS, each loaded OpenBLAS's
+    thread count)."""
+    import ctypes
+    import multiprocessing
+    import os
+
+    from mvg_dask.engine.worker_setup import _loaded_openblas
+
+    counts = []
+    for path in _loaded_openblas():
+        lib = ctypes.CDLL(path)
+        names = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
+        getter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
+        if getter is not None:
+            counts.append(int(getter()))
+    method = multiprocessing.get_start_method(allow_none=True) or ""
+    return len(counts), method + ":" + os.environ.get("OPENBLAS_NUM_THREADS", ""), counts
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="worker processes are forked on Linux")
+def test_forked_workers_apply_the_nannys_environment() -> None:
+    """A worker forked from this process (which may run several BLAS threads) runs one BLAS
+    thread, as a worker spawned with the nanny's ``OPENBLAS_NUM_THREADS=1`` does."""
+    from distributed import Client
+
+    from mvg_dask.engine.cluster import FORK_WORKERS, local_cluster
+
+    assert FORK_WORKERS
+    with local_cluster(1, kernels=True) as cluster, Client(cluster) as c:
+        (found, env, counts), *_ = c.run(_worker_settings).values()
+    assert env == "fork:1"
+    assert found >= 1 and counts == [1] * found
+
+
+def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``FORK_MAX_RSS`` resident bytes the workers are spawned (a forked worker would
+    count this process's pages against its memory limit), with the same environment."""
+    from distributed import Client
+
+    from mvg_dask.engine import cluster as cluster_module
+
+    monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 0)
+    assert not cluster_module.fork_workers()
+    with cluster_module.local_cluster(1) as cluster, Client(cluster) as c:
+        (found, env, counts), *_ = c.run(_worker_settings).values()
+    assert env == "spawn:1"
+    assert found >= 1 and counts == [1] * found
+
+
+def test_the_embedded_cluster_outside_a_notebook_imports_no_dashboard() -> None:
+    """A cluster of worker processes started from a script imports no bokeh (its dashboard,
+    0.5-0.7 s of CPU, would serve a port nobody is shown)."""
+    import subprocess
+
+    probe = (
+        "import sys\n"
+        "from mvg_dask.engine.cluster import local_cluster\n"
+        "if __name__ == '__main__':\n"
+        "    with local_cluster(1) as cluster:\n"
+        "        assert cluster.processes\n"
+        "    assert 'bokeh' not in sys.modules, 'bokeh imported'\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_forking_start_runs_while_starting_first() -> None:
+    """With forked workers, ``while_starting`` has returned before the cluster starts (no fork
+    while another thread imports); with threads both run at once."""
+    import threading
+
+    from mvg_dask.engine.cluster import _start_meanwhile
+
+    order: list[str] = []
+    done = threading.Event()
+
+    def meanwhile() -> None:
+        order.append("meanwhile")
+        done.set()
+
+    def start() -> Any:
+        order.append("start" if done.is_set() else "start-before")
+        return "cluster"
+
+    assert _start_meanwhile(start, meanwhile, overlap=False) == "cluster"
+    assert order == ["meanwhile", "start"]
+
+
+@pytest.mark.slow
+def test_a_cli_release_on_forked_workers_exits_cleanly(tmp_path: Path) -> None:
+    """``mvg-dask release`` on worker processes (add-remove neighbours: ``max_records`` is by
+    default 2**32, so processes): exit 0, nothing else on stderr (no worker traceback, no
+    ``Future exception was never retrieved``), and the bytes of the same seeded release on a
+    cluster of threads."""
+    from mvg_dask.engine.cluster import connect
+
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=4), chunk=100)
+    privacy = {"neighbours": "add-remove"}
+    spec = spec_dict(store, str(tmp_path / "cli.zarr"), query="covariance", privacy=privacy)
+    write_spec(tmp_path / "cli.yaml", spec)
+    done = run_cli(tmp_path, "release", "cli.yaml", "--seed", "1", "--quiet")
+    assert done.returncode == 0, done.stderr
+    # the one line on stderr says the release has no ledger
+    assert [line for line in done.stderr.splitlines() if "has no ledger" not in line] == []
+    with connect(processes=False) as threads:
+        api.release(spec, client=threads, seed=1, progress=False, output=str(tmp_path / "t.zarr"))
+    outs = [
+        {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        for root in (tmp_path / "cli.zarr", tmp_path / "t.zarr")
+    ]
+    assert outs[0].keys() == outs[1].keys()
+    arrays = [k for k in outs[0] if k.name != "zarr.json"]
+    assert arrays and all(outs[0][k] == outs[1][k] for k in arrays)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,27 @@ log = logging.getLogger("mvg_dask")
 
 #: The embedded cluster's worker preload (:mod:`mvg_dask.engine.worker_setup`).
 WORKER_SETUP = "mvg_dask.engine.worker_setup"
+#: The embedded cluster's worker processes are forked from this one (Linux), which has
+#: imported dask, distributed, numpy and the task modules already, instead of spawned as fresh
+#: interpreters that import them again (about 0.7 s of CPU each); see :func:`local_cluster`.
+FORK_WORKERS = sys.platform == "linux"
+#: ... unless this process is larger than this (resident bytes): a forked worker's resident
+#: size counts the pages it shares with this process, and the nanny would hold them against
+#: the worker's memory limit (a notebook with data in memory, say); such a process spawns them.
+FORK_MAX_RSS = 2**30
+
+
+def fork_workers() -> bool:
+    """Whether the embedded cluster's worker processes are forked from this process
+    (:data:`FORK_WORKERS`, :data:`FORK_MAX_RSS`) rather than spawned."""
+    if not FORK_WORKERS:
+        return False
+    try:
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return False
+    return resident <= FORK_MAX_RSS
 
 
 def local_cluster(
@@ -28,10 +50,19 @@ def local_cluster(
     processes: bool = True,
     loop: Any = None,
     kernels: bool = False,
+    fork: bool | None = None,
 ) -> LocalCluster:
     """The embedded cluster: worker processes on loopback, no fixed dashboard port.
 
     The one place a LocalCluster is made (the CLI, the API, the tests and the benchmarks).
+
+    On Linux (:func:`fork_workers`) the worker processes are forked from this process: each
+    starts with what this one has imported, and sets the nanny's environment (malloc thresholds,
+    one BLAS thread) in its preload (:func:`mvg_dask.engine.worker_setup.apply_worker_environment`).
+    Only the cluster's first workers are forked; one the nanny restarts later is spawned afresh
+    (dask's default), so no fork happens while a release's threads run. Fork the cluster before
+    this process starts other threads that import or hold locks (:func:`connect` runs its
+    ``while_starting`` first when it forks).
 
     Parameters
     ----------
@@ -42,13 +73,17 @@ def local_cluster(
     threads_per_worker : int, default 1
         Threads per worker (the tasks are numpy-bound: one thread per core).
     processes : bool, default True
-        Worker processes (``False``: threads in this process, without a dashboard).
+        Worker processes (``False``: threads in this process). Either way the scheduler
+        serves Dask's dashboard only in a Jupyter kernel (with the ``notebook`` extra).
     loop : tornado.ioloop.IOLoop, optional
         A running event loop to run on (default: the cluster starts its own, and stops it when
         it closes).
     kernels : bool, default False
         The worker processes also load numba's lattice kernels as they start (an identity
         release with lattice noise; :mod:`mvg_dask.engine.worker_setup`).
+    fork : bool, optional
+        Fork the worker processes from this one (default: :func:`fork_workers`); otherwise
+        they are spawned (dask's default).
 
     Returns
     -------
@@ -74,16 +109,22 @@ def local_cluster(
     # raised on the client as one line, so the workers log only what is critical
     # (MVG_DASK_DEBUG=1 keeps their warnings)
     silence = logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
+    config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": env}
+    if processes and (fork_workers() if fork is None else fork):
+        config["distributed.worker.multiprocessing-method"] = "fork"
+    with dask.config.set(config), warnings.catch_warnings():
+        # Python 3.12+ warns of any fork in a process with threads (the event loop's own)
+        warnings.filterwarnings("ignore", r".*fork\(\) may lead to deadlocks", DeprecationWarning)
         return LocalCluster(
             n_workers=n_workers or max(1, os.cpu_count() or 1),
             threads_per_worker=threads_per_worker,
             processes=processes,
             dashboard_address=":0",
-            # threads in this process serve small releases: no dashboard (importing bokeh
-            # would cost more than such a release); the scheduler's HTTP server stays on a
-            # free port
-            scheduler_kwargs=None if processes else {"dashboard": False},
+            # a dashboard only in a notebook, where its link is shown: importing bokeh for it
+            # costs 0.5-0.7 s of CPU (1-1.5 s of a cold release's wall time on a loaded
+            # machine), and from the command line its random port is never shown; the
+            # scheduler's HTTP server stays on a free port
+            scheduler_kwargs=None if processes and _in_notebook() else {"dashboard": False},
             silence_logs=silence,
             loop=loop,
             **kwargs,
@@ -159,8 +200,9 @@ def connect(
     kernels : bool, default False
         The LocalCluster's worker processes load the lattice kernels as they start.
     while_starting : callable, optional
-        Called in this thread while a new LocalCluster starts in another (the client's own
-        imports, for instance), so that both proceed at once.
+        Called in this thread while a new LocalCluster of threads starts in another (the
+        client's own imports, for instance), so that both proceed at once; before a cluster
+        whose worker processes are forked from this one starts, so that they inherit it.
 
     Yields
     ------
@@ -222,10 +264,15 @@ def _local_client(
     that every such coroutine reads its outcome and ends, and only then stops
     (:func:`_close_cluster` says how a slow worker process's exit is handled).
 
-    With ``while_starting``, the cluster starts in a helper thread while this thread calls it.
+    With ``while_starting``, the cluster starts in a helper thread while this thread calls it
+    (a cluster of threads), or after it returns (forked worker processes, :func:`fork_workers`;
+    with ``kernels``, this process then also loads the lattice kernels before it forks them).
     """
     from distributed.utils import LoopRunner, sync
 
+    fork = processes and fork_workers()
+    if fork and kernels:  # loaded once here, before the fork, instead of in every worker
+        while_starting = _with_kernels(while_starting)
     runner = LoopRunner(asynchronous=False)
     runner.start()
     try:
@@ -236,8 +283,10 @@ def _local_client(
                 processes=processes,
                 loop=runner.loop,
                 kernels=kernels,
+                fork=fork,
             ),
             while_starting,
+            overlap=not fork,
         )
         try:
             client = Client(cluster)
@@ -264,12 +313,37 @@ def _close_cluster(cluster: LocalCluster) -> None:
         log.debug("the embedded cluster's worker processes were killed on close (timeout)")
 
 
+def _with_kernels(meanwhile: Callable[[], object] | None) -> Callable[[], object]:
+    """``meanwhile``, then the lattice kernels loaded in this process
+    (:func:`mvg_dask.engine.warmup.load_kernels`): the workers forked after it start with
+    them, instead of each importing numba and loading them while its first task waits."""
+
+    def both() -> None:
+        from mvg_dask.engine.warmup import load_kernels
+
+        if meanwhile is not None:
+            meanwhile()
+        load_kernels()
+
+    return both
+
+
 def _start_meanwhile(
-    start: Callable[[], LocalCluster], meanwhile: Callable[[], object] | None
+    start: Callable[[], LocalCluster],
+    meanwhile: Callable[[], object] | None,
+    *,
+    overlap: bool = True,
 ) -> LocalCluster:
     """``start()`` in a helper thread while this thread runs ``meanwhile()``; the cluster, or
-    the exception of either (a cluster that started is closed if ``meanwhile`` fails)."""
+    the exception of either (a cluster that started is closed if ``meanwhile`` fails).
+
+    Without ``overlap`` (a cluster that forks its workers), ``meanwhile()`` runs first and the
+    cluster starts after it: a fork while this thread imports could leave a module's import lock
+    held in the child, and the forked workers inherit what ``meanwhile`` imported."""
     if meanwhile is None:
+        return start()
+    if not overlap:
+        meanwhile()
         return start()
     from concurrent.futures import ThreadPoolExecutor
 

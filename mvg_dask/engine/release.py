@@ -86,7 +86,6 @@ def execute_release(
     """
     from mvg_dask.engine.kube import check_versions
     from mvg_dask.engine.security import check_transport
-    from mvg_dask.engine.warmup import start_kernel_warmup
 
     t0 = time.perf_counter()
     rplan.check_seed(seed)  # a seeded release is not private: never charged to a ledger
@@ -95,8 +94,6 @@ def execute_release(
     address = client.scheduler.address if client.scheduler is not None else None
     check_transport(address, seed is not None, insecure_transport)
     check_versions(client)
-    # the workers load numba's kernels while the release is reserved and its graph is built
-    start_kernel_warmup(client, rplan)
     target = OutputTarget.for_plan(rplan)
     ledger = open_plan_ledger(rplan)
     log.info("%s", rplan.summary().splitlines()[0])

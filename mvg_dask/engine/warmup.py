@@ -1,28 +1,29 @@
-"""Load numba's compiled lattice kernels in the workers while a release is being prepared.
+"""The lattice kernels: which releases run them, and loading them in a process.
 
 An identity release with lattice noise runs two numba kernels in every worker (the exact
 sampler, :mod:`mvg_dask.noise.lattice`, and the fused diagonal release,
 :func:`mvg_dask.engine.lattice.diagonal_release`). Importing numba and loading their cached
-machine code costs a fresh worker process about 0.4 s of CPU, which its first task would
-otherwise wait for. :func:`start_kernel_warmup` asks every worker to do it in a background
-thread as soon as the client knows the plan, so that it overlaps the ledger reservation, the
-output's skeleton and the graph's construction; a task that needs a kernel before it is loaded
-waits for the same load (numba compiles or loads a kernel once per process, under its lock).
-The warm-up draws from a fixed throwaway key: it publishes nothing and changes no bytes.
+machine code costs a fresh process about 0.6 s of CPU. The embedded cluster of worker processes
+loads them once in the releasing process before it forks its workers, which start with them
+(:func:`mvg_dask.engine.cluster.local_cluster`), or, when its workers are spawned, in each
+worker's preload before it registers (:mod:`mvg_dask.engine.worker_setup`). On any other
+cluster the first task of each worker loads them (numba compiles or loads a kernel once per
+process, under its lock). Loading them draws from a fixed throwaway key: it publishes nothing
+and changes no bytes.
+
+This module used to also send a warm-up to the workers of any cluster (``client.run``, loading
+the kernels in a background thread while the graph was built). It was removed: measured on
+fresh worker processes without a preload it made a cold identity release slower, not faster
+(docs/guide/performance.md, "Start-up"), and its background import of the lattice modules could
+meet the event loop's own import of them half-initialized.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from distributed import Client
-
     from mvg_dask.plan.release_plan import ReleasePlan
-
-log = logging.getLogger("mvg_dask")
 
 
 def needs_kernels(rplan: ReleasePlan) -> bool:
@@ -31,36 +32,6 @@ def needs_kernels(rplan: ReleasePlan) -> bool:
     from mvg_dask.plan import stages as names
 
     return rplan.noise_kind == "lattice" and names.IDENTITY in rplan.stages
-
-
-def start_kernel_warmup(client: Client, rplan: ReleasePlan) -> bool:
-    """Start loading the kernels in every worker of ``client`` (fire and forget).
-
-    Parameters
-    ----------
-    client : distributed.Client
-        The release's client.
-    rplan : ReleasePlan
-        The release's plan; nothing is started unless :func:`needs_kernels`.
-
-    Returns
-    -------
-    bool
-        True when the warm-up was sent to the workers.
-    """
-    if not needs_kernels(rplan):
-        return False
-    try:
-        client.run(_warm_in_background, wait=False)
-    except Exception as exc:  # pragma: no cover - the release's own first task reports it
-        log.debug("kernel warm-up not started: %s", type(exc).__name__)
-        return False
-    return True
-
-
-def _warm_in_background() -> None:
-    """On a worker: load the kernels in a daemon thread (the worker's event loop goes on)."""
-    threading.Thread(target=load_kernels, name="mvg-dask-kernel-warmup", daemon=True).start()
 
 
 def load_kernels() -> None:

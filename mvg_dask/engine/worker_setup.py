@@ -1,22 +1,31 @@
 """What every worker process of the embedded cluster loads as it starts (a Dask preload).
 
-A fresh worker process imports the release's task modules (and with them zarr, the codecs, the
-plan layer and the keyed noise) when its first task arrives, and an identity release with lattice
-noise also loads numba's compiled kernels there (docs/lattice.md). Both sit on the critical path
-of a cold release: the first task of each worker waits for them. The embedded LocalCluster
-(:func:`mvg_dask.engine.cluster.local_cluster`) names this module as its workers' preload:
-:func:`dask_setup` starts the same imports in a background thread as soon as the worker process
-exists, so that they overlap the cluster's start, the ledger's reservation, the output's
-skeleton and the graph's construction on the client. A task that needs a module before it is
-loaded waits for the same import (Python imports a module once, under its lock), so nothing
-changes but when the work is done: no value, key or byte depends on it.
+A worker process needs the release's task modules (and with them zarr, the codecs, the plan
+layer and the keyed noise), and for an identity release with lattice noise also numba's
+compiled kernels (docs/lattice.md). The embedded LocalCluster
+(:func:`mvg_dask.engine.cluster.local_cluster`) names this module as its workers' preload.
+
+On Linux the cluster forks its worker processes from the client, which has imported all of that
+already (and loaded the kernels, when the release needs them): :func:`dask_setup` then finds
+everything in place. A forked process keeps the allocator and the BLAS thread pool the client
+started with: the environment the nanny sets for its workers
+(``distributed.nanny.pre-spawn-environ``: glibc's malloc thresholds, one BLAS thread) is read by
+those libraries only when a process starts, so :func:`apply_worker_environment` applies it
+again, in the worker, before any task runs.
+
+A spawned worker (elsewhere, or one the nanny restarts) imports them here, before it registers
+with the scheduler. They used to be imported in a background thread while the worker already
+served; a scatter that arrived meanwhile imported the plan layer in the event loop's thread at
+the same time, and the two threads' imports of its circular modules met half-initialized
+(``ImportError: cannot import name 'NoisePlan' from partially initialized module``). No value,
+key or byte depends on when the modules are loaded.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import threading
+import os
 from typing import Any
 
 import click
@@ -29,17 +38,18 @@ TASK_MODULES = (
     "mvg_dask.engine.tasks.identity",
     "mvg_dask.engine.tasks.panels",
     "mvg_dask.engine.tasks.low_rank",
+    "mvg_dask.engine.lattice",  # the identity stage's scattered lattice parameters
 )
 
 
 @click.command()
 @click.option("--kernels", is_flag=True, help="Also load numba's lattice kernels.")
 def dask_setup(worker: Any, kernels: bool) -> None:
-    """Start loading the task modules (and with ``--kernels`` the lattice kernels) in this
-    worker process, in a daemon thread: the worker registers and serves meanwhile."""
-    threading.Thread(
-        target=load, args=(kernels,), name="mvg-dask-worker-setup", daemon=True
-    ).start()
+    """Apply the nanny's environment and load the task modules (and with ``--kernels`` the
+    lattice kernels) in this worker process, before it registers (instant in a forked worker,
+    which has them)."""
+    apply_worker_environment()
+    load(kernels)
 
 
 def load(kernels: bool = False) -> None:
@@ -54,3 +64,50 @@ def load(kernels: bool = False) -> None:
             load_kernels()
     except Exception as exc:  # pragma: no cover - the first task raises it again
         log.debug("worker set-up incomplete: %s", type(exc).__name__)
+
+
+#: glibc's ``mallopt`` parameters (``malloc.h``) and the variables that set them at start-up.
+_MALLOPT = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
+#: OpenBLAS's thread-count setters, by the symbol names of its builds (numpy's and scipy's
+#: wheels prefix and suffix them).
+_BLAS_SETTERS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+
+
+def apply_worker_environment() -> None:
+    """Apply the malloc thresholds and the BLAS thread count of this process's environment
+    (the nanny's ``pre-spawn-environ``) to the libraries already loaded: a worker forked from
+    the client inherits the client's settings, which the environment no longer changes
+    (idempotent in a worker that was started afresh; best effort: Linux, glibc, OpenBLAS)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        mallopt = None
+    for name, param in _MALLOPT.items():
+        value = os.environ.get(name)
+        if mallopt is not None and value and value.isdigit():
+            mallopt(ctypes.c_int(param), ctypes.c_int(int(value)))
+    threads = os.environ.get("OPENBLAS_NUM_THREADS", "")
+    if threads.isdigit():
+        for path in _loaded_openblas():
+            lib = ctypes.CDLL(path)
+            setter = next((getattr(lib, s) for s in _BLAS_SETTERS if hasattr(lib, s)), None)
+            if setter is not None:
+                setter(ctypes.c_int(int(threads)))
+
+
+def _loaded_openblas() -> list[str]:
+    """The OpenBLAS libraries mapped into this process (none where ``/proc`` is absent)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if ".so" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if "openblas" in os.path.basename(p).lower())
