@@ -151,7 +151,9 @@ class Measured:
             per_release = np.array([np.mean(h) for h in hits])
             row = {
                 "coverage": float(per_release.mean()),
-                "se": float(per_release.std(ddof=1) / np.sqrt(len(per_release))),
+                "se": float(per_release.std(ddof=1) / np.sqrt(len(per_release)))
+                if len(per_release) > 1
+                else 0.0,
                 "releases": float(len(per_release)),
             }
             row["entries"] = float(np.mean([len(h) for h in hits]))

@@ -17,8 +17,10 @@ length has infimum coverage 0). A coefficient's (or a linear combination's) inte
 range of that set with ``c`` the chi-square quantile of one degree of freedom (a subvector
 Anderson-Rubin interval), found by a fixed point: the end of the ellipsoid
 ``(beta - b) H (beta - b) <= c`` (``b`` the fit, ``H = Y_QQ^T V^{-1} Y_QQ``) with ``V`` taken
-at that end. Where the fixed point does not settle (the set has no end on that side) the side
-is infinite. The coverage is measured in tests/test_derived_intervals.py (docs/guide/python.md).
+at that end. A direction in which the statistic stays below ``c`` makes both sides infinite;
+where the fixed point does not settle without one, the end is searched on the profile (the
+least statistic over the other coefficients) by doubling steps and bisection. The coverage
+is measured in tests/test_derived_intervals.py (docs/guide/python.md).
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ __all__ = ["pivot_covariance", "pivot_intervals", "pivot_problem"]
 
 #: fixed-point iterations for an interval's end, and the relative change that counts as settled
 ITERATIONS, TOLERANCE = 60, 1e-7
-#: iterated GLS steps of the search for a direction in which the set has no end
-GLS_ITERATIONS = 6
+#: iterated GLS steps of the search for a direction in which the set has no end (and of a
+#: profile's minimum); bisection steps of an end on the profile
+GLS_ITERATIONS, BISECTIONS = 6, 12
+#: iterated GLS steps of each profile evaluation (warm-started from the previous one)
+PROFILE_ITERATIONS = 3
 #: an end farther than this many times the fit's scale (plus 1) is taken as unbounded
 UNBOUNDED = 1e8
 
@@ -243,6 +248,7 @@ def pivot_intervals(
     w0 = np.concatenate([np.ones((*lead, 1)), -b], axis=-1)
     H_inv = G @ pivot_covariance(w0, B, ratio, fixed_corner=fixed_corner) @ np.swapaxes(G, -1, -2)
     std = np.sqrt(np.maximum(np.einsum("ij,...jk,ik->...i", L, H_inv, L), 0.0))
+    n_eq = b.shape[-1]
     ends = _ends(
         G.reshape(-1, *G.shape[-2:]),
         b.reshape(-1, b.shape[-1]),
@@ -252,7 +258,16 @@ def pivot_intervals(
         c,
         unbounded.reshape(-1, n),
         fixed_corner,
-    ).reshape(*lead, n, 2)
+    )
+    retry = np.isinf(ends) & ~unbounded.reshape(-1, n)[..., None]
+    if np.any(retry):  # no certificate of an unbounded set: search the end on the profile
+        fit, fun, sd = np.nonzero(retry)
+        R = Y[..., 1:, 1:].reshape(-1, n_eq, n_eq)
+        r0 = Y[..., 1:, 0].reshape(-1, n_eq)
+        problem = (R[fit], r0[fit], L[fun], np.where(sd == 0, -1.0, 1.0))
+        start = std.reshape(-1, n)[fit, fun]
+        ends[fit, fun, sd] = _profile_end(problem, B, ratio, c, start, fixed_corner)
+    ends = ends.reshape(*lead, n, 2)
     value = np.sum(L * b[..., None, :], axis=-1)
     nan = ~ok[..., None]
     return {
@@ -334,3 +349,65 @@ def _ends(
         active, beta = active[keep], beta[keep]
     end[active] = side[active] * np.inf
     return end.reshape(F, n, 2)
+
+
+def _profile_end(
+    problem: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    B: np.ndarray,
+    ratio: float,
+    c: float,
+    start: np.ndarray,
+    fixed_corner: bool,
+) -> np.ndarray:
+    """The end of ``{L beta : AR(beta) <= c}`` on one side, for problems ``(R, r0, L, side)``
+    (``R = Y_QQ``, ``r0 = Y_Qy``, each with a leading axis of problems) whose fixed point did
+    not settle and whose set has no certified unbounded direction: steps of doubling length
+    from the fit (``start`` the delta method's std) until the profile ``min AR`` over
+    ``L beta = t`` (iterated GLS) exceeds ``c``, then bisection. ``+-inf`` where no step up to
+    ``2^40`` std is rejected."""
+    R, r0, L, side = problem
+    base = L / np.sum(L * L, axis=-1, keepdims=True)
+    _, _, vt = np.linalg.svd(L[:, None, :])
+    N = np.swapaxes(vt[:, 1:, :], -1, -2)
+    A = R @ N
+    fit = np.linalg.solve(R, r0[..., None])[..., 0]
+    t0 = np.sum(L * fit, axis=-1)
+    x0 = (np.swapaxes(N, -1, -2) @ fit[..., None])[..., 0]
+    scale = np.maximum(start, 1e-300) * np.sqrt(c)
+
+    def accepted(t: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h = r0 - (R @ (base * t[:, None])[..., None])[..., 0]
+        best = np.full(t.shape, np.inf)
+        for _ in range(PROFILE_ITERATIONS):
+            beta = base * t[:, None] + (N @ x[..., None])[..., 0]
+            w = np.concatenate([np.ones((t.size, 1)), -beta], axis=-1)
+            V = pivot_covariance(w, B, ratio, fixed_corner=fixed_corner)
+            g = h - (A @ x[..., None])[..., 0]
+            best = np.minimum(best, np.sum(g * np.linalg.solve(V, g[..., None])[..., 0], -1))
+            ViA = np.linalg.solve(V, A)
+            lhs = np.swapaxes(A, -1, -2) @ ViA
+            x = np.linalg.solve(lhs, (np.swapaxes(ViA, -1, -2) @ h[..., None]))[..., 0]
+        return best <= c, x
+
+    lo = t0.copy()
+    hi = np.full(t0.shape, np.nan)
+    x = x0
+    open_ = np.ones(t0.shape, dtype=bool)
+    for k in range(41):
+        t = t0 + side * scale * 2.0**k
+        ok, x_new = accepted(t, x)
+        x = np.where(open_[:, None] & ok[:, None], x_new, x)
+        lo = np.where(open_ & ok, t, lo)
+        hi = np.where(open_ & ~ok, t, hi)
+        open_ &= ok
+        if not np.any(open_):
+            break
+    bounded = ~np.isnan(hi)
+    hi = np.where(bounded, hi, lo)
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        ok, x_new = accepted(mid, x)
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+        x = np.where(ok[:, None], x_new, x)
+    return np.where(bounded, hi, side * np.inf)
