@@ -20,7 +20,9 @@ For every input (``--features`` x ``--sizes``; ~8 MiB chunks, float64, ``[0, 1]`
 * **baselines the way a user writes them**, each with its own cluster start (dask's defaults:
   ``Client()``): dask's non-private ``(x @ x.T).compute()`` on ``da.from_zarr``, and a naive
   identity pipeline (``map_blocks`` adding numpy noise, ``to_zarr``); against ``mvg_dask``'s
-  own cold start (``api.release(spec)``: the embedded cluster, the ledger, the output protocol).
+  own cold start (``api.release(spec)``: the embedded cluster started as the command line
+  starts it, its worker processes forked from this one on Linux; the ledger, the output
+  protocol).
   The cold release and its baseline run interleaved, ``--repeats`` times each, and their
   medians are printed (``ratio``: the median of the runs' cold / baseline), so a loaded
   machine's load falls on both.
@@ -427,7 +429,15 @@ def bench_query(
         api.release(spec(store, out, query, k, noise, m, groups), client=client, progress=False)
 
     def cold_run() -> None:
-        api.release(spec(store, out, query, k, noise, m, groups), progress=False)
+        # the embedded cluster as the command line starts it (worker processes forked from
+        # this one on Linux: mvg_dask._startup.FORK_WORKERS)
+        from mvg_dask import _startup
+
+        _startup.FORK_WORKERS = True
+        try:
+            api.release(spec(store, out, query, k, noise, m, groups), progress=False)
+        finally:
+            _startup.FORK_WORKERS = False
 
     def baseline() -> None:
         if gram_query:
