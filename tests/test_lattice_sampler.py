@@ -8,6 +8,7 @@ seed. The law under test: ``K = floor(s N + 1/2)``, ``P(K = k) = Phi((k+1/2)/s) 
 from __future__ import annotations
 
 import math
+import os
 
 import mpmath
 import numpy as np
@@ -357,3 +358,24 @@ def test_compiled_aes_words_are_the_generators_words():
     # the once-per-key check the sampler makes before it uses them: other round keys disagree
     assert aes.agrees(rk, key.generator)
     assert not aes.agrees(rk ^ np.uint64(1), key.generator)
+
+
+def test_numba_compiling_for_another_cpu_reads_random_raw(tmp_path):
+    """With ``NUMBA_CPU_NAME=generic`` (numba's portable caches) the compiled AES words are not
+    used (LLVM would abort the process on the AES-NI instruction): the sampler reads
+    ``random_raw`` and draws the same values as here."""
+    import subprocess
+    import sys
+
+    code = (
+        "from mvg_dask.noise import aes; from mvg_dask.noise.rng import NoiseKey; "
+        "print(aes.available(), int(NoiseKey.from_seed(5).tile_lattice(3, (4, 256), 7.5).sum()))"
+    )
+    env = {**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    available, total = out.stdout.split()
+    assert available == "False"
+    assert int(total) == int(NoiseKey.from_seed(5).tile_lattice(3, (4, 256), 7.5).sum())

@@ -8,6 +8,7 @@ sharding, big-endian data, string variables) must be handed to zarr, not misread
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,15 @@ def test_other_layouts_go_to_zarr(tmp_path: Path) -> None:
     with pytest.raises(Unsupported):
         md._metadata(inp, None, None, dict(local_arrays(big)))
     assert md.read_input_metadata(inp) == md._metadata(inp, None, None, md._zarr_arrays(inp))
+    # a codec or data type zarr must resolve, in any array of the group (here the feature
+    # coordinate): zarr says (it refuses a codec it does not know)
+    for i, change in enumerate(({"codecs": [{"name": "nosuchcodec"}]}, {"data_type": "r16"})):
+        other = Path(make_input(tmp_path / f"other{i}.zarr", data(2, 30)))
+        local_arrays(other)  # as written: read here
+        meta_path = other / "feature" / "zarr.json"
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **change}))
+        with pytest.raises(Unsupported):
+            local_arrays(other)
     strings = make_input(tmp_path / "s.zarr", data(2, 30))
     add_group_variable(strings, ["a", "b", "c"] * 10)
     inp = InputSpec(store=strings, variable="X")

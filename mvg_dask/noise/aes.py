@@ -16,6 +16,7 @@ the CPU has AES-NI (:func:`available`); otherwise it reads ``random_raw``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 from collections.abc import Callable
 from typing import Any, cast
@@ -34,8 +35,14 @@ _V2 = ir.VectorType(_I64, 2)
 
 @functools.cache
 def available() -> bool:
-    """True when this CPU (x86-64) has AES-NI, so the compiled encryption can run."""
+    """True when this CPU (x86-64) has AES-NI and numba compiles for it, so the compiled
+    encryption can run (numba compiling for another CPU, ``NUMBA_CPU_NAME``, needs ``+aes``
+    in ``NUMBA_CPU_FEATURES``: LLVM would otherwise abort the process on the instruction)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    target = getattr(numba.config, "CPU_NAME", None)
+    features = getattr(numba.config, "CPU_FEATURES", None) or ""
+    if target and target != "host" and "+aes" not in features:
         return False
     import llvmlite.binding as llvm
 
@@ -155,7 +162,7 @@ def agrees(round_keys: npt.NDArray[np.uint64], generator: Callable[[int], Any]) 
     bool
         Whether the compiled words may be used for this key.
     """
-    known = round_keys.tobytes()
+    known = hashlib.sha256(round_keys.tobytes()).digest()  # no key kept in this process
     ok = _agreed.get(known)
     if ok is None:
         ok = all(

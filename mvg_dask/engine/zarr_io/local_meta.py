@@ -28,6 +28,11 @@ from typing import Any
 
 import numpy as np
 
+#: Codecs of zarr's own registry that a store's arrays may name here; any other name (a codec
+#: zarr may not know) is left to zarr, which refuses it when it does not
+KNOWN_CODECS = frozenset(
+    ["bytes", "vlen-utf8", "vlen-bytes", "zstd", "gzip", "blosc", "transpose", "crc32c"]
+)
 #: Zarr v3 ``data_type`` names read here, as numpy dtypes (``string``: variable-length UTF-8)
 NUMERIC_TYPES = frozenset(
     [
@@ -198,6 +203,10 @@ def _check_array(meta: dict[str, Any]) -> None:
     names = [c.get("name") for c in meta.get("codecs", []) if isinstance(c, dict)]
     if "sharding_indexed" in names or len(names) != len(meta.get("codecs", [])):
         raise Unsupported("sharded array")
+    if not set(names) <= KNOWN_CODECS:
+        raise Unsupported("a codec zarr must resolve")  # zarr's registry says if it exists
+    if meta.get("data_type") not in NUMERIC_TYPES | {"string"}:
+        raise Unsupported("a data type zarr must resolve")
     if len(meta.get("shape", ())) != len(grid.get("configuration", {}).get("chunk_shape", ())):
         raise Unsupported("chunk shape")
 
