@@ -121,6 +121,8 @@ def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> 
     from mvg_dask.engine import cluster as cluster_module
 
     monkeypatch.setattr(_startup, "FORK_WORKERS", True)  # as the command line sets it
+    # whatever this test process's own size (a long test session passes 1 GiB)
+    monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 2**62)
     assert cluster_module.fork_workers()
     monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 0)
     assert not cluster_module.fork_workers()
