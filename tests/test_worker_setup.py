@@ -78,13 +78,13 @@ _FORK_PROBE = """
 import sys
 from distributed import Client
 from mvg_dask import _startup
-from mvg_dask.engine.cluster import fork_workers, local_cluster
+from mvg_dask.engine.cluster import fork_workers, local_cluster, worker_memory_limit
 from tests.test_worker_setup import _worker_settings
 if __name__ == "__main__":
     _startup.FORK_WORKERS = sys.argv[1] == "1"  # as the command line sets it
     with local_cluster(1, kernels=True) as cluster, Client(cluster) as c:
         (found, env, counts), *_ = c.run(_worker_settings).values()
-    print(fork_workers(), found, env, counts)
+    print(fork_workers(worker_memory_limit(1)), found, env, counts)
 """
 
 
@@ -113,23 +113,63 @@ def test_forked_workers_apply_the_nannys_environment() -> None:
 
 
 def test_a_large_process_spawns_its_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Above ``FORK_MAX_RSS`` resident bytes the workers are spawned (a forked worker would
-    count this process's pages against its memory limit), with the same environment."""
+    """Resident above ``FORK_MAX_SHARE`` of a worker's memory limit, this process spawns the
+    workers (a forked worker would count its pages against that limit), with the same
+    environment. The limits given are far above and below any process's size, so the test does
+    not depend on this one's (a long test session passes 1 GiB)."""
     from distributed import Client
 
     from mvg_dask import _startup
     from mvg_dask.engine import cluster as cluster_module
 
     monkeypatch.setattr(_startup, "FORK_WORKERS", True)  # as the command line sets it
-    # whatever this test process's own size (a long test session passes 1 GiB)
-    monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 2**62)
-    assert cluster_module.fork_workers()
-    monkeypatch.setattr(cluster_module, "FORK_MAX_RSS", 0)
-    assert not cluster_module.fork_workers()
+    assert cluster_module.fork_workers(2**62)
+    assert not cluster_module.fork_workers(2**10)
+    # the default limit is the machine's memory shared among the workers
+    one, two = (cluster_module.worker_memory_limit(n) for n in (1, 2))
+    assert one > 0 and abs(one - 2 * two) <= 2
+    assert cluster_module.worker_memory_limit(2, "3GiB") == 3 * 2**30
+    monkeypatch.setattr(cluster_module, "FORK_MAX_SHARE", 0.0)
     with cluster_module.local_cluster(1) as cluster, Client(cluster) as c:
         (found, env, counts), *_ = c.run(_worker_settings).values()
     assert env == "spawn:1"
     assert found >= 1 and counts == [1] * found
+
+
+def test_a_worker_that_hangs_at_start_fails_the_release_in_one_line_before_any_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker process whose start hangs (here a preload that sleeps) fails the release with
+    one line after ``START_TIMEOUT``, exit 1, before anything is charged: no ledger entry, no
+    output."""
+    import dask
+
+    from mvg_dask.cli import main
+    from mvg_dask.engine import cluster as cluster_module
+    from mvg_dask.engine.ledger import open_ledger
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\n\n\ndef dask_setup(worker):\n    time.sleep(600)\n")
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=4), chunk=100)
+    budget = {"epsilon": 3.0, "delta": 1e-4}
+    ledger = {"path": str(tmp_path / "ledger.sqlite"), "dataset": "d", "budget": budget}
+    spec = spec_dict(store, str(tmp_path / "out.zarr"), query="covariance", ledger=ledger)
+    write_spec(tmp_path / "s.yaml", spec)
+    monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 0)  # worker processes for this input
+    monkeypatch.setattr(cluster_module, "START_TIMEOUT", 3.0)
+    with dask.config.set({"distributed.worker.preload": [str(hang)]}):
+        started = time.monotonic()
+        rc = main(["release", str(tmp_path / "s.yaml"), "--quiet"])
+    assert time.monotonic() - started < 60
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "did not start within 3 s" in lines[0], err
+    assert "nothing was charged" in lines[0]
+    assert not (tmp_path / "out.zarr").exists()
+    if (tmp_path / "ledger.sqlite").exists():
+        with open_ledger(tmp_path / "ledger.sqlite", create=False) as book:
+            assert list(book.releases()) == []
 
 
 def test_the_embedded_cluster_outside_a_notebook_imports_no_dashboard() -> None:

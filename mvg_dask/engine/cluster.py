@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from distributed import Client, LocalCluster, as_completed, wait
+from distributed import Client, LocalCluster, Nanny, as_completed, wait
+from distributed.core import Status
 
 from mvg_dask.errors import ReleaseError
 
@@ -23,27 +24,59 @@ WORKER_SETUP = "mvg_dask.engine.worker_setup"
 #: imported dask, distributed, numpy and the task modules already, instead of spawned as fresh
 #: interpreters that import them again (about 0.7 s of CPU each); see :func:`fork_workers`.
 FORK_WORKERS = sys.platform == "linux"
-#: ... unless this process is larger than this (resident bytes): a forked worker's resident
-#: size counts the pages it shares with this process, and the nanny would hold them against
-#: the worker's memory limit; such a process spawns them.
-FORK_MAX_RSS = 2**30
+#: ... unless this process, once it has imported what the release needs, is resident for more
+#: than this fraction of a worker's memory limit: a forked worker's resident size counts the
+#: pages it shares with this process, and its nanny holds them against that limit (a spawned
+#: worker starts at about 0.15-0.25 GB of its own after its imports; a command line's process
+#: is about 0.15 GB after the engine's imports, 0.27 GB with numba's kernels). A quarter keeps
+#: a forked worker well below the fraction at which dask starts to spill (0.6 by default).
+FORK_MAX_SHARE = 0.25
+#: How long the embedded cluster may take to start (seconds): each worker must have started
+#: (its preload included) and registered within it, else the release fails before anything is
+#: charged (:class:`ClusterStartError`).
+START_TIMEOUT = 60.0
 
 
-def fork_workers() -> bool:
-    """Whether the embedded cluster's worker processes are forked from this process rather
-    than spawned: only in the command line's process (``mvg_dask._startup.FORK_WORKERS``: one
-    command, no other thread that could hold a lock at the fork), on Linux
-    (:data:`FORK_WORKERS`), at most :data:`FORK_MAX_RSS` resident."""
+class ClusterStartError(ReleaseError):
+    """The embedded cluster did not start (a worker process failed or hung at its start);
+    raised before anything is read or charged."""
+
+
+def fork_allowed() -> bool:
+    """Whether this process may fork the embedded cluster's worker processes at all: only the
+    command line's (``mvg_dask._startup.FORK_WORKERS``: one command, no other thread that could
+    hold a lock at the fork), on Linux (:data:`FORK_WORKERS`)."""
     from mvg_dask import _startup
 
-    if not (FORK_WORKERS and _startup.FORK_WORKERS):
+    return FORK_WORKERS and _startup.FORK_WORKERS
+
+
+def worker_memory_limit(n_workers: int, memory_limit: str | int | None = None) -> int:
+    """The memory limit, in bytes, of each of the embedded cluster's ``n_workers`` workers
+    (dask's reading of ``memory_limit``; by default the machine's memory shared among them)."""
+    from distributed.system import MEMORY_LIMIT
+    from distributed.worker_memory import parse_memory_limit
+
+    limit = parse_memory_limit(
+        "auto" if memory_limit is None else memory_limit, 1, max(1, n_workers), logger=log
+    )
+    return int(limit or MEMORY_LIMIT)
+
+
+def fork_workers(worker_memory: int) -> bool:
+    """Whether the embedded cluster's worker processes are forked from this process rather
+    than spawned: when it may (:func:`fork_allowed`) and is resident for at most
+    :data:`FORK_MAX_SHARE` of ``worker_memory`` (a worker's memory limit, bytes). Measured when
+    it is called: :func:`connect` calls it once this process has imported what the release
+    needs (and loaded the kernels), just before the cluster starts."""
+    if not fork_allowed():
         return False
     try:
         with open("/proc/self/statm") as statm:
             resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return False
-    return resident <= FORK_MAX_RSS
+    return resident <= FORK_MAX_SHARE * worker_memory
 
 
 def local_cluster(
@@ -87,13 +120,19 @@ def local_cluster(
         The worker processes also load numba's lattice kernels as they start (an identity
         release with lattice noise; :mod:`mvg_dask.engine.worker_setup`).
     fork : bool, optional
-        Fork the worker processes from this one (default: :func:`fork_workers`); otherwise
-        they are spawned (dask's default).
+        Fork the worker processes from this one (default: :func:`fork_workers`, measured now);
+        otherwise they are spawned (dask's default).
 
     Returns
     -------
     distributed.LocalCluster
         The running cluster (close it, or use it as a context manager).
+
+    Raises
+    ------
+    ClusterStartError
+        A worker did not start and register within :data:`START_TIMEOUT` (a preload that
+        hangs, a process that cannot start); the cluster is closed.
     """
     import dask
 
@@ -102,6 +141,7 @@ def local_cluster(
     kwargs: dict[str, Any] = {} if memory_limit is None else {"memory_limit": memory_limit}
     if processes:
         kwargs["host"] = "127.0.0.1"
+        kwargs["worker_class"] = _Nanny  # a start-up timeout (START_TIMEOUT)
         # each worker process loads the task modules (and the kernels) as it starts, off the
         # critical path of its first task
         kwargs["preload"] = [*dask.config.get("distributed.worker.preload", []), WORKER_SETUP]
@@ -115,25 +155,74 @@ def local_cluster(
     # (MVG_DASK_DEBUG=1 keeps their warnings)
     silence = logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
     config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": env}
-    if processes and (fork_workers() if fork is None else fork):
+    workers = n_workers or max(1, os.cpu_count() or 1)
+    if fork is None:
+        fork = fork_workers(worker_memory_limit(workers, memory_limit))
+    if processes and fork:
         config["distributed.worker.multiprocessing-method"] = "fork"
-    with dask.config.set(config), warnings.catch_warnings():
-        # Python 3.12+ warns of any fork in a process with threads (the event loop's own)
-        warnings.filterwarnings("ignore", r".*fork\(\) may lead to deadlocks", DeprecationWarning)
-        return LocalCluster(
-            n_workers=n_workers or max(1, os.cpu_count() or 1),
-            threads_per_worker=threads_per_worker,
-            processes=processes,
-            dashboard_address=":0",
-            # a dashboard only in a notebook, where its link is shown: importing bokeh for it
-            # costs 0.5-0.7 s of CPU (1-1.5 s of a cold release's wall time on a loaded
-            # machine), and from the command line its random port is never shown; the
-            # scheduler's HTTP server stays on a free port
-            scheduler_kwargs=None if processes and _in_notebook() else {"dashboard": False},
-            silence_logs=silence,
-            loop=loop,
-            **kwargs,
-        )
+    try:
+        with dask.config.set(config), warnings.catch_warnings():
+            # Python 3.12+ warns of any fork in a process with threads (the event loop's own)
+            warnings.filterwarnings(
+                "ignore", r".*fork\(\) may lead to deadlocks", DeprecationWarning
+            )
+            return LocalCluster(
+                n_workers=workers,
+                threads_per_worker=threads_per_worker,
+                processes=processes,
+                dashboard_address=":0",
+                # a dashboard only in a notebook, where its link is shown: importing bokeh for
+                # it costs 0.5-0.7 s of CPU (1-1.5 s of a cold release's wall time on a loaded
+                # machine), and from the command line its random port is never shown; the
+                # scheduler's HTTP server stays on a free port
+                scheduler_kwargs=None if processes and _in_notebook() else {"dashboard": False},
+                silence_logs=silence,
+                loop=loop,
+                **kwargs,
+            )
+    except TimeoutError:  # from a worker process that did not start in time (_Nanny)
+        raise ClusterStartError(
+            f"the embedded Dask cluster did not start within {START_TIMEOUT:g} s (a worker "
+            "process failed or hung at its start: its preload, or the machine's load); nothing "
+            "was charged; set MVG_DASK_DEBUG=1 to see the workers' logs"
+        ) from None
+
+
+class _Nanny(Nanny):
+    """The embedded cluster's nanny: its worker process must start (its preload included) and
+    register within :data:`START_TIMEOUT`, else it is killed and the start fails with
+    ``TimeoutError``.
+
+    Dask's own ``death_timeout`` cannot be used for this: on its timeout the nanny asks the
+    worker process to stop while that process is still marked as starting, which fails, and the
+    cluster's close then waits for that nanny forever."""
+
+    async def instantiate(self) -> Status:
+        import asyncio
+
+        try:
+            return await asyncio.wait_for(super().instantiate(), START_TIMEOUT)
+        except TimeoutError:
+            await self._kill_starting_process()
+            raise
+
+    async def _kill_starting_process(self) -> None:
+        """Kill the worker process that did not start, and mark it stopped (so that the
+        nanny's close does not wait for it)."""
+        import signal
+
+        worker = self.process
+        proc = None if worker is None else worker.process
+        if proc is None:
+            return
+        if proc.pid is not None and proc.is_alive():
+            os.kill(proc.pid, signal.SIGKILL)
+        try:
+            await proc.join(5)
+        except TimeoutError:  # pragma: no cover - SIGKILL is not refused
+            log.debug("a killed worker process has not exited yet")
+        if worker is not None and worker.status == Status.starting:
+            worker.status = Status.failed
 
 
 def scheduler_address(scheduler: str | None = None) -> tuple[str | None, str]:
@@ -270,14 +359,17 @@ def _local_client(
     (:func:`_close_cluster` says how a slow worker process's exit is handled).
 
     With ``while_starting``, the cluster starts in a helper thread while this thread calls it
-    (a cluster of threads), or after it returns (forked worker processes, :func:`fork_workers`;
-    with ``kernels``, this process then also loads the lattice kernels before it forks them).
+    (a cluster of threads, or spawned worker processes), or after it returns when this process
+    may fork the workers (:func:`fork_allowed`; with ``kernels``, this process then also loads
+    the lattice kernels before it forks them). Whether it forks them is decided then, with this
+    process's size after those imports (:func:`fork_workers`).
     """
     from distributed.utils import LoopRunner, sync
 
-    fork = processes and fork_workers()
-    if fork and kernels:  # loaded once here, before the fork, instead of in every worker
+    may_fork = processes and fork_allowed()
+    if may_fork and kernels:  # loaded once here, before the fork, instead of in every worker
         while_starting = _with_kernels(while_starting)
+    limit = worker_memory_limit(n_workers or max(1, os.cpu_count() or 1), memory_limit)
     runner = LoopRunner(asynchronous=False)
     runner.start()
     try:
@@ -288,10 +380,10 @@ def _local_client(
                 processes=processes,
                 loop=runner.loop,
                 kernels=kernels,
-                fork=fork,
+                fork=may_fork and fork_workers(limit),  # measured after while_starting
             ),
             while_starting,
-            overlap=not fork,
+            overlap=not may_fork,
         )
         try:
             client = Client(cluster)
