@@ -17,7 +17,9 @@ FREEZE_AFTER_IMPORTS = False
 #: Set by the command line too: the embedded cluster forks its worker processes from this one
 #: (:func:`mvg_dask.engine.cluster.fork_workers`). A library process keeps it off: other threads
 #: of a notebook or a test runner may hold a lock (a file's buffer, a log handler's stream) at
-#: the moment of the fork, and the forked worker would wait on it forever.
+#: the moment of the fork, and the forked worker would wait on it forever. With it, a cluster of
+#: threads in this process also sets this process's malloc thresholds to the worker processes'
+#: (:func:`mvg_dask.engine.worker_setup.apply_malloc_settings`): a library process keeps its own.
 FORK_WORKERS = False
 
 

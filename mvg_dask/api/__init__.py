@@ -62,9 +62,12 @@ from mvg_dask.api.rounds import release_round, training_run  # noqa: E402 (after
 _SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger", "group_by")
 
 #: Inputs up to this many bytes are released on an embedded cluster of threads in this process
-#: (no worker processes to start: a small release takes about as long as its data work); larger
-#: ones on a LocalCluster of worker processes. The published bytes are the same either way.
-IN_PROCESS_MAX_BYTES = 256 * 2**20
+#: (no worker processes to start, close or warm up: below it a release takes about as long as
+#: their start, and the tasks' decoding, BLAS and lattice kernels run without the GIL, so threads
+#: are as fast once started); larger ones on a LocalCluster of worker processes, faster for a
+#: long identity release (docs/guide/performance.md, "Start-up"). The published bytes are the
+#: same either way.
+IN_PROCESS_MAX_BYTES = 2**30
 
 
 def release_spec(
@@ -310,7 +313,7 @@ def release(
         :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
-    an input of at most ``IN_PROCESS_MAX_BYTES`` (256 MiB) is released on an embedded cluster of
+    an input of at most ``IN_PROCESS_MAX_BYTES`` (1 GiB) is released on an embedded cluster of
     threads in this process, a larger one on a LocalCluster of worker processes (the same
     bytes either way; under add-remove neighbours the size is that of ``privacy.max_records``
     records, see :func:`in_process`).

@@ -31,7 +31,7 @@ Nothing is charged and nothing is published in any case.
     metavar="ADDRESS",
     help=(
         "Dask scheduler address (default: DASK_SCHEDULER_ADDRESS if set, else threads in this "
-        "process for an input of at most 256 MiB and a LocalCluster sized to this machine above)."
+        "process for an input of at most 1 GiB and a LocalCluster sized to this machine above)."
     ),
 )
 @click.option("--quiet", is_flag=True, help="No progress output.")

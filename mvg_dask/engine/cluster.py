@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -198,8 +199,6 @@ class _Nanny(Nanny):
     cluster's close then waits for that nanny forever."""
 
     async def instantiate(self) -> Status:
-        import asyncio
-
         try:
             return await asyncio.wait_for(super().instantiate(), START_TIMEOUT)
         except TimeoutError:
@@ -332,8 +331,9 @@ def connect(
         yield client
 
 
-#: After the embedded cluster has closed, its event loop runs this long (in steps of
-#: :data:`SETTLE_STEP`) before it is stopped; see :func:`_local_client`.
+#: After the embedded cluster has closed, its event loop runs at most this long (in steps of
+#: :data:`SETTLE_STEP`, until nothing the close left is scheduled) before it is stopped; see
+#: :func:`_local_client`.
 SETTLE_SECONDS = 0.05
 SETTLE_STEP = 0.005
 
@@ -354,8 +354,9 @@ def _local_client(
     (tornado futures, every few milliseconds): a timeout that fires during the loop's teardown
     sets a ``TimeoutError`` that its coroutine never reads, and asyncio reports it when the
     future is collected, as ``Future exception was never retrieved ... TimeoutError``, after a
-    release that succeeded. Here the loop runs for :data:`SETTLE_SECONDS` after the close, so
-    that every such coroutine reads its outcome and ends, and only then stops
+    release that succeeded. Here the loop runs after the close until every such coroutine has
+    read its outcome and ended (at most :data:`SETTLE_SECONDS`, :func:`_settle`), and only then
+    stops
     (:func:`_close_cluster` says how a slow worker process's exit is handled).
 
     With ``while_starting``, the cluster starts in a helper thread while this thread calls it
@@ -367,11 +368,17 @@ def _local_client(
     from distributed.utils import LoopRunner, sync
 
     may_fork = processes and fork_allowed()
+    if not processes and fork_allowed():  # the command line's process: its allocator
+        from mvg_dask.engine.kube import WORKER_MALLOC_ENV
+        from mvg_dask.engine.worker_setup import apply_malloc_settings
+
+        apply_malloc_settings(WORKER_MALLOC_ENV)  # as in a worker process (see its docstring)
     if may_fork and kernels:  # loaded once here, before the fork, instead of in every worker
         while_starting = _with_kernels(while_starting)
     limit = worker_memory_limit(n_workers or max(1, os.cpu_count() or 1), memory_limit)
     runner = LoopRunner(asynchronous=False)
     runner.start()
+    own = sync(runner.loop, _loop_tasks)
     try:
         cluster = _start_meanwhile(
             lambda: local_cluster(
@@ -393,7 +400,7 @@ def _local_client(
                 client.close()
         finally:
             _close_cluster(cluster)
-            sync(runner.loop, _settle)
+            sync(runner.loop, _settle, own)
     finally:
         runner.stop()
 
@@ -456,12 +463,34 @@ def _start_meanwhile(
         return started.result()
 
 
-async def _settle() -> None:
-    """Run the loop for :data:`SETTLE_SECONDS` (what a close left scheduled runs to its end)."""
-    import asyncio
-
+async def _settle(before: frozenset[asyncio.Task[Any]] = frozenset()) -> None:
+    """Run the loop until what a close left scheduled has run to its end: no task but those of
+    ``before`` (the loop's own, from before the cluster started) and no live timer due within
+    :data:`SETTLE_SECONDS`; at most :data:`SETTLE_SECONDS`, in steps of :data:`SETTLE_STEP`.
+    A close that left nothing (the usual case: every comm closed, its timers cancelled) returns
+    after one step, instead of waiting for the whole interval."""
+    loop = asyncio.get_running_loop()
     for _ in range(round(SETTLE_SECONDS / SETTLE_STEP)):
         await asyncio.sleep(SETTLE_STEP)
+        if _settled(loop, before):
+            return
+
+
+def _settled(loop: asyncio.AbstractEventLoop, before: frozenset[asyncio.Task[Any]]) -> bool:
+    """No task running on ``loop`` but this one and ``before``, and no live timer due within
+    :data:`SETTLE_SECONDS` (asyncio's scheduled handles; a loop without them counts none)."""
+    current = asyncio.current_task()
+    if any(t is not current and t not in before for t in asyncio.all_tasks(loop)):
+        return False
+    soon = loop.time() + SETTLE_SECONDS
+    timers = getattr(loop, "_scheduled", ())
+    return not any(not h.cancelled() and h.when() <= soon for h in timers)
+
+
+async def _loop_tasks() -> frozenset[asyncio.Task[Any]]:
+    """The tasks of the running loop (but this one): its own, before a cluster starts on it."""
+    current = asyncio.current_task()
+    return frozenset(t for t in asyncio.all_tasks() if t is not current)
 
 
 @contextmanager

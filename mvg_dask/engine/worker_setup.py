@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -85,15 +86,7 @@ def apply_worker_environment() -> None:
     (idempotent in a worker that was started afresh; best effort: Linux, glibc, OpenBLAS)."""
     import ctypes
 
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        mallopt = None
-    for name, param in _MALLOPT.items():
-        value = os.environ.get(name)
-        if mallopt is not None and value and value.isdigit():
-            mallopt(ctypes.c_int(param), ctypes.c_int(int(value)))
+    apply_malloc_settings(os.environ)
     threads = os.environ.get("OPENBLAS_NUM_THREADS", "")
     if threads.isdigit():
         for path in _loaded_openblas():
@@ -101,6 +94,26 @@ def apply_worker_environment() -> None:
             setter = next((getattr(lib, s) for s in _BLAS_SETTERS if hasattr(lib, s)), None)
             if setter is not None:
                 setter(ctypes.c_int(int(threads)))
+
+
+def apply_malloc_settings(env: Mapping[str, str]) -> None:
+    """Set glibc's malloc thresholds named in ``env`` (``MALLOC_MMAP_THRESHOLD_``,
+    ``MALLOC_TRIM_THRESHOLD_``: :data:`mvg_dask.engine.kube.WORKER_MALLOC_ENV`) in this process
+    now, as glibc reads them from the environment at a process's start (best effort: Linux,
+    glibc). A worker forked from the client applies its nanny's; the command line's process
+    applies the workers' own before it runs a cluster of threads
+    (:func:`mvg_dask.engine.cluster.connect`), whose tasks then reuse their chunk-sized buffers
+    as a worker process's do, instead of mapping and faulting fresh pages for each."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    for name, param in _MALLOPT.items():
+        value = env.get(name)
+        if value and value.isdigit():
+            mallopt(ctypes.c_int(param), ctypes.c_int(int(value)))
 
 
 def _loaded_openblas() -> list[str]:

@@ -15,7 +15,7 @@ Run: ``.venv/bin/python -m tests.benchmarks.bench_cold_start [--repeats 5] [--re
    without (each worker's first task loads them; the same bytes either way). It prints the
    medians and their ratio.
 3. A cold release as the command line runs it (``api.release(spec)``: a fresh embedded cluster,
-   worker processes above 256 MiB, forked from this process on Linux once the client has
+   worker processes above 1 GiB, forked from this process on Linux once the client has
    imported the engine; this process has imported it before, and, after its first cold
    identity release, keeps the kernels loaded, which a command line's process loads once)
    against the same release on a cluster kept warm
@@ -146,7 +146,7 @@ def _one_cold_release(store: str, out: str, kernels: bool) -> None:
 
 def cold_against_warm(repeats: int, sizes: list[int], queries: list[str]) -> None:
     """Part 3: ``api.release(spec)`` as the CLI runs it (a fresh embedded cluster each time:
-    worker processes above 256 MiB) against the same release on a cluster kept warm
+    worker processes above 1 GiB) against the same release on a cluster kept warm
     (:func:`mvg_dask.api.embedded_client`), interleaved, ``records x 64`` float64."""
     from mvg_dask import api
     from mvg_dask.data import synthetic, write_matrix
