@@ -25,6 +25,7 @@ from scipy import stats
 
 import mvg_dask.xarray  # noqa: F401  (registers .mvg)
 from mvg_dask import api
+from mvg_dask.interactive.read import gaussian_variable
 from mvg_dask.plan.derived_stats import (
     NoiseDominatedWarning,
     correlation_matrix,
@@ -258,3 +259,29 @@ def test_unimodal_draws_are_not_symmetric(tmp_path: Path, releases: dict[str, An
     assert not np.allclose(draws, np.swapaxes(draws, 1, 2))
     std = np.broadcast_to(uni.released_entry_std(), draws.shape[1:])
     np.testing.assert_allclose(draws.std(axis=0), std, rtol=0.12)
+
+
+def test_a_group_without_a_fit_gets_no_interval(releases: dict[str, Any]) -> None:
+    """A group whose released moment is not finite (as a group without records would be) has
+    no fit: NaN coefficients, NaN interval ends and std, not resolved, and it is not counted
+    among the intervals the noise leaves unbounded. The other groups are unchanged."""
+    ds = releases["grouped"].load().copy(deep=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NoiseDominatedWarning)
+        whole = ds.mvg.regression_intervals(target="f1", intercept=True, draws=200)
+    name = gaussian_variable(ds)
+    values = ds[name].values.copy()
+    values[1] = np.nan
+    ds[name] = ds[name].copy(data=values)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ci = ds.mvg.regression_intervals(target="f1", intercept=True, draws=200)
+    assert ci.attrs["method"] == whole.attrs["method"] == "Anderson-Rubin pivot"
+    for var in ("value", "lower", "upper", "std"):
+        assert np.all(np.isnan(ci[var].values[1])), var
+        np.testing.assert_array_equal(ci[var].values[[0, 2]], whole[var].values[[0, 2]])
+    assert not ci["resolved"].values[1].any()
+    unbounded = int(np.sum(~whole["resolved"].values[[0, 2]]))
+    counted = [str(w.message) for w in seen if issubclass(w.category, NoiseDominatedWarning)]
+    assert all(f"{unbounded} of 8 coefficients" in m for m in counted)
+    assert bool(counted) == (unbounded > 0)

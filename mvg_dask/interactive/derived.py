@@ -425,7 +425,8 @@ def regression_interval_arrays(
     ``value``, ``lower``, ``upper``, ``std`` and ``resolved``, the term names and the method.
 
     By the exact pivot (:func:`pivot_regression`) where it applies: ``resolved`` where the
-    interval is bounded. Elsewhere by the basic bootstrap from ``drawn`` (draws around the
+    interval is bounded; NaN ends and ``std`` where there is no fit (a group without records,
+    a singular system). Elsewhere by the basic bootstrap from ``drawn`` (draws around the
     release; required then): ``resolved`` where the predictors' matrix's smallest eigenvalue
     exceeds :data:`~mvg_dask.plan.derived_stats.RESOLVED_FACTOR` times the noise norm's
     ``level`` bound (elsewhere the noise dominates the fit and the coverage is not
@@ -436,6 +437,10 @@ def regression_interval_arrays(
     if pivot is not None:
         out = {k: v[0] for k, v in pivot.items()}
         out["value"] = point[0]
+        unfitted = np.isnan(point[0])  # an empty group, a singular system: no interval at all
+        for k in ("lower", "upper", "std"):
+            out[k] = np.where(unfitted, np.nan, out[k])
+        out["resolved"] = out["resolved"] & ~unfitted
         return out, names, PIVOT_METHOD
     if drawn is None:
         raise ValueError("the bootstrap needs draws of the release's noise")
@@ -577,7 +582,8 @@ def regression_intervals(
     out.attrs |= {"level": level, "method": method, "draws": draws, "seed": seed}
     out.attrs["ridge"] = [float(v) for v in lam] if model.grouped else float(lam[0])
     if method == PIVOT_METHOD:
-        _warn_unbounded(int(np.sum(~res["resolved"])), res["resolved"].size)
+        fitted = ~np.isnan(res["value"])
+        _warn_unbounded(int(np.sum(~res["resolved"] & fitted)), int(np.sum(fitted)))
     else:
         _warn_unresolved(
             int(np.sum(~res["resolved"][:, 0])),

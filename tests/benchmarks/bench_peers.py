@@ -17,9 +17,15 @@ once, so the machine's load falls on all of them alike), the median of ``--repea
 * **numpy in memory**: the same from an in-memory array (not floating-point safe);
 * **diffprivlib** (``GaussianAnalytic``, one call per released value; not floating-point safe;
   the identity release timed on a slice and extrapolated);
-* **OpenDP** (floating-point safe): ``make_np_sscp`` and its ``make_gaussian`` on the upper
-  triangle (covariance), ``make_gaussian`` on the values (identity; timed on a slice of
-  ``--slice`` values and extrapolated: stated ``~`` and ``(extrapolated)``).
+* **OpenDP**: ``make_np_sscp`` and its ``make_gaussian`` on the upper triangle (covariance),
+  ``make_gaussian`` on the values (identity; timed on a slice of ``--slice`` values and
+  extrapolated: stated ``~`` and ``(extrapolated)``). Its Gaussian is floating-point safe, but
+  ``make_np_sscp`` requires OpenDP's ``idealized-numerics`` opt-in (the renamed
+  ``floating-point`` feature: "functions that are susceptible to floating-point attacks"): its
+  stability assumes the float sum of outer products is exact. So its covariance is marked ``float``
+  (idealized numerics) and its identity release ``fp-safe``;
+* **OpenDP + Zarr**: the same covariance with the same Zarr read and write as numpy + Zarr
+  (``make_np_sscp`` chunk by chunk, the sums added, one Gaussian).
 
 The in-memory contenders start from data already in memory (read untimed) and are skipped, with
 a printed line, above ``--in-memory-max`` elements. A peer that is not installed (the optional
@@ -97,8 +103,9 @@ def _rel(released: np.ndarray, exact: np.ndarray) -> float:
 
 
 class Contender:
-    """One contender: a name, whether it is floating-point safe, and ``run() -> released``
-    (``None`` when the release stays in a store: ``error()`` then reads it)."""
+    """One contender: a name, whether it is floating-point safe (``numerics``: how the table
+    says so, ``fp-safe`` or ``float`` by default), and ``run() -> released`` (``None`` when the
+    release stays in a store: ``error()`` then reads it)."""
 
     def __init__(
         self,
@@ -108,8 +115,10 @@ class Contender:
         scale: float = 1.0,
         error: Callable[[], float] | None = None,
         exact: np.ndarray | None = None,
+        numerics: str | None = None,
     ) -> None:
         self.name, self.fp_safe, self.run, self.scale = name, fp_safe, run, scale
+        self.numerics = numerics or ("fp-safe" if fp_safe else "float")
         self._error, self._exact = error, exact
         self.times: list[float] = []
         self.err = float("nan")
@@ -163,9 +172,12 @@ def _diffprivlib_gram(x: np.ndarray, m: int) -> np.ndarray:
     return out / x.shape[0]
 
 
-def _opendp_gram(m: int) -> Callable[[np.ndarray], np.ndarray]:
-    """OpenDP's SSCP and its Gaussian (zCDP converted to (epsilon, delta)) on the upper
-    triangle, calibrated once (untimed)."""
+def _opendp_mechanisms(m: int) -> tuple[Any, Callable[[np.ndarray], np.ndarray]]:
+    """OpenDP's SSCP transformation and ``noisy(sscp) -> released X^T X`` (its Gaussian, zCDP
+    converted to (epsilon, delta), on the upper triangle), calibrated once (untimed).
+
+    ``make_np_sscp`` needs the ``idealized-numerics`` opt-in: OpenDP does not claim it safe
+    under floating point."""
     import opendp.prelude as dp
     from opendp.extras.numpy._make_np_sscp import make_np_sscp
 
@@ -181,11 +193,38 @@ def _opendp_gram(m: int) -> Callable[[np.ndarray], np.ndarray]:
 
     mech = gaussian(dp.binary_search_param(gaussian, d_in=float(m), d_out=(EPSILON, DELTA)))
 
-    def run(x: np.ndarray) -> np.ndarray:
-        s = sscp(x)
+    def noisy(s: np.ndarray) -> np.ndarray:
         out = np.zeros((m, m))
         out[iu] = mech(s[iu].tolist())
-        return (out + np.triu(out, 1).T) / x.shape[0]
+        return out + np.triu(out, 1).T
+
+    return sscp, noisy
+
+
+def _opendp_gram(m: int) -> Callable[[np.ndarray], np.ndarray]:
+    """OpenDP on data in memory: ``make_np_sscp`` of the ``N x m`` array, then its Gaussian."""
+    sscp, noisy = _opendp_mechanisms(m)
+    return lambda x: noisy(sscp(x)) / x.shape[0]
+
+
+def _zarr_opendp_gram(store: str, out: str, m: int) -> Callable[[], np.ndarray]:
+    """OpenDP with the Zarr read and write of numpy + Zarr: each chunk's records (rows, as
+    ``make_np_sscp`` takes them) through its SSCP, the sums added, one Gaussian, written with
+    zarr (uncompressed)."""
+    sscp, noisy = _opendp_mechanisms(m)
+
+    def run() -> np.ndarray:
+        import zarr
+
+        arr = zarr.open_array(store=store, path="X", mode="r")
+        n, step = arr.shape[1], arr.chunks[1]
+        g = np.zeros((m, m))
+        for a in range(0, n, step):
+            g += sscp(np.ascontiguousarray(np.asarray(arr[:, a : a + step]).T))
+        released = noisy(g) / n
+        shutil.rmtree(out, ignore_errors=True)
+        zarr.create_array(store=out, data=released, compressors=None)
+        return released
 
     return run
 
@@ -307,6 +346,9 @@ def covariance_contenders(
             "numpy + Zarr", False, lambda: _zarr_gram(store, str(work / "np-cov.zarr")), exact=exact
         ),
     ]
+    if not _missing("opendp"):
+        opendp_zarr = _zarr_opendp_gram(store, str(work / "odp-cov.zarr"), m)
+        listed.append(Contender("OpenDP + Zarr", False, opendp_zarr, exact=exact, numerics="ideal"))
     if x is None:
         print(f"  in-memory peers skipped at {m * n:.1e} elements (--in-memory-max)", flush=True)
         return listed
@@ -317,7 +359,9 @@ def covariance_contenders(
         listed.append(Contender("diffprivlib", False, lambda: _diffprivlib_gram(x, m), exact=exact))
     if not _missing("opendp"):
         opendp_gram = _opendp_gram(m)
-        listed.append(Contender("OpenDP", True, lambda: opendp_gram(x), exact=exact))
+        # not fp-safe: make_np_sscp needs OpenDP's idealized-numerics opt-in
+        ideal = Contender("OpenDP", False, lambda: opendp_gram(x), exact=exact, numerics="ideal")
+        listed.append(ideal)
     return listed
 
 
@@ -391,9 +435,8 @@ def race(query: str, m: int, n: int, listed: list[Contender], repeats: int) -> N
     for c in listed:
         approx = "~" if c.scale != 1.0 else ""
         note = " (extrapolated)" if c.scale != 1.0 else ""
-        safe = "fp-safe" if c.fp_safe else "float"
         print(
-            f"{query:>10} {m:>4} {n:>9.1e} {c.name:>16} {safe:>7} "
+            f"{query:>10} {m:>4} {n:>9.1e} {c.name:>16} {c.numerics:>7} "
             f"{approx + format(c.median, '.3g'):>10} {c.median / ours.median:>8.2f}x "
             f"{ours.median / c.median:>8.2f} {c.err:>9.2e}{note}",
             flush=True,

@@ -20,7 +20,6 @@ import functools
 import importlib
 import importlib.util
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -252,39 +251,13 @@ def _vlen_utf8(data: bytes, n: int) -> list[str]:
 
 @functools.cache
 def _zstd() -> ModuleType:
-    """numcodecs' compiled ``zstd`` module, without running numcodecs' ``__init__`` (which
-    imports and registers every codec, multiprocessing and blosc's thread pool).
+    """numcodecs' ``zstd`` module (the decoder zarr calls), imported as usual.
 
-    The module is loaded under a placeholder ``numcodecs`` package held for the load only,
-    under the interpreter's import lock (as :mod:`mvg_dask.privacy.calibration` loads scipy's
-    ``log_ndtr``), and what was loaded under it is forgotten: a later ``import numcodecs`` runs
-    the package as usual (the compiled module it loads is the same). The decoder is numcodecs'
-    own, the one zarr calls.
+    Its package's ``__init__`` registers every codec, which costs a dry run some 0.05 s; loading
+    the compiled module alone under a stand-in package was cheaper, but the compiled module is
+    loaded once per process, so its ``Zstd`` kept the stand-in's ``numcodecs.abc.Codec`` as its
+    base and was no longer an instance of the real one when numcodecs was imported later.
     """
-    loaded = sys.modules.get("numcodecs.zstd")
-    if loaded is not None:
-        return loaded
-    import _imp
-
-    _imp.acquire_lock()
-    try:
-        if "numcodecs" in sys.modules:
-            return importlib.import_module("numcodecs.zstd")
-        spec = importlib.util.find_spec("numcodecs")
-        if spec is None or not spec.submodule_search_locations:
-            raise Unsupported("numcodecs is not installed")
-        placeholder = ModuleType("numcodecs")
-        placeholder.__path__ = list(spec.submodule_search_locations)
-        placeholder.__package__ = "numcodecs"
-        before = set(sys.modules)
-        sys.modules["numcodecs"] = placeholder
-        try:
-            return importlib.import_module("numcodecs.zstd")
-        finally:
-            # forget what was loaded under the placeholder: a later ``import numcodecs`` loads
-            # its submodules as children of the real package (the compiled ones are the same)
-            for name in set(sys.modules) - before:
-                if name == "numcodecs" or name.startswith("numcodecs."):
-                    del sys.modules[name]
-    finally:
-        _imp.release_lock()
+    if importlib.util.find_spec("numcodecs") is None:
+        raise Unsupported("numcodecs is not installed")
+    return importlib.import_module("numcodecs.zstd")
