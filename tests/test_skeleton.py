@@ -276,6 +276,36 @@ def test_random_datasets_give_the_files_to_zarr_writes(tmp_path_factory, case) -
     assert_same_files(ds, encoding, tmp_path_factory.mktemp("random"))
 
 
+def test_plain_skeletons_are_encoded_without_xarray_and_give_the_same_files(tmp_path) -> None:
+    """A :class:`Skeleton` of plain variables (integers, float32 and float64, strings, scalars,
+    declared arrays, numpy attribute values) is encoded here, one holding anything else (a
+    boolean variable, a CF attribute, a big-endian array) by xarray: the same files as
+    ``to_zarr`` either way."""
+    from mvg_dask.engine.output_arrays import output_dataset, output_variable
+
+    labels = np.array(["x", "ü", "a b"], dtype=object)
+    variables = {
+        "m": output_variable(Declared((3, 3)), ("f_row", "f_col")),
+        "s": output_variable(np.float32(0.25), attrs={"description": "a ratio"}),
+        "v": output_variable(np.arange(3, dtype=np.int32), ("k",), {"n": np.int64(2)}),
+        "w": output_variable(np.array([0.5, np.nan, 2.0]), ("k",), {"a": np.arange(2)}),
+    }
+    coords = {"f_row": labels, "f_col": labels, "k": np.array([10, 20, 30], dtype=np.uint16)}
+    encoding = {"m": {"chunks": (2, 2), "compressors": None, "fill_value": 0.0}}
+    others = {
+        "bool": output_variable(np.array([True, False, True]), ("k",)),
+        "cf": output_variable(np.arange(3.0), ("k",), {"scale_factor": 2.0}),
+        "big-endian": output_variable(np.arange(3, dtype=">i4"), ("k",)),
+    }
+    for name, extra in [("plain", {}), *((k, {k: v}) for k, v in others.items())]:
+        ds = output_dataset({**variables, **extra}, coords=coords)
+        ds.attrs.update(mvg_dask_status="incomplete", k=np.float64(1.5))
+        assert (_plain_arrays(ds, copy.deepcopy(encoding)) is not None) == (name == "plain")
+        case = tmp_path / name
+        case.mkdir()
+        assert_same_files(ds, encoding, case)
+
+
 def test_an_existing_group_is_refused_and_left_alone(tmp_path) -> None:
     ds = xr.Dataset({"x": ("a", np.arange(3.0))}, attrs={"k": "first"})
     store = str(tmp_path / "s.zarr")

@@ -170,7 +170,7 @@ def _plain_array(
     """``create_array``'s options and the values of one variable, encoded as xarray's Zarr
     encoders encode it (``encode_zarr_variable``, ``extract_zarr_variable_encoding``), or
     ``None`` when it is not plain: a name or dimension that is not a string, a data type other
-    than integers, float32/float64 and (in memory) strings, a CF attribute
+    than native integers, float32/float64 and (in memory) strings, a CF attribute
     (:data:`_CF_ATTRS`), an encoding key other than :data:`_PLAIN_ENCODING`, chunks that are
     not integers."""
     if not isinstance(name, str) or not all(isinstance(d, str) for d in dims):
@@ -185,7 +185,7 @@ def _plain_array(
         if values is None or not values.size or not all(isinstance(v, str) for v in values.flat):
             return None
         dtype = str
-    elif kind not in "iu" and dtype not in (np.float32, np.float64):
+    elif not dtype.isnative or (kind not in "iu" and dtype not in (np.float32, np.float64)):
         return None
     chunks = _chunks(enc.get("chunks", data.shape if declared else None), len(data.shape))
     if chunks is None:
