@@ -592,10 +592,10 @@ class OutputTarget:
         skeleton (:func:`noise_variables`): for standard directions only the diagonal blocks
         (the others are the fill value 0, not stored), else the whole matrices. Idempotent:
         a resumed release writes them again (an interrupted write is made whole)."""
-        import zarr
-
         if eager_noise_matrices(plan):
             return  # written with the metadata
+        import zarr
+
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
         names = [ROW_COV, DIRECTIONS] + ([COL_COV] if plan.algorithm != "unimodal" else [])
         sigma = None if isinstance(plan.covariance, Diagonal) else plan.row_cov
