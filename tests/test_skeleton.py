@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from mvg_dask import api
 from mvg_dask.engine import output as output_module
-from mvg_dask.engine.output_arrays import Declared
-from mvg_dask.engine.zarr_io.skeleton import write_skeleton
-from tests.pipeline_helpers import data, make_input, spec_dict
+from mvg_dask.engine.output_arrays import Declared, Skeleton
+from mvg_dask.engine.zarr_io.skeleton import _plain_arrays, write_skeleton
+from tests.pipeline_helpers import add_group_variable, data, make_input, spec_dict
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -61,12 +61,12 @@ def _with_xarray(ds: xr.Dataset, store: str, encoding: dict[str, Any]) -> None:
     )
 
 
-def assert_same_files(ds: xr.Dataset, encoding: dict[str, Any], tmp: Path) -> None:
+def assert_same_files(ds: Skeleton | xr.Dataset, encoding: dict[str, Any], tmp: Path) -> None:
     """``write_skeleton`` and ``to_zarr`` write the same files (names and bytes); where
     ``to_zarr`` refuses the dataset, so does ``write_skeleton``, and it writes nothing."""
     ours, theirs = tmp / "ours.zarr", tmp / "xarray.zarr"
     try:
-        _with_xarray(ds, str(theirs), encoding)
+        _with_xarray(ds.to_xarray() if isinstance(ds, Skeleton) else ds, str(theirs), encoding)
     except Exception as exc:
         with pytest.raises(type(exc)):
             write_skeleton(ds, str(ours), encoding=copy.deepcopy(encoding))
@@ -84,6 +84,13 @@ def _release_cases(tmp: Path) -> dict[str, dict[str, Any]]:
     narrow = make_input(tmp / "narrow.zarr", data(5, 300, seed=1), chunk=100)
     records_first = make_input(tmp / "rf.zarr", data(4, 200, seed=2), chunk=50, records_first=True)
     wide = make_input(tmp / "wide.zarr", data(300, 120, seed=3), chunk=60)
+    grouped_int = add_group_variable(
+        make_input(tmp / "g-int.zarr", data(3, 90, seed=4), chunk=30), np.arange(90) % 2
+    )
+    grouped_str = add_group_variable(
+        make_input(tmp / "g-str.zarr", data(3, 90, seed=5), chunk=30),
+        np.array(["a", "b", "c"] * 30, dtype=object),
+    )
     pca = {"directions": {"method": "dp-pca", "k": 2}, "allocation": {"strategy": "binary"}}
 
     def out(name: str) -> str:
@@ -119,17 +126,56 @@ def _release_cases(tmp: Path) -> dict[str, dict[str, Any]]:
             mechanism={"algorithm": "symmetric", "calibration": "exact"},
             output={"matrix_chunk": 256},
         ),
+        "mean": _moment(narrow, out("mean"), "mean"),
+        "centered-covariance": _moment(narrow, out("centered"), "centered-covariance"),
+        "mean-first": _moment(
+            narrow, out("mean-first"), {"centered-covariance": {"route": "mean-first"}}
+        ),
+        "grouped-int": _moment(grouped_int, out("grouped-int"), "centered-covariance", [0, 1]),
+        "grouped-str": _moment(
+            grouped_str, out("grouped-str"), "centered-covariance", ["a", "b", "c"]
+        ),
+        "cross-covariance": _cross(narrow, out("cross")),
+        "stream-period": {
+            "name": "nightly",
+            "input": {"store": narrow, "variable": "X"},
+            "domain": {"box": {"lower": 0.0, "upper": 1.0}, "on_violation": "clip"},
+            "query": "covariance",
+            "privacy": {"epsilon": 1.0, "delta": 1e-6, "neighbours": "add-remove"},
+            "output": {"store": out("stream")},
+            "stream": {"horizon": 4, "max_records": 4096},
+        },
     }
+
+
+def _moment(store: str, out: str, query: Any, groups: list[Any] | None = None) -> dict[str, Any]:
+    """A moment query's spec (its default mechanism), grouped by ``site`` with ``groups``."""
+    spec = spec_dict(store, out, query="covariance")
+    spec["query"] = query
+    spec["mechanism"].pop("algorithm")
+    if groups is not None:
+        spec["group_by"] = {"variable": "site", "groups": groups}
+    return spec
+
+
+def _cross(store: str, out: str) -> dict[str, Any]:
+    spec = spec_dict(store, out, query="covariance")
+    spec["query"] = {"cross-covariance": {"rows": ["f0", "f3"], "cols": ["f1", "f2", "f4"]}}
+    spec["mechanism"].pop("algorithm")
+    return spec
 
 
 def test_release_skeletons_are_the_files_to_zarr_writes(client, tmp_path, monkeypatch) -> None:
     """Every kind of output (identity, records first, covariance with and without a noisy
-    count, symmetric, DP-PCA, lazy noise matrices, blocked): the skeleton a real release writes
-    equals xarray's ``to_zarr`` of the same dataset, file by file."""
-    caught: list[tuple[xr.Dataset, dict[str, Any]]] = []
+    count (add-remove), symmetric, DP-PCA, lazy noise matrices, blocked, mean, centered
+    covariance by its moment and mean-first routes, grouped by integer and string labels,
+    cross-covariance, a stream's period): the skeleton a real release writes equals xarray's
+    ``to_zarr`` of the same dataset, file by file. All but the identity outputs (whose
+    coordinates are xarray's, copied from the input) are encoded without xarray."""
+    caught: list[tuple[Skeleton, dict[str, Any]]] = []
     real = output_module.write_skeleton
 
-    def catch(ds: xr.Dataset, store: str, **kw: Any) -> None:
+    def catch(ds: Skeleton, store: str, **kw: Any) -> None:
         caught.append((ds.copy(), copy.deepcopy(kw.get("encoding") or {})))
         real(ds, store, **kw)
 
@@ -139,6 +185,8 @@ def test_release_skeletons_are_the_files_to_zarr_writes(client, tmp_path, monkey
         api.release(spec, client=client, seed=3, progress=False)
         assert len(caught) == 1, name
         ds, encoding = caught[0]
+        plain = _plain_arrays(ds, copy.deepcopy(encoding)) is not None
+        assert plain == (not name.startswith("identity")), name
         case = tmp_path / f"case-{name}"
         case.mkdir()
         assert_same_files(ds, encoding, case)
@@ -226,6 +274,36 @@ def test_random_datasets_give_the_files_to_zarr_writes(tmp_path_factory, case) -
     attributes, chunks, codecs, fill values and coordinates (hypothesis, default profile)."""
     ds, encoding = case
     assert_same_files(ds, encoding, tmp_path_factory.mktemp("random"))
+
+
+def test_plain_skeletons_are_encoded_without_xarray_and_give_the_same_files(tmp_path) -> None:
+    """A :class:`Skeleton` of plain variables (integers, float32 and float64, strings, scalars,
+    declared arrays, numpy attribute values) is encoded here, one holding anything else (a
+    boolean variable, a CF attribute, a big-endian array) by xarray: the same files as
+    ``to_zarr`` either way."""
+    from mvg_dask.engine.output_arrays import output_dataset, output_variable
+
+    labels = np.array(["x", "ü", "a b"], dtype=object)
+    variables = {
+        "m": output_variable(Declared((3, 3)), ("f_row", "f_col")),
+        "s": output_variable(np.float32(0.25), attrs={"description": "a ratio"}),
+        "v": output_variable(np.arange(3, dtype=np.int32), ("k",), {"n": np.int64(2)}),
+        "w": output_variable(np.array([0.5, np.nan, 2.0]), ("k",), {"a": np.arange(2)}),
+    }
+    coords = {"f_row": labels, "f_col": labels, "k": np.array([10, 20, 30], dtype=np.uint16)}
+    encoding = {"m": {"chunks": (2, 2), "compressors": None, "fill_value": 0.0}}
+    others = {
+        "bool": output_variable(np.array([True, False, True]), ("k",)),
+        "cf": output_variable(np.arange(3.0), ("k",), {"scale_factor": 2.0}),
+        "big-endian": output_variable(np.arange(3, dtype=">i4"), ("k",)),
+    }
+    for name, extra in [("plain", {}), *((k, {k: v}) for k, v in others.items())]:
+        ds = output_dataset({**variables, **extra}, coords=coords)
+        ds.attrs.update(mvg_dask_status="incomplete", k=np.float64(1.5))
+        assert (_plain_arrays(ds, copy.deepcopy(encoding)) is not None) == (name == "plain")
+        case = tmp_path / name
+        case.mkdir()
+        assert_same_files(ds, encoding, case)
 
 
 def test_an_existing_group_is_refused_and_left_alone(tmp_path) -> None:

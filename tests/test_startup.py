@@ -53,9 +53,11 @@ def test_only_the_script_freezes() -> None:
 
 def test_small_covariance_release_imports_no_dask_array(tmp_path) -> None:
     """A covariance release on threads in the releasing process declares its output's
-    variables without dask (:class:`~mvg_dask.engine.output_arrays.Declared`): the script
-    imports neither ``dask.array`` nor scipy's sparse, FFT and special modules (an import
-    check, not a timing; an xarray ``DataArray`` made of numpy values would import them)."""
+    variables without dask (:class:`~mvg_dask.engine.output_arrays.Declared`) and writes its
+    skeleton without xarray (:mod:`mvg_dask.engine.zarr_io.skeleton`): the script imports
+    neither ``dask.array`` nor scipy's sparse, FFT and special modules, nor xarray and pandas
+    (an import check, not a timing; an xarray ``DataArray`` made of numpy values would import
+    them)."""
     from tests.pipeline_helpers import data, make_input, spec_dict, write_spec
 
     store = make_input(tmp_path / "in.zarr", data(4, 120), chunk=40)
@@ -66,7 +68,7 @@ def test_small_covariance_release_imports_no_dask_array(tmp_path) -> None:
         "import sys\nfrom mvg_dask.cli import main\n"
         "sys.argv = ['mvg-dask', 'release', sys.argv[1], '--seed', '1', '--quiet']\n"
         "code = main()\n"
-        "heavy = ['dask.array', 'scipy.sparse', 'scipy.fft', 'scipy.special']\n"
+        "heavy = ['dask.array', 'scipy.sparse', 'scipy.fft', 'scipy.special', 'xarray', 'pandas']\n"
         "print(code, sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run(

@@ -673,18 +673,18 @@ def performance_report_path(output_store: str, option: str | Path | bool | None)
 
 
 def _import_engine(rplan: ReleasePlan) -> None:
-    """Import what running ``rplan`` needs on the client (the output format and xarray, zarr,
-    the noise generator; for lattice noise its sampler; for an identity release, which reads
-    its input as dask arrays, dask.array; about a second of CPU in a fresh process), while the
+    """Import what running ``rplan`` needs on the client (the output format, zarr, the noise
+    generator; for lattice noise its sampler; for an identity release, which reads its input
+    through xarray as dask arrays, xarray and dask.array), while the
     embedded cluster starts (:func:`mvg_dask.engine.cluster.connect`'s ``while_starting``),
     without the garbage collector (:func:`mvg_dask._startup.imports_without_gc`)."""
     import importlib
 
     from mvg_dask.plan import stages as names
 
-    modules = ["xarray", "zarr", "randomgen", "mvg_dask.engine.release"]
+    modules = ["zarr", "randomgen", "mvg_dask.engine.release"]
     if names.IDENTITY in rplan.stages:
-        modules.append("dask.array")
+        modules += ["xarray", "dask.array"]
     if rplan.noise_kind == "lattice":
         modules.append("mvg_dask.noise.lattice")
     with imports_without_gc():

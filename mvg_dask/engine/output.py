@@ -27,14 +27,15 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from mvg_dask.engine.output_arrays import (
     MATRIX_CHUNK,
     NOISE_MATRIX_CHUNK,
+    Skeleton,
+    SkeletonVariable,
     compressors,
     eager_noise_matrices,
     noise_matrix_encoding,
@@ -87,6 +88,9 @@ from mvg_dask.release_format import (
     is_complete,
 )
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 __all__ = [
     "ATTRS",
     "MATRIX_CHUNK",
@@ -113,7 +117,7 @@ __all__ = [
 MAX_EAGER_COORD = 10_000_000
 
 
-def _ratio_variable(plan: NoisePlan) -> dict[str, xr.Variable]:
+def _ratio_variable(plan: NoisePlan) -> dict[str, SkeletonVariable]:
     ratio = plan.output_symmetric_ratio
     if ratio is None:
         return {}
@@ -131,7 +135,7 @@ def _ratio_variable(plan: NoisePlan) -> dict[str, xr.Variable]:
     }
 
 
-def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, xr.Variable]:
+def noise_variables(rplan: ReleasePlan, plan: NoisePlan) -> dict[str, SkeletonVariable]:
     """The noise description as data variables (they depend on the data through DP-PCA only, and
     then only through its noisy output). Unless
     :func:`~mvg_dask.engine.output_arrays.eager_noise_matrices`, the matrices ``row_cov``,
@@ -236,7 +240,7 @@ def _feature_coords(rplan: ReleasePlan) -> dict[str, Any]:
     return coords
 
 
-def small_coords(variable: xr.DataArray) -> dict[str, xr.Variable]:
+def small_coords(variable: xr.DataArray) -> dict[str, xr.DataArray]:
     """Coordinates small enough to copy eagerly into the output."""
     return {
         str(name): coord.load()
@@ -247,7 +251,7 @@ def small_coords(variable: xr.DataArray) -> dict[str, xr.Variable]:
 
 def _identity_dataset(
     rplan: ReleasePlan, variable: xr.DataArray
-) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+) -> tuple[Skeleton, dict[str, dict[str, Any]]]:
     """The identity output's skeleton and encoding (see :meth:`OutputTarget.
     write_identity_skeleton`)."""
     info = rplan.input
@@ -268,7 +272,7 @@ def _identity_dataset(
 
 def _matrix_dataset(
     rplan: ReleasePlan, name: str, count: float | None
-) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+) -> tuple[Skeleton, dict[str, dict[str, Any]]]:
     """A whole-matrix output's skeleton and encoding (see :meth:`OutputTarget.
     write_matrix_skeleton`): a covariance (``m x m``) or a cross-covariance (``m_a x m_b``)."""
     if rplan.mean_first is not None:
@@ -296,7 +300,7 @@ def _matrix_dataset(
     return ds, encoding | noise_matrix_encoding(ds)
 
 
-def _mean_first_dataset(rplan: ReleasePlan) -> tuple[xr.Dataset, dict[str, dict[str, Any]]]:
+def _mean_first_dataset(rplan: ReleasePlan) -> tuple[Skeleton, dict[str, dict[str, Any]]]:
     """A mean-first release's skeleton and encoding: ``mean`` and ``centre`` (features),
     ``covariance`` (features x features) and the noise description of step 2's resolved plan
     (about the released centre: noisy values, data variables, never attributes)."""
@@ -315,7 +319,7 @@ def _mean_first_dataset(rplan: ReleasePlan) -> tuple[xr.Dataset, dict[str, dict[
     return ds, encoding | noise_matrix_encoding(ds)
 
 
-def _matrix_chunks(variable: xr.DataArray) -> tuple[int, ...]:
+def _matrix_chunks(variable: SkeletonVariable) -> tuple[int, ...]:
     """Chunks of :data:`MATRIX_CHUNK` along a matrix's axes; a grouped release's groups in
     runs of at most ``MATRIX_CHUNK**2`` values per chunk (at least one group)."""
     shape = variable.shape
@@ -327,7 +331,7 @@ def _matrix_chunks(variable: xr.DataArray) -> tuple[int, ...]:
 
 def _moment_variables(
     rplan: ReleasePlan,
-) -> tuple[dict[str, xr.Variable], dict[str, np.ndarray]]:
+) -> tuple[dict[str, SkeletonVariable], dict[str, np.ndarray]]:
     """The skeleton of a moment release's ``moment``, ``mean`` and ``covariance``, each with a
     leading :data:`GROUP_DIM` for a grouped release, and the group coordinate (the declared
     labels of the plan, never of the data; strings as objects)."""
@@ -390,6 +394,8 @@ class OutputTarget:
         return self.writing.progress()
 
     def _open(self) -> xr.Dataset | None:
+        import xarray as xr
+
         try:
             return xr.open_zarr(
                 self.store, consolidated=False, storage_options=self.storage_options
@@ -545,7 +551,7 @@ class OutputTarget:
         fd = rplan.input.feature_dim
         rows, cols = dims_for(fd)
 
-        def lazy(dims: tuple[str, str]) -> xr.Variable:
+        def lazy(dims: tuple[str, str]) -> SkeletonVariable:
             return output_variable(placeholder((m, m)), dims=dims)
 
         variables = {name: lazy((rows, cols)) for name in names}
@@ -586,10 +592,10 @@ class OutputTarget:
         skeleton (:func:`noise_variables`): for standard directions only the diagonal blocks
         (the others are the fill value 0, not stored), else the whole matrices. Idempotent:
         a resumed release writes them again (an interrupted write is made whole)."""
-        import zarr
-
         if eager_noise_matrices(plan):
             return  # written with the metadata
+        import zarr
+
         group = zarr.open_group(self.write_store, mode="r+", storage_options=self.storage_options)
         names = [ROW_COV, DIRECTIONS] + ([COL_COV] if plan.algorithm != "unimodal" else [])
         sigma = None if isinstance(plan.covariance, Diagonal) else plan.row_cov
@@ -609,7 +615,7 @@ class OutputTarget:
     def _write_skeleton(
         self,
         rplan: ReleasePlan,
-        ds: xr.Dataset,
+        ds: Skeleton,
         encoding: dict[str, dict[str, Any]],
         *,
         resumable: bool = True,
@@ -644,6 +650,8 @@ class OutputTarget:
 
 
 def _describe_existing(store: str) -> str:
+    import xarray as xr
+
     try:
         ds = xr.open_zarr(store, consolidated=False)
     except Exception:
@@ -687,6 +695,8 @@ def open_release(store: str, **kwargs: Any) -> xr.Dataset:
 def _open_consolidated_first(store: str, kwargs: dict[str, Any]) -> xr.Dataset:
     """A complete release has consolidated metadata; a store without it (an incomplete release,
     or one written before consolidation) is opened from its node metadata, without a warning."""
+    import xarray as xr
+
     if "consolidated" in kwargs:
         return xr.open_zarr(store, **kwargs)
     try:

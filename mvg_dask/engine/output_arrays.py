@@ -4,10 +4,10 @@ description's encoding, and the declared arrays of the skeleton's variables."""
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from mvg_dask.noise.tiles import NOISE_TILE_FEATURES
 from mvg_dask.plan.noise_plan import NoisePlan
@@ -99,35 +99,128 @@ def placeholder(shape: tuple[int, ...], dtype: Any = np.float64) -> Declared:
     return Declared(shape, dtype)
 
 
+class SkeletonVariable:
+    """A variable of an output's skeleton: dimensions, values (a numpy array or a
+    :class:`Declared` one) and attributes, made without xarray (whose import, with pandas, is
+    about a third of a second of a small release's CPU); :meth:`to_xarray` gives the
+    ``xarray.Variable`` it stands for.
+
+    Parameters
+    ----------
+    dims : tuple of str
+        Dimension names.
+    data : numpy.ndarray or Declared
+        Values, or the declared array whose chunks the release's tasks write.
+    attrs : dict, optional
+        Attributes.
+    """
+
+    __slots__ = ("attrs", "data", "dims")
+
+    def __init__(self, dims: tuple[str, ...], data: Any, attrs: dict[str, Any] | None = None):
+        self.dims = tuple(dims)
+        self.data = data
+        self.attrs = dict(attrs or {})
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the values."""
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The data type of the values."""
+        return np.dtype(self.data.dtype)
+
+    def to_xarray(self) -> Any:
+        """The ``xarray.Variable`` (made without xarray's checks of new data: the values are a
+        numpy or a declared array)."""
+        import xarray as xr
+
+        return xr.Variable(self.dims, self.data, self.attrs or None, fastpath=True)
+
+
+class Skeleton:
+    """An output's skeleton as the skeleton writer
+    (:func:`~mvg_dask.engine.zarr_io.skeleton.write_skeleton`) takes it: data variables,
+    coordinates (each named after its dimension) and attributes; :meth:`to_xarray` gives the
+    ``xarray.Dataset`` it stands for.
+
+    Parameters
+    ----------
+    data_vars : dict
+        The data variables (:class:`SkeletonVariable`).
+    coords : dict, optional
+        The coordinates: :class:`SkeletonVariable`, or xarray objects (an identity release's
+        coordinates copied from its input).
+    attrs : dict, optional
+        The group's attributes.
+    """
+
+    def __init__(
+        self,
+        data_vars: dict[str, SkeletonVariable],
+        coords: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> None:
+        self.data_vars = dict(data_vars)
+        self.coords = dict(coords or {})
+        self.attrs = dict(attrs or {})
+
+    def __getitem__(self, name: str) -> Any:
+        return self.data_vars[name] if name in self.data_vars else self.coords[name]
+
+    def copy(self) -> Skeleton:
+        """A copy (its own dictionaries of variables and attributes; the variables shared)."""
+        return Skeleton(self.data_vars, self.coords, self.attrs)
+
+    def to_xarray(self) -> Any:
+        """The ``xarray.Dataset``: the data variables, the coordinates and the attributes."""
+        import xarray as xr
+
+        coords = {
+            name: value.to_xarray() if isinstance(value, SkeletonVariable) else value
+            for name, value in self.coords.items()
+        }
+        data_vars = {name: var.to_xarray() for name, var in self.data_vars.items()}
+        return xr.Dataset(data_vars, coords=coords, attrs=self.attrs)
+
+
 def output_variable(
     data: Any, dims: tuple[str, ...] = (), attrs: dict[str, Any] | None = None
-) -> Any:
-    """An output variable (an ``xarray.Variable``) of ``data``: a :class:`Declared` array, or
-    values taken as a numpy array.
+) -> SkeletonVariable:
+    """An output variable of ``data``: a :class:`Declared` array, or values taken as a numpy
+    array.
 
-    Made without the check xarray runs on the data of a new ``DataArray`` (whether it is a dask
-    array, which imports ``dask.array`` and with it scipy's sparse and FFT modules, about half
-    a second of CPU in a small release's process): the data is a numpy array or a declared one,
-    so that check has nothing to find.
+    A :class:`SkeletonVariable`, not an ``xarray.Variable``: a small release's process imports
+    neither xarray nor pandas (nor, through a new ``DataArray``'s check of its data, dask.array
+    and scipy's sparse and FFT modules).
     """
     values = data if isinstance(data, Declared) else np.asarray(data)
-    return xr.Variable(dims, values, attrs, fastpath=True)
+    return SkeletonVariable(dims, values, attrs)
 
 
-def output_dataset(data_vars: dict[str, Any], coords: dict[str, Any] | None = None) -> xr.Dataset:
-    """An output dataset of :func:`output_variable` data variables, its dimension coordinates made
-    the same way (each coordinate named after its dimension); coordinates that are already
-    xarray objects are kept."""
+def output_dataset(data_vars: dict[str, Any], coords: dict[str, Any] | None = None) -> Skeleton:
+    """An output's skeleton of :func:`output_variable` data variables, its dimension coordinates
+    made the same way (each coordinate named after its dimension); coordinates that are already
+    variables (xarray's, copied from an input) are kept."""
     made = {
-        name: value
-        if isinstance(value, xr.Variable | xr.DataArray)
-        else output_variable(value, (name,))
+        name: value if _is_variable(value) else output_variable(value, (name,))
         for name, value in (coords or {}).items()
     }
-    return xr.Dataset(data_vars, coords=made)
+    return Skeleton(data_vars, coords=made)
 
 
-def noise_matrix_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+def _is_variable(value: Any) -> bool:
+    """True for a :class:`SkeletonVariable` or an xarray variable or data array (which exists
+    only once xarray is imported)."""
+    if isinstance(value, SkeletonVariable):
+        return True
+    xr = sys.modules.get("xarray")
+    return xr is not None and isinstance(value, xr.Variable | xr.DataArray)
+
+
+def noise_matrix_encoding(ds: Skeleton) -> dict[str, dict[str, Any]]:
     """The Zarr encoding of the noise-description matrices of ``ds``: chunks of
     :data:`NOISE_MATRIX_CHUNK`, zstd, fill value 0 (zero blocks are not stored)."""
     from zarr.codecs import ZstdCodec

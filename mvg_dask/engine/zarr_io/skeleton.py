@@ -7,8 +7,11 @@ pass runs).
 
 :func:`write_skeleton` writes the same files in one batch:
 
-1. the variables are encoded by xarray's own Zarr encoders, the ones ``to_zarr`` calls
-   (CF conventions, ``_FillValue``, chunk encoding, attribute values);
+1. the variables are encoded as ``to_zarr`` encodes them (CF conventions, ``_FillValue``, chunk
+   encoding, attribute values): for the plain variables of a release's skeleton (numbers or
+   strings, declared or in memory, dimension coordinates only, no CF attributes or encoding)
+   here, without importing xarray and pandas (about a third of a second of a small release's
+   CPU); for anything else by xarray's own Zarr encoders, the ones ``to_zarr`` calls;
 2. the group, its arrays and the values of the in-memory variables are made in a Zarr
    :class:`~zarr.storage.MemoryStore`, concurrently, in one call into Zarr's event loop;
 3. the files are written to the target in one ``fsspec`` batch.
@@ -23,17 +26,39 @@ chunks are written by the release's tasks; so are the release's declared arrays
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import base64
+import struct
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
-from mvg_dask.engine.output_arrays import Declared
+from mvg_dask.engine.output_arrays import Declared, Skeleton, SkeletonVariable
 from mvg_dask.engine.store import Store
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+#: An array to make: its name, the options of ``create_array`` and its values (``None``: lazy).
+_Array = tuple[str, dict[str, Any], np.ndarray | None]
+
+#: Attributes xarray's CF encoders read or write: a variable holding one is encoded by xarray.
+_CF_ATTRS = frozenset(
+    {
+        "_FillValue", "missing_value", "scale_factor", "add_offset", "coordinates", "_Unsigned",
+        "dtype", "calendar", "_Encoding", "bounds", "grid_mapping", "cell_measures",
+        "formula_terms", "ancillary_variables", "climatology", "flag_values", "flag_meanings",
+    }
+)  # fmt: skip
+
+#: Encoding keys encoded here (any other: by xarray, which uses or refuses it).
+_PLAIN_ENCODING = frozenset({"chunks", "compressors", "fill_value"})
+
+#: The ``_FillValue`` attribute xarray gives floating-point variables (NaN, base64 of a double).
+_NAN_FILL = base64.standard_b64encode(struct.pack("<d", float("nan"))).decode()
 
 
 def write_skeleton(
-    ds: xr.Dataset,
+    ds: Skeleton | xr.Dataset,
     store: str,
     *,
     encoding: dict[str, dict[str, Any]] | None = None,
@@ -44,8 +69,9 @@ def write_skeleton(
 
     Parameters
     ----------
-    ds : xarray.Dataset
-        The dataset; its dask-backed variables are placeholders whose chunks are written later.
+    ds : Skeleton or xarray.Dataset
+        The dataset; its declared (or dask-backed) variables are placeholders whose chunks are
+        written later.
     store : str
         A path or an fsspec URL where nothing exists yet.
     encoding : dict, optional
@@ -74,10 +100,157 @@ def write_skeleton(
     fs.pipe_file(f"{root}/zarr.json", files["zarr.json"])
 
 
-def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[str, bytes]:
+def skeleton_files(
+    ds: Skeleton | xr.Dataset, encoding: dict[str, dict[str, Any]]
+) -> dict[str, bytes]:
     """The files (key relative to the group, bytes) of ``ds`` written as a new Zarr v3 group
     (see :func:`write_skeleton`)."""
-    import zarr.api.asynchronous as zarr_async
+    names = (
+        set(ds.data_vars) | set(ds.coords)
+        if isinstance(ds, Skeleton)
+        else {str(name) for name in ds.variables}
+    )
+    unknown = set(encoding) - names
+    if unknown:
+        raise ValueError(f"encoding names variables the dataset does not have: {sorted(unknown)}")
+    plain = _plain_arrays(ds, encoding)
+    if plain is None:
+        plain = _xarray_arrays(ds.to_xarray() if isinstance(ds, Skeleton) else ds, encoding)
+    return _zarr_files(*plain)
+
+
+def _plain_arrays(
+    ds: Skeleton | xr.Dataset, encoding: dict[str, dict[str, Any]]
+) -> tuple[list[_Array], dict[str, Any]] | None:
+    """The arrays and group attributes of ``ds`` encoded as ``to_zarr`` encodes them, when
+    every variable is plain (:func:`_plain_array`) and every coordinate a dimension coordinate;
+    else ``None`` (xarray encodes them: :func:`_xarray_arrays`)."""
+    variables = _plain_variables(ds)
+    if variables is None or not _plain_attrs(ds.attrs):
+        return None
+    arrays = []
+    for name, (dims, data, attrs) in variables.items():
+        array = _plain_array(name, dims, data, attrs, encoding.get(name, {}))
+        if array is None:
+            return None
+        arrays.append(array)
+    return arrays, {k: _attr_value(v) for k, v in ds.attrs.items()}
+
+
+def _plain_variables(
+    ds: Skeleton | xr.Dataset,
+) -> dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] | None:
+    """Each variable's dims, values (numpy or declared) and attributes, or ``None`` when one is
+    not plain: xarray's (an identity release's coordinates copied from its input), lazy (dask),
+    with an encoding of its own, or a coordinate that is not its dimension's."""
+    out: dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] = {}
+    if isinstance(ds, Skeleton):
+        for name, var in (ds.data_vars | ds.coords).items():
+            if not isinstance(var, SkeletonVariable):
+                return None
+            if name in ds.coords and var.dims != (name,):
+                return None
+            out[name] = (var.dims, var.data, var.attrs)
+        return out
+    for name, xvar in ds.variables.items():
+        if xvar.encoding or (name in ds.coords and xvar.dims != (name,)):
+            return None
+        data = xvar.data
+        if not isinstance(data, Declared):
+            if _is_lazy(data):
+                return None
+            data = xvar.values
+        out[name] = (xvar.dims, data, xvar.attrs)
+    return out
+
+
+def _plain_array(
+    name: Any, dims: tuple[Any, ...], data: Any, attrs: dict[Any, Any], enc: dict[str, Any]
+) -> _Array | None:
+    """``create_array``'s options and the values of one variable, encoded as xarray's Zarr
+    encoders encode it (``encode_zarr_variable``, ``extract_zarr_variable_encoding``), or
+    ``None`` when it is not plain: a name or dimension that is not a string, a data type other
+    than native integers, float32/float64 and (in memory) strings, a CF attribute
+    (:data:`_CF_ATTRS`), an encoding key other than :data:`_PLAIN_ENCODING`, chunks that are
+    not integers."""
+    if not isinstance(name, str) or not all(isinstance(d, str) for d in dims):
+        return None
+    if set(enc) - _PLAIN_ENCODING or not _plain_attrs(attrs) or set(attrs) & _CF_ATTRS:
+        return None
+    declared = isinstance(data, Declared)
+    values = None if declared else np.asarray(data)
+    kind = data.dtype.kind
+    dtype: Any = np.dtype(data.dtype)
+    if kind == "O":  # variable-length strings, in memory
+        if values is None or not values.size or not all(isinstance(v, str) for v in values.flat):
+            return None
+        dtype = str
+    elif not dtype.isnative or (kind not in "iu" and dtype not in (np.float32, np.float64)):
+        return None
+    chunks = _chunks(enc.get("chunks", data.shape if declared else None), len(data.shape))
+    if chunks is None:
+        return None
+    encoded = {k: _attr_value(v) for k, v in attrs.items()}
+    fill_value = enc.get("fill_value")
+    if kind == "f":  # CF: NaN is the missing value; Zarr's fill value NaN unless given
+        encoded["_FillValue"] = _NAN_FILL
+        fill_value = np.nan if fill_value is None else fill_value
+    options = {
+        "shape": tuple(data.shape),
+        "dtype": dtype,
+        "fill_value": fill_value,
+        "attributes": encoded,
+        "dimension_names": tuple(dims),
+        "config": {},
+        "chunks": chunks,
+        **({"compressors": enc["compressors"]} if "compressors" in enc else {}),
+    }
+    return name, options, values
+
+
+def _chunks(chunks: Any, ndim: int) -> tuple[int, ...] | str | None:
+    """Encoded chunks as xarray gives them to Zarr (``_determine_zarr_chunks`` of a variable
+    without dask chunks): ``"auto"`` for none (or the wrong number), a tuple of integers; or
+    ``None`` for anything xarray refuses."""
+    if not chunks:
+        return "auto"
+    if isinstance(chunks, int | np.integer):
+        chunks = ndim * (chunks,)
+    chunks = tuple(chunks)
+    if len(chunks) != ndim:
+        return "auto"
+    return chunks if all(type(c) is int for c in chunks) else None
+
+
+def _plain_attrs(attrs: Any) -> bool:
+    """True for attributes with string names and JSON values (numbers, strings, booleans,
+    ``None``, lists and dicts of them; numpy scalars and arrays)."""
+    return all(isinstance(k, str) and _json_value(v) for k, v in attrs.items())
+
+
+def _json_value(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | np.generic | np.ndarray):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return _plain_attrs(value)
+    return False
+
+
+def _attr_value(value: Any) -> Any:
+    """An attribute's value as xarray's ``encode_zarr_attr_value`` gives it."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _xarray_arrays(
+    ds: xr.Dataset, encoding: dict[str, dict[str, Any]]
+) -> tuple[list[_Array], dict[str, Any]]:
+    """The arrays and group attributes of ``ds`` encoded by xarray's own Zarr encoders."""
     from xarray import conventions
     from xarray.backends.zarr import (
         FillValueCoder,
@@ -86,16 +259,11 @@ def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[
         extract_zarr_variable_encoding,
     )
     from xarray.coding.strings import check_vlen_dtype
-    from zarr.core.sync import sync
-    from zarr.storage import MemoryStore
 
-    unknown = set(encoding) - {str(name) for name in ds.variables}
-    if unknown:
-        raise ValueError(f"encoding names variables the dataset does not have: {sorted(unknown)}")
     # what `to_zarr` does (xarray.backends.writers.dump_to_store, ZarrStore.store and
     # ZarrStore.set_variables), for a new group
     variables, attributes = conventions.encode_dataset_coordinates(ds)
-    arrays: list[tuple[str, dict[str, Any], np.ndarray | None]] = []
+    arrays: list[_Array] = []
     for name, raw in variables.items():
         if not isinstance(name, str):
             raise TypeError(f"variable names must be strings, not {name!r}")
@@ -132,7 +300,14 @@ def skeleton_files(ds: xr.Dataset, encoding: dict[str, dict[str, Any]]) -> dict[
         }
         values = None if _is_lazy(var.data) else np.asarray(var.data)
         arrays.append((name, options, values))
-    group_attrs = {k: encode_zarr_attr_value(v) for k, v in attributes.items()}
+    return arrays, {k: encode_zarr_attr_value(v) for k, v in attributes.items()}
+
+
+def _zarr_files(arrays: list[_Array], group_attrs: dict[str, Any]) -> dict[str, bytes]:
+    """The files of a new group with ``group_attrs`` and ``arrays``, made by Zarr in memory."""
+    import zarr.api.asynchronous as zarr_async
+    from zarr.core.sync import sync
+    from zarr.storage import MemoryStore
 
     content: dict[str, Any] = {}
 
