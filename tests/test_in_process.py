@@ -110,3 +110,27 @@ def test_add_remove_picks_the_cluster_from_public_values_only(
             )
             api.release(s, seed=1, progress=False)
     assert picked == [p for _, p in runs for _ in stores]
+
+
+def test_an_identity_release_keeps_worker_processes_at_a_smaller_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit of an identity release is ``IDENTITY_IN_PROCESS_MAX_BYTES`` when smaller (its
+    noise and write run faster on worker processes); a covariance of the same input keeps
+    ``IN_PROCESS_MAX_BYTES``. The query is public: the choice depends on nothing private."""
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
+    picked: list[bool] = []
+
+    @contextmanager
+    def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
+        picked.append(processes)
+        with connect(*args, processes=False, **kwargs) as c:
+            yield c
+
+    monkeypatch.setattr(cluster_module, "connect", spy)
+    monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 7_200)
+    monkeypatch.setattr(api, "IDENTITY_IN_PROCESS_MAX_BYTES", 7_199)
+    for query in ("identity", "covariance"):
+        spec = spec_dict(store, str(tmp_path / f"{query}.zarr"), query=query)
+        api.release(spec, seed=1, progress=False)
+    assert picked == [True, False]

@@ -63,11 +63,14 @@ _SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger", "gro
 
 #: Inputs up to this many bytes are released on an embedded cluster of threads in this process
 #: (no worker processes to start, close or warm up: below it a release takes about as long as
-#: their start, and the tasks' decoding, BLAS and lattice kernels run without the GIL, so threads
-#: are as fast once started); larger ones on a LocalCluster of worker processes, faster for a
-#: long identity release (docs/guide/performance.md, "Start-up"). The published bytes are the
-#: same either way.
+#: their start, and the Gram pass's decoding and BLAS products release the GIL, so threads are
+#: as fast once started); larger ones on a LocalCluster of worker processes. The published
+#: bytes are the same either way.
 IN_PROCESS_MAX_BYTES = 2**30
+#: ... and for an identity release (its noise and write of every record run faster on worker
+#: processes, warm or cold, already at 512 MB; docs/guide/performance.md, "Start-up"), this
+#: many, if smaller.
+IDENTITY_IN_PROCESS_MAX_BYTES = 256 * 2**20
 
 
 def release_spec(
@@ -313,10 +316,10 @@ def release(
         :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
-    an input of at most ``IN_PROCESS_MAX_BYTES`` (1 GiB) is released on an embedded cluster of
-    threads in this process, a larger one on a LocalCluster of worker processes (the same
-    bytes either way; under add-remove neighbours the size is that of ``privacy.max_records``
-    records, see :func:`in_process`).
+    an input of at most ``IN_PROCESS_MAX_BYTES`` (1 GiB; 256 MiB for an identity release) is
+    released on an embedded cluster of threads in this process, a larger one on a LocalCluster
+    of worker processes (the same bytes either way; under add-remove neighbours the size is that
+    of ``privacy.max_records`` records, see :func:`in_process`).
 
     Raises
     ------
@@ -368,7 +371,8 @@ def release(
 
 def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
     """Whether the embedded cluster of a release runs on threads in this process (an input of
-    at most ``IN_PROCESS_MAX_BYTES``) rather than on worker processes.
+    at most ``IN_PROCESS_MAX_BYTES``, 1 GiB; for an identity release
+    ``IDENTITY_IN_PROCESS_MAX_BYTES``, 256 MiB) rather than on worker processes.
 
     Decided from public values only. Under add-remove neighbours the record count is private,
     and so is the input's size: the size counted is that of ``privacy.max_records`` records
@@ -387,8 +391,11 @@ def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
         True for threads in this process.
     """
     inp = metadata
+    limit = IN_PROCESS_MAX_BYTES  # the query is public
+    if spec.query_kind == "identity":
+        limit = min(limit, IDENTITY_IN_PROCESS_MAX_BYTES)
     if spec.privacy.neighbours != "add-remove":
-        return inp.nbytes <= IN_PROCESS_MAX_BYTES
+        return inp.nbytes <= limit
     from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS
 
     records = spec.privacy.max_records or DEFAULT_MAX_RECORDS
@@ -397,7 +404,7 @@ def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
         for part in (inp, inp.cols_input)
         if part is not None
     )
-    return records * per_record <= IN_PROCESS_MAX_BYTES
+    return records * per_record <= limit
 
 
 @contextmanager

@@ -15,12 +15,15 @@ Run: ``.venv/bin/python -m tests.benchmarks.bench_cold_start [--repeats 5] [--re
    without (each worker's first task loads them; the same bytes either way). It prints the
    medians and their ratio.
 3. A cold release as the command line runs it (``api.release(spec)``: a fresh embedded cluster,
-   worker processes above 1 GiB, forked from this process on Linux once the client has
-   imported the engine; this process has imported it before, and, after its first cold
-   identity release, keeps the kernels loaded, which a command line's process loads once)
+   threads in this process up to 1 GiB (identity: 256 MiB), else worker processes forked from
+   this process on Linux once the client has imported the engine; this process has imported it
+   before, and, after its first cold identity release, keeps the kernels loaded, which a
+   command line's process loads once)
    against the same release on a cluster kept warm
    (:func:`mvg_dask.api.embedded_client`), at ``--sizes`` records x 64 features; the target is a
-   ratio of at most 1.3.
+   ratio of at most 1.3. The same release on a warm cluster of the other kind (worker processes
+   where the embedded one is of threads, and the reverse) is timed in the same rounds, and the
+   cold release's ratio to the faster of the two warm ones printed too.
 
 Speed is reported, never asserted; on a busy machine read the ratio, not the seconds.
 """
@@ -146,10 +149,13 @@ def _one_cold_release(store: str, out: str, kernels: bool) -> None:
 
 def cold_against_warm(repeats: int, sizes: list[int], queries: list[str]) -> None:
     """Part 3: ``api.release(spec)`` as the CLI runs it (a fresh embedded cluster each time:
-    worker processes above 1 GiB) against the same release on a cluster kept warm
-    (:func:`mvg_dask.api.embedded_client`), interleaved, ``records x 64`` float64."""
+    worker processes above 1 GiB, 256 MiB for identity) against the same release on a cluster
+    kept warm (:func:`mvg_dask.api.embedded_client`), interleaved, ``records x 64`` float64."""
+    from contextlib import ExitStack
+
     from mvg_dask import api
     from mvg_dask.data import synthetic, write_matrix
+    from mvg_dask.engine.cluster import connect
     from tests.benchmarks.bench_release import CHUNK_BYTES
 
     work = Path(tempfile.mkdtemp(prefix="mvg-cold-warm-"))
@@ -174,16 +180,24 @@ def cold_against_warm(repeats: int, sizes: list[int], queries: list[str]) -> Non
 
                 cold: list[float] = []
                 warm: list[float] = []
-                with api.embedded_client(spec(store, out, query)) as client:
-                    once(client)  # the warm cluster's first release (its workers' first tasks)
+                other: list[float] = []  # warm on the other kind of cluster
+                with ExitStack() as stack:
+                    client = stack.enter_context(api.embedded_client(spec(store, out, query)))
+                    processes = bool(client.cluster.processes)  # type: ignore[attr-defined]
+                    # a user keeping a cluster warm could keep either kind: both are timed
+                    second = stack.enter_context(connect(processes=not processes))
+                    for c in (client, second):
+                        once(c)  # a warm cluster's first release (its workers' first tasks)
                     for r in range(repeats):
-                        pair = [(cold, None), (warm, client)]
-                        for times, c in pair if r % 2 == 0 else reversed(pair):
+                        runs = [(cold, None), (warm, client), (other, second)]
+                        for times, c in runs if r % 2 == 0 else reversed(runs):
                             times.append(once(c))
-                c_s, w_s = statistics.median(cold), statistics.median(warm)
+                c_s, w_s, o_s = (statistics.median(v) for v in (cold, warm, other))
+                kinds = ("processes", "threads") if processes else ("threads", "processes")
                 print(
-                    f"  {records:>10} x {m} {query:<11} cold {c_s:6.2f} s  warm {w_s:6.2f} s  "
-                    f"ratio {c_s / w_s:5.2f}  (target <= 1.3)"
+                    f"  {records:>10} x {m} {query:<11} cold {c_s:6.2f} s  warm {w_s:6.2f} s "
+                    f"({kinds[0]})  ratio {c_s / w_s:5.2f}  (target <= 1.3); warm on "
+                    f"{kinds[1]} {o_s:6.2f} s, cold / best warm {c_s / min(w_s, o_s):5.2f}"
                 )
             shutil.rmtree(store, ignore_errors=True)
     finally:
