@@ -411,3 +411,58 @@ def test_a_store_path_with_glob_characters_commits_every_array(client, tmp_path)
     assert "covariance" in arrays
     assert sorted(root["consolidated_metadata"]["metadata"]) == sorted(arrays)
     assert root["attributes"]["mvg_dask_status"] == "complete"
+
+
+# -- skeletons xarray refuses, and random skeletons ----------------------------------------------
+def test_a_skeleton_xarray_refuses_is_refused_and_nothing_is_written(tmp_path) -> None:
+    """Skeletons that are not datasets xarray makes are not encoded here: a name that is both a
+    data variable and a coordinate (an input whose feature dimension is called ``mean``, for a
+    mean release), a dimension of two lengths (``term`` for a moment release), an object
+    coordinate of ``str`` and ``numpy.str_`` (xarray infers no type). ``to_zarr`` refuses each;
+    so does the skeleton writer, with xarray's error, and it writes nothing."""
+    from mvg_dask.engine.output_arrays import output_dataset, output_variable
+
+    labels = np.array(["a", "b", "c"], dtype=object)
+    matrix = output_variable(Declared((3, 3)), ("f_row", "f_col"))
+    vector = output_variable(Declared((3,)), ("f_row",))
+    cases: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "data-variable-and-coordinate": ({"f_row": vector, "m": matrix}, {"f_row": labels}),
+        "coordinate-of-another-length": ({"m": matrix}, {"f_row": labels[:2]}),
+        "variables-of-two-lengths": (
+            {"m": matrix, "v": output_variable(Declared((4,)), ("f_col",))},
+            {},
+        ),
+        "str-and-numpy-str": (
+            {"m": matrix},
+            {"f_row": np.array(["a", np.str_("b"), "c"], dtype=object)},
+        ),
+    }
+    for name, (variables, coords) in cases.items():
+        ds = output_dataset(variables, coords=coords)
+        assert _plain_arrays(ds, {}) is None, name
+        with pytest.raises(ValueError):
+            write_skeleton(ds, str(tmp_path / f"{name}.zarr"))
+        assert not (tmp_path / f"{name}.zarr").exists(), name
+        case = tmp_path / name
+        case.mkdir()
+        assert_same_files(ds, {}, case)
+
+
+def test_a_feature_dimension_named_like_an_output_variable_publishes_nothing(
+    client, tmp_path
+) -> None:
+    """An input whose feature dimension is ``mean`` (a mean release: the ``mean`` variable and
+    the feature coordinate share the name): xarray refuses the skeleton, and the release
+    publishes nothing (the skeleton writer does not write a store whose ``mean`` holds the
+    feature labels)."""
+    store = str(tmp_path / "in.zarr")
+    xr.Dataset(
+        {"X": (("mean", "record"), data(3, 60, seed=1))},
+        coords={"mean": np.array(["a", "b", "c"], dtype=object)},
+    ).to_zarr(store, zarr_format=3, consolidated=False)
+    out = tmp_path / "out.zarr"
+    spec = _moment(store, str(out), "mean")
+    spec["input"]["feature_dim"] = "mean"
+    with pytest.raises(ValueError, match="found in both data_vars and coords"):
+        api.release(spec, client=client, seed=3, progress=False)
+    assert not out.exists()
