@@ -466,3 +466,92 @@ def test_a_feature_dimension_named_like_an_output_variable_publishes_nothing(
     with pytest.raises(ValueError, match="found in both data_vars and coords"):
         api.release(spec, client=client, seed=3, progress=False)
     assert not out.exists()
+
+
+SKELETON_DIMS = {"f_row": 3, "f_col": 3, "group": 2}
+
+json_leaves = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=6)
+)
+numpy_values = st.one_of(
+    st.floats(width=32).map(np.float32),
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.booleans().map(np.bool_),
+    st.lists(st.floats(), max_size=3).map(np.array),
+)
+#: attribute values: JSON (nested lists and dicts) or numpy scalars and arrays (not drawn nested
+#: in a list or dict, where Zarr's JSON encoder refuses them either way)
+attr_values = st.one_of(
+    st.recursive(
+        json_leaves,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+        ),
+        max_leaves=6,
+    ),
+    numpy_values,
+)
+skeleton_attrs = st.dictionaries(
+    st.sampled_from(["description", "units", "k", "note", "plan"]), attr_values, max_size=3
+)
+
+
+@st.composite
+def coordinate_values(draw: st.DrawFn, n: int) -> np.ndarray:
+    """Feature names or group labels as a release makes them: strings (any text, as objects),
+    integers (int64 or uint64) or floats (NaN and infinities too)."""
+    kind = draw(st.sampled_from(["str", "int64", "uint64", "float64"]))
+    if kind == "str":
+        return np.array(draw(st.lists(st.text(max_size=5), min_size=n, max_size=n)), dtype=object)
+    if kind == "float64":
+        return np.array(draw(st.lists(st.floats(), min_size=n, max_size=n)), dtype=np.float64)
+    low, high = (0, 2**64 - 1) if kind == "uint64" else (-(2**63), 2**63 - 1)
+    return np.array(draw(st.lists(st.integers(low, high), min_size=n, max_size=n)), dtype=kind)
+
+
+@st.composite
+def skeletons(draw: st.DrawFn) -> tuple[Skeleton, dict[str, Any]]:
+    """A release-like :class:`Skeleton`: declared and in-memory float64/float32/int64 variables
+    over the feature and group dimensions (or scalars), random attributes and coordinates, and
+    the encodings a release gives (chunks, zstd or none, fill value 0)."""
+    from zarr.codecs import ZstdCodec
+
+    from mvg_dask.engine.output_arrays import output_dataset, output_variable
+
+    variables: dict[str, Any] = {}
+    encoding: dict[str, Any] = {}
+    for i in range(draw(st.integers(1, 4))):
+        dims = tuple(
+            draw(st.lists(st.sampled_from(sorted(SKELETON_DIMS)), unique=True, max_size=3))
+        )
+        shape = tuple(SKELETON_DIMS[d] for d in dims)
+        dtype = draw(st.sampled_from(["float64", "float32", "int64"]))
+        values: Any = Declared(shape, dtype)
+        if draw(st.booleans()):
+            values = _values(dtype, shape, seed=i)
+        variables[f"v{i}"] = output_variable(values, dims, draw(skeleton_attrs))
+        enc: dict[str, Any] = {}
+        if shape and draw(st.booleans()):
+            enc["chunks"] = tuple(draw(st.integers(1, n)) for n in shape)
+        if draw(st.booleans()):
+            enc["compressors"] = draw(st.sampled_from([None, (ZstdCodec(),)]))
+        if dtype != "int64" and draw(st.booleans()):
+            enc["fill_value"] = 0.0
+        if enc:
+            encoding[f"v{i}"] = enc
+    coords = {
+        dim: draw(coordinate_values(n)) for dim, n in SKELETON_DIMS.items() if draw(st.booleans())
+    }
+    ds = output_dataset(variables, coords=coords)
+    ds.attrs.update(draw(skeleton_attrs))
+    return ds, encoding
+
+
+@given(skeletons())
+def test_random_skeletons_give_the_files_to_zarr_writes(tmp_path_factory, case) -> None:
+    """Random release-like skeletons (hypothesis, default profile): coordinates of any text
+    (non-ASCII, empty, NUL), int64, uint64 or float values, attributes of nested lists and
+    dicts, ``None``, booleans, NaN, infinities, big integers and numpy scalars and arrays: the
+    files ``to_zarr`` writes, or its refusal."""
+    ds, encoding = case
+    assert_same_files(ds, encoding, tmp_path_factory.mktemp("skeleton"))
