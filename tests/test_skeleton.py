@@ -453,8 +453,8 @@ def test_a_feature_dimension_named_like_an_output_variable_publishes_nothing(
 ) -> None:
     """An input whose feature dimension is ``mean`` (a mean release: the ``mean`` variable and
     the feature coordinate share the name): xarray refuses the skeleton, and the release
-    publishes nothing (the skeleton writer does not write a store whose ``mean`` holds the
-    feature labels)."""
+    publishes nothing (the skeleton writer once published the noisy means as the text values of
+    a ``mean`` coordinate, in place of the feature labels)."""
     store = str(tmp_path / "in.zarr")
     xr.Dataset(
         {"X": (("mean", "record"), data(3, 60, seed=1))},
