@@ -142,9 +142,10 @@ def _plain_variables(
 ) -> dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] | None:
     """Each variable's dims, values (numpy or declared) and attributes, or ``None`` when one is
     not plain: xarray's (an identity release's coordinates copied from its input), lazy (dask),
-    with an encoding of its own, or a coordinate that is not its dimension's; or when the
-    skeleton is not a dataset xarray would make (a name both a data variable and a coordinate,
-    a dimension of two lengths): xarray refuses it, with its own error."""
+    with an encoding of its own, or a coordinate that is not its dimension's or has no values
+    (declared: xarray indexes its values); or when the skeleton is not a dataset xarray would
+    make (a name both a data variable and a coordinate, a dimension of two lengths): xarray
+    refuses it, with its own error."""
     out: dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] = {}
     if isinstance(ds, Skeleton):
         if set(ds.data_vars) & set(ds.coords):
@@ -153,7 +154,7 @@ def _plain_variables(
         for name, var in (ds.data_vars | ds.coords).items():
             if not isinstance(var, SkeletonVariable):
                 return None
-            if name in ds.coords and var.dims != (name,):
+            if name in ds.coords and (var.dims != (name,) or isinstance(var.data, Declared)):
                 return None
             if len(var.dims) != len(var.shape):
                 return None
