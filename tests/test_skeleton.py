@@ -504,24 +504,39 @@ def test_a_skeleton_xarray_refuses_is_refused_and_nothing_is_written(tmp_path) -
         assert_same_files(ds, {}, case)
 
 
-def test_a_feature_dimension_named_like_an_output_variable_publishes_nothing(
-    client, tmp_path
+@pytest.mark.parametrize(("dim", "query"), [("mean", "mean"), ("term", "centered-covariance")])
+def test_a_feature_dimension_named_like_an_output_name_is_refused_before_any_charge(
+    client, tmp_path, dim: str, query: str
 ) -> None:
-    """An input whose feature dimension is ``mean`` (a mean release: the ``mean`` variable and
-    the feature coordinate share the name): xarray refuses the skeleton, and the release
-    publishes nothing (the skeleton writer once published the noisy means as the text values of
-    a ``mean`` coordinate, in place of the feature labels)."""
+    """An input whose feature dimension is named like an output variable or dimension (``mean``
+    for a mean release: the ``mean`` variable and the feature coordinate would share the name;
+    ``term`` for a centered covariance: a dimension of two lengths) is refused with one line
+    naming ``input.feature_dim``, by the dry run and by the release, before anything is read or
+    charged: nothing is published and the ledger records nothing. (The skeleton writer once
+    published the noisy means as the text values of a ``mean`` coordinate; later, xarray's
+    refusal came after the budget was reserved.)"""
+    from mvg_dask.errors import DataError
+    from mvg_dask.ledger import open_ledger
+
     store = str(tmp_path / "in.zarr")
     xr.Dataset(
-        {"X": (("mean", "record"), data(3, 60, seed=1))},
-        coords={"mean": np.array(["a", "b", "c"], dtype=object)},
+        {"X": ((dim, "record"), data(3, 60, seed=1))},
+        coords={dim: np.array(["a", "b", "c"], dtype=object)},
     ).to_zarr(store, zarr_format=3, consolidated=False)
-    out = tmp_path / "out.zarr"
-    spec = _moment(store, str(out), "mean")
-    spec["input"]["feature_dim"] = "mean"
-    with pytest.raises(ValueError, match="found in both data_vars and coords"):
-        api.release(spec, client=client, seed=3, progress=False)
+    out, ledger = tmp_path / "out.zarr", tmp_path / "ledger.sqlite"
+    spec = _moment(store, str(out), query)
+    spec["input"]["feature_dim"] = dim
+    spec["ledger"] = {"path": str(ledger), "dataset": "d", "budget": {"epsilon": 3, "delta": 1e-4}}
+    refusal = rf"^input.feature_dim: {dim!r} is a name a release gives one of its output"
+    with pytest.raises(DataError, match=refusal):
+        api.dry_run(spec)
+    with pytest.raises(DataError, match=refusal) as err:
+        api.release(spec, client=client, progress=False)
+    assert "\n" not in str(err.value)
     assert not out.exists()
+    if ledger.exists():
+        with open_ledger(str(ledger)) as book:
+            assert book.releases("d") == []
 
 
 SKELETON_DIMS = {"f_row": 3, "f_col": 3, "group": 2}
