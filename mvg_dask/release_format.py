@@ -225,6 +225,32 @@ CONSTANT_TERM = "1"
 #: :data:`MOMENT`, :data:`MEAN` and :data:`COVARIANCE`, its coordinate the declared labels.
 GROUP_DIM = "group"
 
+#: The fixed names of a release's output variables and dimensions. An input dimension may not
+#: take one (its coordinate or its axes would clash with them in the output); the queries'
+#: own output variables are added where the input is checked
+#: (:func:`mvg_dask.engine.metadata.check_dimension_names`).
+OUTPUT_NAMES = frozenset(
+    [
+        COVARIANCE,
+        CROSS_COVARIANCE,
+        GRAM,
+        RECORD_COUNT,
+        ROW_COV,
+        COL_COV,
+        DIRECTIONS,
+        NOISE_VARIANCES,
+        SYMMETRIC_RATIO,
+        DP_PCA_EIGENVALUES,
+        MOMENT,
+        MEAN,
+        CENTRE,
+        DIRECTION_DIM,
+        COMPONENT_DIM,
+        TERM_DIM,
+        GROUP_DIM,
+    ]
+)
+
 _ROW_SUFFIX, _COL_SUFFIX = "_row", "_col"
 
 

@@ -63,6 +63,7 @@ def read_input_metadata(
     DataError
         When the store, the variable or its dimensions do not fit the spec.
     """
+    check_dimension_names(inp)
     store = inp.store
     source = Store(store, inp.storage_options)
     if source.local and not source.exists():
@@ -75,6 +76,49 @@ def read_input_metadata(
         except Unsupported:
             pass  # a layout the shortcut does not read: zarr reads it
     return _metadata(inp, group_by, cols_variable, _zarr_arrays(inp))
+
+
+def reserved_output_names() -> frozenset[str]:
+    """The names a release's output may give its variables and dimensions: the fixed ones
+    (:data:`~mvg_dask.release_format.OUTPUT_NAMES`) and each query's own variables."""
+    from mvg_dask.plan.queries import QUERY_TYPES
+    from mvg_dask.release_format import OUTPUT_NAMES
+
+    own = {
+        name
+        for q in QUERY_TYPES.values()
+        for name in (q.output_variable, q.noisy_variable, q.sum_variable)
+        if name
+    }
+    return OUTPUT_NAMES | own
+
+
+def check_dimension_names(inp: InputSpec, *dims: str) -> None:
+    """Refuse an input dimension named like a variable or dimension of a release's output
+    (``mean``, ``term``, ``group``, ...): its coordinate or its axis would clash with that name
+    in the output. Checked from the spec alone, before anything is read or charged.
+
+    Parameters
+    ----------
+    inp : InputSpec
+        The spec's input section (its ``record_dim`` and ``feature_dim``).
+    *dims : str
+        Further dimension names of the input to check (a second variable's features).
+
+    Raises
+    ------
+    DataError
+        Naming the field, the clash and the remedy.
+    """
+    reserved = reserved_output_names()
+    fields = [("input.record_dim", inp.record_dim), ("input.feature_dim", inp.feature_dim)]
+    for field, name in [*fields, *(("the second variable's feature dimension", d) for d in dims)]:
+        if name in reserved:
+            raise DataError(
+                f"{field}: {name!r} is a name a release gives one of its output variables or "
+                f"dimensions ({', '.join(sorted(reserved))}); rename the store's dimension "
+                "(xarray: ds.rename({" + repr(name) + ": 'feature'}).to_zarr(...))"
+            )
 
 
 def _zarr_arrays(inp: InputSpec) -> dict[str, Any]:
@@ -210,6 +254,7 @@ def second_variable_metadata(
         )
     dtype = _real_dtype(arr, field, name)
     feature_dim = dims[1 - axis]
+    check_dimension_names(inp, feature_dim)
     shape = (int(arr.shape[0]), int(arr.shape[1]))
     return InputMetadata(
         store=inp.store,

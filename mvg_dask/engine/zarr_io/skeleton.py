@@ -142,14 +142,25 @@ def _plain_variables(
 ) -> dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] | None:
     """Each variable's dims, values (numpy or declared) and attributes, or ``None`` when one is
     not plain: xarray's (an identity release's coordinates copied from its input), lazy (dask),
-    with an encoding of its own, or a coordinate that is not its dimension's."""
+    with an encoding of its own, or a coordinate that is not its dimension's or has no values
+    (declared: xarray indexes its values); or when the skeleton is not a dataset xarray would
+    make (a name both a data variable and a coordinate, a dimension of two lengths): xarray
+    refuses it, with its own error."""
     out: dict[Any, tuple[tuple[Any, ...], Any, dict[Any, Any]]] = {}
     if isinstance(ds, Skeleton):
+        if set(ds.data_vars) & set(ds.coords):
+            return None
+        sizes: dict[Any, int] = {}
         for name, var in (ds.data_vars | ds.coords).items():
             if not isinstance(var, SkeletonVariable):
                 return None
-            if name in ds.coords and var.dims != (name,):
+            if name in ds.coords and (var.dims != (name,) or isinstance(var.data, Declared)):
                 return None
+            if len(var.dims) != len(var.shape):
+                return None
+            for dim, n in zip(var.dims, var.shape, strict=True):
+                if sizes.setdefault(dim, n) != n:
+                    return None
             out[name] = (var.dims, var.data, var.attrs)
         return out
     for name, xvar in ds.variables.items():
@@ -170,7 +181,7 @@ def _plain_array(
     """``create_array``'s options and the values of one variable, encoded as xarray's Zarr
     encoders encode it (``encode_zarr_variable``, ``extract_zarr_variable_encoding``), or
     ``None`` when it is not plain: a name or dimension that is not a string, a data type other
-    than native integers, float32/float64 and (in memory) strings, a CF attribute
+    than native integers, float32/float64 and (in memory) ``str`` objects, a CF attribute
     (:data:`_CF_ATTRS`), an encoding key other than :data:`_PLAIN_ENCODING`, chunks that are
     not integers."""
     if not isinstance(name, str) or not all(isinstance(d, str) for d in dims):
@@ -182,7 +193,8 @@ def _plain_array(
     kind = data.dtype.kind
     dtype: Any = np.dtype(data.dtype)
     if kind == "O":  # variable-length strings, in memory
-        if values is None or not values.size or not all(isinstance(v, str) for v in values.flat):
+        # exactly str: xarray refuses an object array of several types (str and numpy.str_)
+        if values is None or not values.size or not all(type(v) is str for v in values.flat):
             return None
         dtype = str
     elif not dtype.isnative or (kind not in "iu" and dtype not in (np.float32, np.float64)):
