@@ -239,3 +239,27 @@ def test_a_cli_release_on_forked_workers_exits_cleanly(tmp_path: Path) -> None:
     assert outs[0].keys() == outs[1].keys()
     arrays = [k for k in outs[0] if k.name != "zarr.json"]
     assert arrays and all(outs[0][k] == outs[1][k] for k in arrays)
+
+
+def test_the_preloads_heap_touch_runs_in_the_workers_task_thread() -> None:
+    """A worker process's preload submits :func:`touch_heap` to the thread that runs its tasks
+    (the default executor of a one-thread worker), so that its pages are that thread's; the
+    release's bytes are unchanged (checked by the tests above)."""
+    from distributed import Client
+
+    from mvg_dask.engine.cluster import local_cluster
+
+    def touched() -> list[str]:
+        from mvg_dask.engine import worker_setup
+
+        return worker_setup.touched
+
+    def thread_name() -> str:
+        import threading
+
+        return threading.current_thread().name
+
+    with local_cluster(1) as cluster, Client(cluster) as c:
+        task_thread = c.submit(thread_name, pure=False).result()
+        (ran_in, *_) = c.run(touched).values()
+    assert ran_in == [task_thread] and "Dask-Default-Threads" in task_thread

@@ -51,6 +51,34 @@ def dask_setup(worker: Any, kernels: bool) -> None:
     which has them)."""
     apply_worker_environment()
     load(kernels)
+    if TOUCH_BYTES:  # in the thread that will run the tasks, while the worker registers
+        worker.executor.submit(touch_heap, TOUCH_BYTES)
+
+
+#: The heap a worker's task thread faults in as the worker starts (:func:`touch_heap`).
+TOUCH_BYTES = 48 * 2**20
+
+
+def touch_heap(nbytes: int, block: int = 8 * 2**20) -> None:
+    """Allocate ``nbytes`` in blocks of ``block`` bytes, write every page, and free them: the
+    calling thread's malloc arena then holds them (below glibc's trim threshold, the workers'
+    ``MALLOC_TRIM_THRESHOLD_``), so that its first tasks' chunk-sized buffers reuse pages
+    already mapped instead of faulting fresh ones while they run."""
+    import threading
+
+    import numpy as np
+
+    blocks = []
+    for _ in range(max(0, nbytes // block)):
+        b = np.empty(block, dtype=np.uint8)
+        b[::4096] = 1  # one write per page
+        blocks.append(b)
+    del blocks
+    touched.append(threading.current_thread().name)
+
+
+#: The threads :func:`touch_heap` has run in (this process).
+touched: list[str] = []
 
 
 def load(kernels: bool = False) -> None:
