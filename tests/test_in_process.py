@@ -14,6 +14,7 @@ import pytest
 from mvg_dask import api
 from mvg_dask.engine import cluster as cluster_module
 from mvg_dask.engine.cluster import connect
+from mvg_dask.plan.queries import IdentityQuery
 from tests.pipeline_helpers import data, make_input, spec_dict
 
 QUERIES = {
@@ -115,8 +116,8 @@ def test_add_remove_picks_the_cluster_from_public_values_only(
 def test_an_identity_release_keeps_worker_processes_at_a_smaller_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The limit of an identity release is ``IDENTITY_IN_PROCESS_MAX_BYTES`` when smaller (its
-    noise and write run faster on worker processes); a covariance of the same input keeps
+    """The limit of an identity release is its query type's ``threads_max_bytes`` when smaller
+    (its noise and write run faster on worker processes); a covariance of the same input keeps
     ``IN_PROCESS_MAX_BYTES``. The query is public: the choice depends on nothing private."""
     store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
     picked: list[bool] = []
@@ -129,7 +130,7 @@ def test_an_identity_release_keeps_worker_processes_at_a_smaller_size(
 
     monkeypatch.setattr(cluster_module, "connect", spy)
     monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 7_200)
-    monkeypatch.setattr(api, "IDENTITY_IN_PROCESS_MAX_BYTES", 7_199)
+    monkeypatch.setattr(IdentityQuery, "threads_max_bytes", 7_199)
     for query in ("identity", "covariance"):
         spec = spec_dict(store, str(tmp_path / f"{query}.zarr"), query=query)
         api.release(spec, seed=1, progress=False)

@@ -67,10 +67,6 @@ _SECTIONS = ("input", "domain", "mechanism", "privacy", "output", "ledger", "gro
 #: as fast once started); larger ones on a LocalCluster of worker processes. The published
 #: bytes are the same either way.
 IN_PROCESS_MAX_BYTES = 2**30
-#: ... and for an identity release (its noise and write of every record run faster on worker
-#: processes, warm or cold, already at 512 MB; docs/guide/performance.md, "Start-up"), this
-#: many, if smaller.
-IDENTITY_IN_PROCESS_MAX_BYTES = 256 * 2**20
 
 
 def release_spec(
@@ -371,8 +367,8 @@ def release(
 
 def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
     """Whether the embedded cluster of a release runs on threads in this process (an input of
-    at most ``IN_PROCESS_MAX_BYTES``, 1 GiB; for an identity release
-    ``IDENTITY_IN_PROCESS_MAX_BYTES``, 256 MiB) rather than on worker processes.
+    at most ``IN_PROCESS_MAX_BYTES``, 1 GiB, or its query type's smaller ``threads_max_bytes``:
+    256 MiB for an identity release) rather than on worker processes.
 
     Decided from public values only. Under add-remove neighbours the record count is private,
     and so is the input's size: the size counted is that of ``privacy.max_records`` records
@@ -391,9 +387,10 @@ def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
         True for threads in this process.
     """
     inp = metadata
-    limit = IN_PROCESS_MAX_BYTES  # the query is public
-    if spec.query_kind == "identity":
-        limit = min(limit, IDENTITY_IN_PROCESS_MAX_BYTES)
+    from mvg_dask.plan.queries import query_type
+
+    own = query_type(spec.query_kind).threads_max_bytes  # the query is public
+    limit = IN_PROCESS_MAX_BYTES if own is None else min(IN_PROCESS_MAX_BYTES, own)
     if spec.privacy.neighbours != "add-remove":
         return inp.nbytes <= limit
     from mvg_dask.plan.input_metadata import DEFAULT_MAX_RECORDS

@@ -31,6 +31,9 @@ class IdentityQuery(MatrixQuery):
 
     kind: ClassVar[str] = "identity"
     per_record_columns: ClassVar[bool] = True
+    #: its noise and write of every record run faster on worker processes, warm or cold,
+    #: already at 512 MB (docs/guide/performance.md, "Start-up")
+    threads_max_bytes: ClassVar[int | None] = 256 * 2**20
 
     @property
     def shape(self) -> tuple[int, int]:

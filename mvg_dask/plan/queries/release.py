@@ -40,6 +40,10 @@ class ReleasedQuery:
     #: (its value the ``m x 1`` query); otherwise a matrix over the feature dimension's row and
     #: column dimensions.
     output_vector: ClassVar[bool] = False
+    #: The largest input (bytes) whose embedded cluster runs on threads in the releasing
+    #: process, when below the release's default (``mvg_dask.api.IN_PROCESS_MAX_BYTES``):
+    #: ``None`` keeps the default (docs/guide/performance.md, "Start-up").
+    threads_max_bytes: ClassVar[int | None] = None
 
     def release_stages(
         self, *, noisy_count: bool, dp_pca: bool, panels: bool, lattice: bool
