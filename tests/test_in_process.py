@@ -62,19 +62,26 @@ def test_in_process_and_worker_processes_publish_the_same_bytes(
     assert outputs["threads"] == outputs["processes"]
 
 
-def test_the_input_size_picks_threads_or_worker_processes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
-    picked: list[bool] = []
+@pytest.fixture
+def picked(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The ``processes`` choice of every embedded cluster a release starts (each then run on
+    threads here, which gives the same bytes)."""
+    choices: list[bool] = []
 
     @contextmanager
     def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
-        picked.append(processes)
+        choices.append(processes)
         with connect(*args, processes=False, **kwargs) as c:
             yield c
 
     monkeypatch.setattr(cluster_module, "connect", spy)
+    return choices
+
+
+def test_the_input_size_picks_threads_or_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, picked: list[bool]
+) -> None:
+    store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
     for limit, out in ((7_200, "a.zarr"), (7_199, "b.zarr")):
         monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", limit)
         api.release(spec_dict(store, str(tmp_path / out)), seed=1, progress=False)
@@ -82,19 +89,10 @@ def test_the_input_size_picks_threads_or_worker_processes(
 
 
 def test_add_remove_picks_the_cluster_from_public_values_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, picked: list[bool]
 ) -> None:
     """Under add-remove neighbours the record count (and so the input's size) is private: two
     neighbouring inputs pick the same cluster, decided by ``privacy.max_records``."""
-    picked: list[bool] = []
-
-    @contextmanager
-    def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
-        picked.append(processes)
-        with connect(*args, processes=False, **kwargs) as c:
-            yield c
-
-    monkeypatch.setattr(cluster_module, "connect", spy)
     monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 3 * 8 * 1_000)  # 1,000 records of 3 features
     stores = [
         make_input(tmp_path / f"in{n}.zarr", data(3, n, seed=2), chunk=100) for n in (300, 301)
@@ -114,21 +112,12 @@ def test_add_remove_picks_the_cluster_from_public_values_only(
 
 
 def test_an_identity_release_keeps_worker_processes_at_a_smaller_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, picked: list[bool]
 ) -> None:
     """The limit of an identity release is its query type's ``threads_max_bytes`` when smaller
     (its noise and write run faster on worker processes); a covariance of the same input keeps
     ``IN_PROCESS_MAX_BYTES``. The query is public: the choice depends on nothing private."""
     store = make_input(tmp_path / "in.zarr", data(3, 300, seed=2), chunk=100)  # 7,200 bytes
-    picked: list[bool] = []
-
-    @contextmanager
-    def spy(*args: Any, processes: bool = True, **kwargs: Any) -> Iterator[Any]:
-        picked.append(processes)
-        with connect(*args, processes=False, **kwargs) as c:
-            yield c
-
-    monkeypatch.setattr(cluster_module, "connect", spy)
     monkeypatch.setattr(api, "IN_PROCESS_MAX_BYTES", 7_200)
     monkeypatch.setattr(IdentityQuery, "threads_max_bytes", 7_199)
     for query in ("identity", "covariance"):
