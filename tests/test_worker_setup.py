@@ -54,22 +54,30 @@ def test_one_embedded_cluster_of_processes_preloads_and_serves_two_releases(
         assert chunk.read_bytes() == twin.read_bytes()  # same seed, same noise, same bytes
 
 
-def _worker_settings() -> tuple[int, str, list[int]]:
-    """On a worker: (its start method's name, OPENBLAS_NUM_THREADS, each loaded OpenBLAS's
-    thread count)."""
+def _openblas_threads() -> list[int]:
+    """Each OpenBLAS library mapped into this process: its thread count, asked of OpenBLAS
+    itself through its own getter (independently of threadpoolctl, which the code uses)."""
     import ctypes
-    import multiprocessing
-    import os
 
-    from mvg_dask.engine.worker_setup import _loaded_openblas
-
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if ".so" in line}
     counts = []
-    for path in _loaded_openblas():
+    for path in sorted(p for p in paths if "openblas" in Path(p).name.lower()):
         lib = ctypes.CDLL(path)
         names = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
         getter = next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
         if getter is not None:
             counts.append(int(getter()))
+    return counts
+
+
+def _worker_settings() -> tuple[int, str, list[int]]:
+    """On a worker: (how many OpenBLAS libraries it has loaded, its start method's name and
+    OPENBLAS_NUM_THREADS, each loaded OpenBLAS's thread count)."""
+    import multiprocessing
+    import os
+
+    counts = _openblas_threads()
     method = multiprocessing.get_start_method(allow_none=True) or ""
     return len(counts), method + ":" + os.environ.get("OPENBLAS_NUM_THREADS", ""), counts
 
@@ -263,3 +271,80 @@ def test_the_preloads_heap_touch_runs_in_the_workers_task_thread() -> None:
         task_thread = c.submit(thread_name, pure=False).result()
         (ran_in, *_) = c.run(touched).values()
     assert ran_in == [task_thread] and "Dask-Default-Threads" in task_thread
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
+def test_a_cluster_of_threads_shares_the_cores_with_its_blas_and_restores_it() -> None:
+    """While an embedded cluster of threads runs, each BLAS call runs ``cores // tasks``
+    threads (one per task, as in a worker process), and the count this process had is back
+    after the close. Read with OpenBLAS's own getter."""
+    import os
+
+    from threadpoolctl import threadpool_limits
+
+    from mvg_dask.engine.cluster import connect
+
+    cores = os.cpu_count() or 1
+    with threadpool_limits(3, user_api="blas"):
+        before = _openblas_threads()
+        assert before and set(before) == {3}
+        with connect(processes=False) as c:  # one single-threaded worker per core
+            inside = c.submit(_openblas_threads, pure=False).result()
+        with connect(processes=False, n_workers=1) as c:
+            alone = c.submit(_openblas_threads, pure=False).result()
+        after = _openblas_threads()
+    assert inside == [1] * len(before)
+    assert alone == [cores] * len(before)
+    assert after == before
+
+
+def _environ(name: str) -> str | None:
+    """On a worker: its environment variable ``name``."""
+    import os
+
+    return os.environ.get(name)
+
+
+def test_the_embedded_cluster_leaves_this_process_environment_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dask nanny writes its ``pre-spawn-environ`` (one BLAS thread, malloc thresholds) into
+    the environment of the process that starts it; the embedded cluster's workers get it, and
+    this process's environment is as it was, while the cluster runs and after."""
+    import os
+
+    from mvg_dask.engine.cluster import connect
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    names = ("OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")
+    with connect(n_workers=1) as c:
+        during = [os.environ.get(name) for name in names]
+        workers = c.run(_environ, "OPENBLAS_NUM_THREADS")
+    assert list(workers.values()) == ["1"]
+    assert during == [None, None, "7"]
+    assert [os.environ.get(name) for name in names] == [None, None, "7"]
+
+
+_CLOSE_PROBE = """
+from mvg_dask.engine.cluster import connect
+for _ in range(20):
+    with connect(processes=False) as c:
+        assert c.submit(sum, [1, 2], pure=False).result() == 3
+"""
+
+
+def test_closing_a_cluster_of_threads_leaves_nothing_on_the_terminal() -> None:
+    """The cluster restores dask's log level as it closes; a comm's batched sender cut off by
+    the close then logged ``Batched Comm Closed`` with a traceback, at INFO, to the terminal of
+    a script or a notebook, after one close in two to eight. Twenty clusters of threads, each
+    with a task, in a fresh process (dask's own log handler, on its stderr), print nothing."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _CLOSE_PROBE], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == "", done.stderr[-2000:]

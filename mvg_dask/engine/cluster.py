@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +150,7 @@ def local_cluster(
     # the nannies read this when they are made: glibc's dynamic mmap threshold stays on in the
     # workers (cluster/dask.yaml), so chunk-sized buffers are reused instead of mmapped afresh
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), **WORKER_MALLOC_ENV}
-    # the embedded cluster's own log lines (a worker's heartbeat failing while the cluster shuts
-    # down, a task's traceback) would reach the user's terminal; every error of a release is
-    # raised on the client as one line, so the workers log only what is critical
-    # (MVG_DASK_DEBUG=1 keeps their warnings)
-    silence = logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
+    silence = _silence_level()  # the workers log only what is critical
     config: dict[str, Any] = {"distributed.nanny.pre-spawn-environ": env}
     workers = n_workers or max(1, os.cpu_count() or 1)
     if fork is None:
@@ -365,7 +361,7 @@ def _local_client(
     the lattice kernels before it forks them). Whether it forks them is decided then, with this
     process's size after those imports (:func:`fork_workers`).
     """
-    from distributed.utils import LoopRunner, sync
+    from distributed.utils import LoopRunner, silence_logging_cmgr, sync
 
     may_fork = processes and fork_allowed()
     if not processes and fork_allowed():  # the command line's process: its allocator
@@ -377,32 +373,81 @@ def _local_client(
         while_starting = _with_kernels(while_starting)
     limit = worker_memory_limit(n_workers or max(1, os.cpu_count() or 1), memory_limit)
     runner = LoopRunner(asynchronous=False)
-    runner.start()
-    own = sync(runner.loop, _loop_tasks)
-    try:
-        cluster = _start_meanwhile(
-            lambda: local_cluster(
-                n_workers,
-                memory_limit=memory_limit,
-                processes=processes,
-                loop=runner.loop,
-                kernels=kernels,
-                fork=may_fork and fork_workers(limit),  # measured after while_starting
-            ),
-            while_starting,
-            overlap=not may_fork,
-        )
+    # dask's log level, which the cluster silences while it runs, is restored only after its
+    # loop has stopped: a comm's batched sender cut off by the close logs an INFO traceback
+    # ("Batched Comm Closed") as the loop settles or stops, after the cluster's own restore
+    with silence_logging_cmgr(_silence_level()):
+        runner.start()
+        own = sync(runner.loop, _loop_tasks)
         try:
-            client = Client(cluster)
+            with _own_environ():
+                cluster = _start_meanwhile(
+                    lambda: local_cluster(
+                        n_workers,
+                        memory_limit=memory_limit,
+                        processes=processes,
+                        loop=runner.loop,
+                        kernels=kernels,
+                        fork=may_fork and fork_workers(limit),  # measured after while_starting
+                    ),
+                    while_starting,
+                    overlap=not may_fork,
+                )
             try:
-                yield client
+                client = Client(cluster)
+                try:
+                    with _task_blas(processes, cluster):
+                        yield client
+                finally:
+                    client.close()
             finally:
-                client.close()
+                _close_cluster(cluster)
+                sync(runner.loop, _settle, own)
         finally:
-            _close_cluster(cluster)
-            sync(runner.loop, _settle, own)
+            runner.stop()
+
+
+@contextmanager
+def _own_environ() -> Iterator[None]:
+    """This process's environment as it was, once the embedded cluster has started: a dask
+    nanny writes its ``pre-spawn-environ`` (one BLAS and OpenMP thread, malloc thresholds) into
+    the environment of the process that starts it, before it starts its worker, and leaves it
+    there. A notebook's libraries loaded afterwards (scipy's BLAS, say) would then run one
+    thread, and its subprocesses inherit the settings. The workers have their own copy."""
+    import dask
+
+    from mvg_dask.engine.kube import WORKER_MALLOC_ENV
+
+    keys = {*dask.config.get("distributed.nanny.pre-spawn-environ", {}), *WORKER_MALLOC_ENV}
+    before = {key: os.environ.get(key) for key in keys}
+    try:
+        yield
     finally:
-        runner.stop()
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _silence_level() -> int:
+    """The level of the embedded cluster's own log lines (a worker's heartbeat failing while
+    the cluster shuts down, a task's traceback), which would reach the user's terminal: every
+    error of a release is raised on the client as one line, so only what is critical is logged
+    (``MVG_DASK_DEBUG=1`` keeps the warnings)."""
+    return logging.WARNING if os.environ.get("MVG_DASK_DEBUG") else logging.CRITICAL
+
+
+def _task_blas(processes: bool, cluster: LocalCluster) -> AbstractContextManager[object]:
+    """For a cluster of threads in this process, the BLAS threads per call that its tasks
+    share the cores with (:func:`mvg_dask.engine.worker_setup.blas_threads_per_task`), set
+    after the client's imports and restored when it closes; worker processes set their own."""
+    if processes:
+        return nullcontext()
+    from mvg_dask.engine.worker_setup import blas_threads_per_task
+
+    specs = cluster.worker_spec.values()
+    return blas_threads_per_task(sum(w.get("options", {}).get("nthreads", 1) for w in specs))
 
 
 def _close_cluster(cluster: LocalCluster) -> None:
