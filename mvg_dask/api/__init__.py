@@ -312,7 +312,7 @@ def release(
         :class:`~mvg_dask.engine.stream.PeriodResult`).
 
     Without ``client``, ``scheduler``, ``DASK_SCHEDULER_ADDRESS`` or ``cluster="kubernetes"``,
-    an input of at most ``IN_PROCESS_MAX_BYTES`` (1 GiB; 256 MiB for an identity release) is
+    an input of at most ``IN_PROCESS_MAX_BYTES`` (1 GiB; 512 MiB for an identity release) is
     released on an embedded cluster of threads in this process, a larger one on a LocalCluster
     of worker processes (the same bytes either way; under add-remove neighbours the size is that
     of ``privacy.max_records`` records, see :func:`in_process`).
@@ -368,7 +368,7 @@ def release(
 def in_process(metadata: InputMetadata, spec: ReleaseSpec) -> bool:
     """Whether the embedded cluster of a release runs on threads in this process (an input of
     at most ``IN_PROCESS_MAX_BYTES``, 1 GiB, or its query type's smaller ``threads_max_bytes``:
-    256 MiB for an identity release) rather than on worker processes.
+    512 MiB for an identity release) rather than on worker processes.
 
     Decided from public values only. Under add-remove neighbours the record count is private,
     and so is the input's size: the size counted is that of ``privacy.max_records`` records

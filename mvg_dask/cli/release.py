@@ -24,7 +24,7 @@ from mvg_dask.errors import MvgDaskError
     metavar="ADDRESS",
     help=(
         "Dask scheduler address (default: DASK_SCHEDULER_ADDRESS if set, else threads in this "
-        "process for an input of at most 1 GiB (identity: 256 MiB) and a LocalCluster sized to "
+        "process for an input of at most 1 GiB (identity: 512 MiB) and a LocalCluster sized to "
         "this machine above)."
     ),
 )

@@ -15,15 +15,18 @@ Run: ``.venv/bin/python -m tests.benchmarks.bench_cold_start [--repeats 5] [--re
    without (each worker's first task loads them; the same bytes either way). It prints the
    medians and their ratio.
 3. A cold release as the command line runs it (``api.release(spec)``: a fresh embedded cluster,
-   threads in this process up to 1 GiB (identity: 256 MiB), else worker processes forked from
-   this process on Linux once the client has imported the engine; this process has imported it
-   before, and, after its first cold identity release, keeps the kernels loaded, which a
-   command line's process loads once)
-   against the same release on a cluster kept warm
-   (:func:`mvg_dask.api.embedded_client`), at ``--sizes`` records x 64 features; the target is a
-   ratio of at most 1.3. The same release on a warm cluster of the other kind (worker processes
-   where the embedded one is of threads, and the reverse) is timed in the same rounds, and the
-   cold release's ratio to the faster of the two warm ones printed too.
+   threads in the releasing process up to 1 GiB (identity: 512 MiB), else worker processes
+   forked from it on Linux once the client has imported the engine) against the same release
+   on a cluster kept warm (:func:`mvg_dask.api.embedded_client`) and on a kept cluster of the
+   other kind (worker processes where the embedded one is of threads, and the reverse), at
+   ``--sizes`` records x 64 features, interleaved. Each of the three runs in a Python process
+   of its own, as a command line's release does (a kept cluster's scheduler, nannies and
+   threads would otherwise share the cold release's process and its GIL); the cold one has
+   imported the engine and, after one unclocked cold release, keeps the lattice kernels loaded,
+   which a command line's process loads once. Before each release the page cache's pending
+   writes are flushed (``os.sync``), so that none waits for the previous one's output. It
+   prints the medians, their ratio (the target is at most 1.3) and the cold release's ratio to
+   the faster of the two warm ones.
 
 Speed is reported, never asserted; on a busy machine read the ratio, not the seconds.
 """
@@ -31,6 +34,7 @@ Speed is reported, never asserted; on a busy machine read the ratio, not the sec
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -147,61 +151,119 @@ def _one_cold_release(store: str, out: str, kernels: bool) -> None:
     print(f"{time.perf_counter() - t:.4f}")
 
 
-def cold_against_warm(repeats: int, sizes: list[int], queries: list[str]) -> None:
-    """Part 3: ``api.release(spec)`` as the CLI runs it (a fresh embedded cluster each time:
-    worker processes above 1 GiB, 256 MiB for identity) against the same release on a cluster
-    kept warm (:func:`mvg_dask.api.embedded_client`), interleaved, ``records x 64`` float64."""
+#: Part 3's three kinds of release, each served by its own Python process.
+_KINDS = ("cold", "warm", "other")
+
+
+def _serve(kind: str, store: str, query: str, out: str) -> None:
+    """Part 3's child: release ``query`` of ``store`` each time a line arrives on stdin, and
+    print the seconds it took. ``cold``: :func:`mvg_dask.api.release` without a client, a
+    fresh embedded cluster each time, as the command line runs it (this process has imported
+    the engine and, after one unclocked cold release, keeps the lattice kernels loaded, as a
+    command line's process has and does by then); ``warm``: on the cluster the command line
+    would start, kept (:func:`mvg_dask.api.embedded_client`); ``other``: on a kept cluster of
+    the other kind (worker processes where that one is of threads, and the reverse). It first
+    prints ``ready <the kind of the kept cluster>``, after one unclocked release."""
     from contextlib import ExitStack
 
     from mvg_dask import api
-    from mvg_dask.data import synthetic, write_matrix
     from mvg_dask.engine.cluster import connect
+
+    def once(client: object) -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        Path(f"{out}.ledger.sqlite").unlink(missing_ok=True)
+        t = time.perf_counter()
+        api.release(spec(store, out, query), client=client, progress=False)  # type: ignore[arg-type]
+        return time.perf_counter() - t
+
+    the_spec = api.load(spec(store, out, query))
+    processes = not api.in_process(api.dry_run(the_spec).input, the_spec)  # the embedded kind
+    with ExitStack() as stack:
+        client = None
+        if kind == "warm":
+            client = stack.enter_context(api.embedded_client(the_spec))
+        elif kind == "other":
+            processes = not processes
+            client = stack.enter_context(connect(processes=processes))
+        once(client)  # a warm cluster's first tasks; the cold process's imports and kernels
+        print("ready", "processes" if processes else "threads", flush=True)
+        for _ in sys.stdin:
+            print(f"{once(client):.6f}", flush=True)
+
+
+def cold_against_warm(repeats: int, sizes: list[int], queries: list[str]) -> None:
+    """Part 3: ``api.release(spec)`` as the CLI runs it (a fresh embedded cluster each time:
+    worker processes above 1 GiB, 512 MiB for identity) against the same release on a cluster
+    kept warm (:func:`mvg_dask.api.embedded_client`) and on a kept cluster of the other kind,
+    interleaved, ``records x 64`` float64. Each of the three runs in a Python process of its
+    own (:func:`_serve`), as a command line's release does: the kept clusters' schedulers,
+    nannies and threads would otherwise share the cold release's process and its GIL."""
+    from mvg_dask.data import synthetic, write_matrix
     from tests.benchmarks.bench_release import CHUNK_BYTES
 
     work = Path(tempfile.mkdtemp(prefix="mvg-cold-warm-"))
     m = 64
     chunk = CHUNK_BYTES // (8 * m)
-    print(f"cold (fresh embedded cluster) against warm, {m} features, median of {repeats}:")
+    print(
+        f"cold (fresh embedded cluster) against warm, {m} features, median of {repeats}, "
+        "each kind in its own process:"
+    )
     try:
         for records in sizes:
             store = str(work / f"in{records}.zarr")
             write_matrix(synthetic(records, m, record_chunk=chunk), store, record_chunk=chunk)
             for query in queries:
-                out = str(work / "out.zarr")
-
-                def once(
-                    client: object = None, query: str = query, out: str = out, store: str = store
-                ) -> float:
-                    shutil.rmtree(out, ignore_errors=True)
-                    Path(f"{out}.ledger.sqlite").unlink(missing_ok=True)
-                    t = time.perf_counter()
-                    api.release(spec(store, out, query), client=client, progress=False)  # type: ignore[arg-type]
-                    return time.perf_counter() - t
-
-                cold: list[float] = []
-                warm: list[float] = []
-                other: list[float] = []  # warm on the other kind of cluster
-                with ExitStack() as stack:
-                    client = stack.enter_context(api.embedded_client(spec(store, out, query)))
-                    processes = bool(client.cluster.processes)  # type: ignore[attr-defined]
-                    # a user keeping a cluster warm could keep either kind: both are timed
-                    second = stack.enter_context(connect(processes=not processes))
-                    for c in (client, second):
-                        once(c)  # a warm cluster's first release (its workers' first tasks)
-                    for r in range(repeats):
-                        runs = [(cold, None), (warm, client), (other, second)]
-                        for times, c in runs if r % 2 == 0 else reversed(runs):
-                            times.append(once(c))
-                c_s, w_s, o_s = (statistics.median(v) for v in (cold, warm, other))
-                kinds = ("processes", "threads") if processes else ("threads", "processes")
+                times = _served_rounds(work, store, query, repeats)
+                (c_s, _), (w_s, w_kind), (o_s, o_kind) = (
+                    (statistics.median(times[k][1]), times[k][0]) for k in _KINDS
+                )
                 print(
                     f"  {records:>10} x {m} {query:<11} cold {c_s:6.2f} s  warm {w_s:6.2f} s "
-                    f"({kinds[0]})  ratio {c_s / w_s:5.2f}  (target <= 1.3); warm on "
-                    f"{kinds[1]} {o_s:6.2f} s, cold / best warm {c_s / min(w_s, o_s):5.2f}"
+                    f"({w_kind})  ratio {c_s / w_s:5.2f}  (target <= 1.3); warm on "
+                    f"{o_kind} {o_s:6.2f} s, cold / best warm {c_s / min(w_s, o_s):5.2f}"
                 )
             shutil.rmtree(store, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _served_rounds(
+    work: Path, store: str, query: str, repeats: int
+) -> dict[str, tuple[str, list[float]]]:
+    """Start part 3's three serving processes (one after another), then ``repeats`` rounds of
+    one release each, in alternating order; per kind: its cluster's kind and the seconds."""
+    children: dict[str, subprocess.Popen[str]] = {}
+    kinds: dict[str, str] = {}
+    try:
+        for kind in _KINDS:
+            out = str(work / f"out-{kind}.zarr")
+            child = subprocess.Popen(
+                [sys.executable, "-m", _MODULE, "--serve", kind, store, query, out],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            children[kind] = child
+            assert child.stdout is not None
+            line = child.stdout.readline().split()
+            if line[:1] != ["ready"]:
+                raise RuntimeError(f"the {kind} release process did not start")
+            kinds[kind] = line[1]
+        seconds: dict[str, list[float]] = {kind: [] for kind in _KINDS}
+        for r in range(repeats):
+            for kind in _KINDS if r % 2 == 0 else reversed(_KINDS):
+                child = children[kind]
+                assert child.stdin is not None and child.stdout is not None
+                os.sync()  # each release starts without the last one's writes pending
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                seconds[kind].append(float(child.stdout.readline()))
+        return {kind: (kinds[kind], seconds[kind]) for kind in _KINDS}
+    finally:
+        for child in children.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(timeout=120)
 
 
 def main() -> None:
@@ -214,12 +276,16 @@ def main() -> None:
     parser.add_argument("--queries", default="covariance,identity", help="Queries of part 3.")
     parser.add_argument("--parts", default="1,2,3", help="Which parts to run.")
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)  # part 2's child
+    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)  # part 3's children
     args = parser.parse_args()
     from mvg_dask import _startup
 
     _startup.FORK_WORKERS = True  # the embedded cluster as the command line starts it
     if args.one:
         _one_cold_release(args.one[0], args.one[1], args.one[2] == "1")
+        return
+    if args.serve:
+        _serve(*args.serve)
         return
     parts = {int(p) for p in args.parts.split(",")}
     if 1 in parts:

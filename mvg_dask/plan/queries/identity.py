@@ -31,9 +31,10 @@ class IdentityQuery(MatrixQuery):
 
     kind: ClassVar[str] = "identity"
     per_record_columns: ClassVar[bool] = True
-    #: its noise and write of every record run faster on worker processes, warm or cold,
-    #: already at 512 MB (docs/guide/performance.md, "Start-up")
-    threads_max_bytes: ClassVar[int | None] = 256 * 2**20
+    #: its noise and write of every record run faster on worker processes once warm, at
+    #: 1 GB; up to 512 MiB threads are as fast warm and faster cold (docs/guide/performance.md,
+    #: "Start-up")
+    threads_max_bytes: ClassVar[int | None] = 512 * 2**20
 
     @property
     def shape(self) -> tuple[int, int]:
