@@ -309,8 +309,9 @@ def test_the_embedded_cluster_leaves_this_process_environment_as_it_was(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A dask nanny writes its ``pre-spawn-environ`` (one BLAS thread, malloc thresholds) into
-    the environment of the process that starts it; the embedded cluster's workers get it, and
-    this process's environment is as it was, while the cluster runs and after."""
+    the environment of the process that starts it, and again when it restarts its worker; the
+    embedded cluster's workers get it, and this process's environment is as it was, while the
+    cluster runs and after its close (here after a restart of the workers)."""
     import os
 
     from mvg_dask.engine.cluster import connect
@@ -322,7 +323,9 @@ def test_the_embedded_cluster_leaves_this_process_environment_as_it_was(
     with connect(n_workers=1) as c:
         during = [os.environ.get(name) for name in names]
         workers = c.run(_environ, "OPENBLAS_NUM_THREADS")
-    assert list(workers.values()) == ["1"]
+        c.restart()
+        restarted = c.run(_environ, "OPENBLAS_NUM_THREADS")
+    assert list(workers.values()) == ["1"] and list(restarted.values()) == ["1"]
     assert during == [None, None, "7"]
     assert [os.environ.get(name) for name in names] == [None, None, "7"]
 

@@ -379,8 +379,9 @@ def _local_client(
     with silence_logging_cmgr(_silence_level()):
         runner.start()
         own = sync(runner.loop, _loop_tasks)
+        restore_environ = _own_environ()
         try:
-            with _own_environ():
+            try:
                 cluster = _start_meanwhile(
                     lambda: local_cluster(
                         n_workers,
@@ -393,6 +394,8 @@ def _local_client(
                     while_starting,
                     overlap=not may_fork,
                 )
+            finally:
+                restore_environ()
             try:
                 client = Client(cluster)
                 try:
@@ -403,31 +406,34 @@ def _local_client(
             finally:
                 _close_cluster(cluster)
                 sync(runner.loop, _settle, own)
+                restore_environ()  # a worker the nanny restarted meanwhile wrote it again
         finally:
             runner.stop()
 
 
-@contextmanager
-def _own_environ() -> Iterator[None]:
-    """This process's environment as it was, once the embedded cluster has started: a dask
-    nanny writes its ``pre-spawn-environ`` (one BLAS and OpenMP thread, malloc thresholds) into
-    the environment of the process that starts it, before it starts its worker, and leaves it
-    there. A notebook's libraries loaded afterwards (scipy's BLAS, say) would then run one
-    thread, and its subprocesses inherit the settings. The workers have their own copy."""
+def _own_environ() -> Callable[[], None]:
+    """A function that puts this process's environment back as it is now: a dask nanny writes
+    its ``pre-spawn-environ`` (one BLAS and OpenMP thread, malloc thresholds) into the
+    environment of the process that starts it, before it starts its worker (or restarts one),
+    and leaves it there. A notebook's libraries loaded afterwards (scipy's BLAS, say) would then
+    run one thread, and its subprocesses inherit the settings. :func:`_local_client` calls it
+    once the cluster has started and again after it has closed; the workers have their own
+    copy."""
     import dask
 
     from mvg_dask.engine.kube import WORKER_MALLOC_ENV
 
     keys = {*dask.config.get("distributed.nanny.pre-spawn-environ", {}), *WORKER_MALLOC_ENV}
     before = {key: os.environ.get(key) for key in keys}
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         for key, value in before.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+    return restore
 
 
 def _silence_level() -> int:
